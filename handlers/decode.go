@@ -121,32 +121,31 @@ func (p problems) err() error {
 // malformed JSON, anything but an object, a member name given twice, and members dst does not declare
 // (at the top level; nested objects such as error are lenient), each as a 400 naming the field with
 // prefix in front (for items of a batch: "items[3]."). A null member counts as absent. It returns the
-// names of the members present with a value other than null, and the problems found by the field rules.
-func decodeStrict(body []byte, prefix string, dst any) (present map[string]bool, ps problems, err error) {
+// problems the field rules found, for the caller to add its own before answering.
+func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) {
 	if !utf8.Valid(body) {
-		return nil, nil, items.Invalid(prefixed(prefix, "body"), "is not valid UTF-8")
+		return nil, items.Invalid(prefixed(prefix, "body"), "is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil {
-		return nil, nil, malformed(prefix, err)
+		return nil, malformed(prefix, err)
 	}
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return nil, nil, items.Invalid(prefixed(prefix, "body"), "must be a JSON object")
+		return nil, items.Invalid(prefixed(prefix, "body"), "must be a JSON object")
 	}
 	known := knownFields(reflect.TypeOf(dst).Elem())
-	present = map[string]bool{}
 	seen := map[string]bool{}
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, nil, malformed(prefix, err)
+			return nil, malformed(prefix, err)
 		}
 		name := tok.(string) // inside an object the decoder yields only string names
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			return nil, nil, malformed(prefix, err)
+			return nil, malformed(prefix, err)
 		}
 		switch {
 		case seen[name]:
@@ -155,37 +154,34 @@ func decodeStrict(body []byte, prefix string, dst any) (present map[string]bool,
 			ps.add(prefixed(prefix, name), "unknown field")
 		}
 		seen[name] = true
-		if string(raw) != "null" {
-			present[name] = true
-		}
 	}
 	if _, err := dec.Token(); err != nil {
-		return nil, nil, malformed(prefix, err)
+		return nil, malformed(prefix, err)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, nil, items.Invalid(prefixed(prefix, "body"), "must hold one JSON object and nothing after it")
+		return nil, items.Invalid(prefixed(prefix, "body"), "must hold one JSON object and nothing after it")
 	}
 	if len(ps) > 0 {
-		return nil, nil, ps.err()
+		return nil, ps.err()
 	}
 	if err := json.Unmarshal(body, dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) && te.Field != "" {
-			return nil, nil, items.Invalid(prefixed(prefix, jsonPath(te.Field, known.embedded)), typeProblem(te.Type))
+			return nil, items.Invalid(prefixed(prefix, jsonPath(te.Field, known.embedded)), typeProblem(te.Type))
 		}
-		return nil, nil, items.Invalid(prefixed(prefix, "body"), "could not be decoded: "+err.Error())
+		return nil, items.Invalid(prefixed(prefix, "body"), "could not be decoded: "+err.Error())
 	}
 	if err := validate.Struct(dst); err != nil {
 		var ves validator.ValidationErrors
 		if !errors.As(err, &ves) {
-			return nil, nil, fmt.Errorf("handlers: validate %T: %w", dst, err)
+			return nil, fmt.Errorf("handlers: validate %T: %w", dst, err)
 		}
 		for _, fe := range ves {
 			_, field, _ := strings.Cut(fe.Namespace(), ".") // drop the struct's own name
 			ps.add(prefixed(prefix, field), fieldProblem(fe))
 		}
 	}
-	return present, ps, nil
+	return ps, nil
 }
 
 func prefixed(prefix, field string) string { return prefix + field }

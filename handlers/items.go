@@ -59,7 +59,7 @@ func (s *server) beforeWrite(c *gin.Context) {
 		return
 	}
 	var req beforeWriteRequest
-	_, ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeStrict(body, "", &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -130,7 +130,7 @@ func (s *server) afterWrite(c *gin.Context) {
 		return
 	}
 	var req afterWriteRequest
-	_, ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeStrict(body, "", &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -165,7 +165,7 @@ func (s *server) reconcile(c *gin.Context) {
 		return
 	}
 	var req reconcileRequest
-	_, ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeStrict(body, "", &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -238,7 +238,7 @@ func (s *server) resolve(c *gin.Context) {
 		return
 	}
 	var req resolveRequest
-	_, ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeStrict(body, "", &req)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -68,8 +68,12 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 			got.Str("destination") != "billing" || got.Str("reference") != "QT-2026-0417" {
 			t.Fatalf("GET item: %s", got.Body)
 		}
-		if h, _ := got.At("history").([]any); len(h) < 2 {
+		h, _ := got.At("history").([]any)
+		if len(h) < 2 {
 			t.Fatalf("GET item history has %d events, want the claim and the report: %s", len(h), got.Body)
+		}
+		if claimed, _ := h[0].(map[string]any); claimed["kind"] != items.EventClaimed || claimed["from"] != nil || claimed["to"] != "in_flight" {
+			t.Fatalf("the first event of a new item is not a claim from nothing: %v", h[0])
 		}
 		if strings.Contains(string(got.Body), "c-19") {
 			t.Fatalf("the item shows the payload: %s", got.Body)

@@ -60,7 +60,10 @@ type command struct {
 }
 
 // commands is the dispatch table. Further subcommands (receiver, templates, sweep, items, stats,
-// acceptance) are added here, each in its own file. It is filled in init because help lists it.
+// acceptance) are added here, each in its own file. A one-shot command does its work in run. A command
+// that serves until stopped starts in a goroutine under its own cancellable context and registers
+// itself with m.keep (done: its result; stop: cancel and wait), so that Wait and Close handle it as they
+// handle serve. The table is filled in init because help lists it.
 var commands []command
 
 func init() {
