@@ -258,6 +258,8 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
 		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
+		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
+			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -335,5 +337,37 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		if _, err := run(args...); cli.ExitCode(err) != 2 {
 			t.Errorf("%v: exit code %d (%v), want 2", args, cli.ExitCode(err), err)
 		}
+	}
+}
+
+func TestTokenMistakesStopTheStart(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:x1", "COMPANION_TOKENS_FILE": file}, "not both"},
+		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE"}, "COMPANION_TOKENS: token 1"},
+		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE"}, `role "admin"`},
+		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE"}, "the same as token a's"},
+		"missing tokens file": {map[string]string{"COMPANION_TOKENS_FILE": filepath.Join(dir, "nope")}, "COMPANION_TOKENS_FILE"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.env["COMPANION_DATA_DIR"] = filepath.Join(t.TempDir(), "data")
+			p := newProgram(tc.env)
+			err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
+			if err == nil {
+				p.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "SECRETVALUE") {
+				t.Fatalf("error: %v", err)
+			}
+		})
 	}
 }

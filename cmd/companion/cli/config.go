@@ -156,6 +156,11 @@ func loadConfig(path string, getenv func(string) string) (items.Config, []handle
 	for _, name := range names {
 		dc := fc.Destinations[name]
 		cfg.Destinations[name] = dc.destination("destinations."+name, probs)
+		// The ledger fills a destination's unset fields from the defaults, so false cannot undo a true there.
+		if f := dc.ServerErrorsNotCommitted; f.Set && !f.Value && cfg.Defaults.ServerErrorsNotCommitted {
+			probs.add(f.Line, "destinations."+name+".server_errors_not_committed",
+				"false cannot override true under defaults; set it per destination instead of under defaults")
+		}
 	}
 	var tokens []handlers.Token
 	for i, tc := range fc.Tokens {
