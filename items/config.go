@@ -1,0 +1,96 @@
+package items
+
+import "time"
+
+// Defaults of a destination's configuration.
+const (
+	DefaultMaxAttempts         = 3
+	DefaultLeaseSeconds        = 300
+	DefaultKeyRetentionSeconds = 86400
+	MinLeaseSeconds            = 5
+	MaxLeaseSeconds            = 86400
+	// MaxResultBytes is the largest result the ledger stores; a larger one is dropped, never the success.
+	MaxResultBytes = 4096
+)
+
+// Destination is what the ledger knows about one destination: how it dedupes, how many attempts an item
+// gets, how long it keeps idempotency keys, and who owns its items.
+type Destination struct {
+	// Dedupe is used when a request names none. Default none.
+	Dedupe Dedupe
+	// MaxAttempts is the attempt budget of an item. Default 3.
+	MaxAttempts int
+	// LeaseSeconds is the claim lease when a request names none. Default 300.
+	LeaseSeconds int
+	// KeyRetentionSeconds is how long the destination keeps idempotency keys; past it a same-key retry is
+	// no longer safe. Default 86400.
+	KeyRetentionSeconds int
+	// ServerErrorsNotCommitted is a stronger receiver contract: the destination documents that a 5xx
+	// answer means nothing was committed, so a 5xx is a retryable failure instead of unknown.
+	ServerErrorsNotCommitted bool
+	// Owner is who gets alerts about this destination's items (a Slack user or channel id).
+	Owner string
+	// EscalateTo is who gets an alert escalated from Owner.
+	EscalateTo string
+	// EscalateAfter is how long an unknown or failed item may wait with nobody acting before it needs a
+	// person (and an alert escalates). Zero means never.
+	EscalateAfter time.Duration
+	// CheckHint tells the owner where to look ("search the billing tool for the quote reference").
+	CheckHint string
+}
+
+// Config is the ledger's configuration.
+type Config struct {
+	// Defaults apply to destinations without their own entry, and fill the zero fields of those with one.
+	Defaults Destination
+	// Destinations by name.
+	Destinations map[string]Destination
+	// Now is the clock; time.Now when nil.
+	Now func() time.Time
+}
+
+// Destination returns the configuration of the named destination, with defaults filled in.
+func (c Config) Destination(name string) Destination {
+	d := c.Destinations[name]
+	def := c.Defaults
+	if d.Dedupe == "" {
+		d.Dedupe = def.Dedupe
+	}
+	if d.Dedupe == "" {
+		d.Dedupe = DedupeNone
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = def.MaxAttempts
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = DefaultMaxAttempts
+	}
+	if d.LeaseSeconds == 0 {
+		d.LeaseSeconds = def.LeaseSeconds
+	}
+	if d.LeaseSeconds == 0 {
+		d.LeaseSeconds = DefaultLeaseSeconds
+	}
+	if d.KeyRetentionSeconds == 0 {
+		d.KeyRetentionSeconds = def.KeyRetentionSeconds
+	}
+	if d.KeyRetentionSeconds == 0 {
+		d.KeyRetentionSeconds = DefaultKeyRetentionSeconds
+	}
+	if d.Owner == "" {
+		d.Owner = def.Owner
+	}
+	if d.EscalateTo == "" {
+		d.EscalateTo = def.EscalateTo
+	}
+	if d.EscalateAfter == 0 {
+		d.EscalateAfter = def.EscalateAfter
+	}
+	if d.CheckHint == "" {
+		d.CheckHint = def.CheckHint
+	}
+	if !d.ServerErrorsNotCommitted {
+		d.ServerErrorsNotCommitted = def.ServerErrorsNotCommitted
+	}
+	return d
+}

@@ -1,0 +1,218 @@
+package items
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Fingerprint returns the hex SHA-256 of the canonical form of payload, which must be a JSON object.
+//
+// The canonical form: members sorted by the UTF-8 bytes of their names; arrays in order; numbers kept as
+// their exact text (1 and 1.0 differ); strings re-encoded as UTF-8 escaping only '"', '\' and U+0000-U+001F
+// (as \u00xx); no whitespace. Duplicate member names and lone surrogates are refused.
+func Fingerprint(payload []byte) (string, error) {
+	canon, err := Canonical(payload)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// Canonical returns the canonical form of a JSON object (see Fingerprint).
+func Canonical(payload []byte) ([]byte, error) {
+	if err := CheckSurrogates(payload); err != nil {
+		return nil, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.UseNumber()
+	var buf bytes.Buffer
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, errors.New("must be a JSON object")
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return nil, errors.New("must be a JSON object")
+	}
+	if err := canonObject(dec, &buf); err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("must be a single JSON object")
+	}
+	return buf.Bytes(), nil
+}
+
+type member struct {
+	name  string
+	value []byte
+}
+
+func canonValue(dec *json.Decoder, tok json.Token, buf *bytes.Buffer) error {
+	switch v := tok.(type) {
+	case json.Delim:
+		switch v {
+		case '{':
+			return canonObject(dec, buf)
+		case '[':
+			buf.WriteByte('[')
+			first := true
+			for dec.More() {
+				if !first {
+					buf.WriteByte(',')
+				}
+				first = false
+				t, err := dec.Token()
+				if err != nil {
+					return err
+				}
+				if err := canonValue(dec, t, buf); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return err
+			}
+			buf.WriteByte(']')
+			return nil
+		}
+		return fmt.Errorf("unexpected %v", v)
+	case string:
+		return canonString(v, buf)
+	case json.Number:
+		buf.WriteString(string(v))
+	case bool:
+		buf.WriteString(strconv.FormatBool(v))
+	case nil:
+		buf.WriteString("null")
+	default:
+		return fmt.Errorf("unexpected token %v", v)
+	}
+	return nil
+}
+
+// canonObject reads the members of an object whose '{' was already read.
+func canonObject(dec *json.Decoder, buf *bytes.Buffer) error {
+	var members []member
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		name, ok := t.(string)
+		if !ok {
+			return errors.New("object member name must be a string")
+		}
+		if seen[name] {
+			return fmt.Errorf("duplicate member name %q", name)
+		}
+		seen[name] = true
+		vt, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		var vb bytes.Buffer
+		if err := canonValue(dec, vt, &vb); err != nil {
+			return err
+		}
+		members = append(members, member{name: name, value: vb.Bytes()})
+	}
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].name < members[j].name })
+	buf.WriteByte('{')
+	for i, m := range members {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		if err := canonString(m.name, buf); err != nil {
+			return err
+		}
+		buf.WriteByte(':')
+		buf.Write(m.value)
+	}
+	buf.WriteByte('}')
+	return nil
+}
+
+const hexDigits = "0123456789abcdef"
+
+// canonString writes s as a canonical JSON string. encoding/json decodes a lone surrogate escape
+// (\ud800) to U+FFFD, so the check for lone surrogates happens on the raw text in checkSurrogates.
+func canonString(s string, buf *bytes.Buffer) error {
+	if !utf8.ValidString(s) {
+		return errors.New("string is not valid UTF-8")
+	}
+	buf.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"':
+			buf.WriteString(`\"`)
+		case r == '\\':
+			buf.WriteString(`\\`)
+		case r < 0x20:
+			buf.WriteString(`\u00`)
+			buf.WriteByte(hexDigits[r>>4])
+			buf.WriteByte(hexDigits[r&0xf])
+		default:
+			buf.WriteRune(r)
+		}
+	}
+	buf.WriteByte('"')
+	return nil
+}
+
+// CheckSurrogates refuses JSON text that holds a lone UTF-16 surrogate escape such as "\ud800", which the
+// standard decoder would silently turn into U+FFFD (and so into a fingerprint nobody sent).
+func CheckSurrogates(text []byte) error {
+	inString := false
+	for i := 0; i < len(text); i++ {
+		c := text[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = false
+		case '\\':
+			if i+1 < len(text) && text[i+1] == 'u' && i+5 < len(text) {
+				r1, ok := hex4(text[i+2 : i+6])
+				if ok && utf16.IsSurrogate(rune(r1)) {
+					if r1 >= 0xDC00 {
+						return errors.New("lone surrogate in string")
+					}
+					// A high surrogate must be followed by an escaped low surrogate.
+					if i+11 < len(text) && text[i+6] == '\\' && text[i+7] == 'u' {
+						r2, ok2 := hex4(text[i+8 : i+12])
+						if ok2 && r2 >= 0xDC00 && r2 <= 0xDFFF {
+							i += 11
+							continue
+						}
+					}
+					return errors.New("lone surrogate in string")
+				}
+			}
+			i++ // skip the escaped character
+		}
+	}
+	return nil
+}
+
+func hex4(b []byte) (uint16, bool) {
+	n, err := strconv.ParseUint(string(b), 16, 16)
+	return uint16(n), err == nil
+}

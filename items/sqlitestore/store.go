@@ -1,0 +1,318 @@
+// Package sqlitestore keeps the ledger in one SQLite file: the embedded store for a single instance.
+//
+// It uses modernc.org/sqlite (pure Go, no cgo) in WAL mode with synchronous=FULL, so an acknowledged claim
+// survives power loss. Writes go through one connection and every transition runs in one BEGIN IMMEDIATE
+// transaction whose write is guarded by the version it read (UPDATE … WHERE version = ?), so two
+// transitions on one item can never both act on the same state.
+package sqlitestore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// FileName is the database file inside the data directory.
+const FileName = "companion.db"
+
+// Store is the SQLite store. It is safe for concurrent use.
+type Store struct {
+	path string
+	w    *sql.DB // one connection: writes serialize here
+	r    *sql.DB // readers
+}
+
+var _ items.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the ledger in dataDir and migrates its schema.
+func Open(ctx context.Context, dataDir string) (*Store, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("sqlitestore: data dir: %w", err)
+	}
+	path := filepath.Join(dataDir, FileName)
+	dsn := func(txlock string) string {
+		q := url.Values{}
+		for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(on)"} {
+			q.Add("_pragma", p)
+		}
+		if txlock != "" {
+			q.Set("_txlock", txlock)
+		}
+		return "file:" + path + "?" + q.Encode()
+	}
+	w, err := sql.Open("sqlite", dsn("immediate"))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetMaxIdleConns(1)
+	w.SetConnMaxLifetime(0)
+	r, err := sql.Open("sqlite", dsn(""))
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	r.SetMaxOpenConns(8)
+	s := &Store{path: path, w: w, r: r}
+	if err := s.migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+const schema = `
+CREATE TABLE IF NOT EXISTS meta (
+	name  TEXT PRIMARY KEY,
+	value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS items (
+	tenant           TEXT NOT NULL,
+	key              TEXT NOT NULL,
+	version          INTEGER NOT NULL,
+	state            TEXT NOT NULL,
+	destination      TEXT NOT NULL,
+	workflow         TEXT NOT NULL DEFAULT '',
+	owner            TEXT NOT NULL DEFAULT '',
+	reference        TEXT NOT NULL DEFAULT '',
+	batch_id         TEXT NOT NULL DEFAULT '',
+	batch_index      INTEGER,
+	needs_person     INTEGER NOT NULL DEFAULT 0,
+	lease_expires_at INTEGER,
+	created_at       INTEGER NOT NULL,
+	updated_at       INTEGER NOT NULL,
+	doc              TEXT NOT NULL,
+	PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS items_lease ON items (state, lease_expires_at);
+CREATE INDEX IF NOT EXISTS items_updated ON items (tenant, updated_at DESC, key);
+CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
+CREATE INDEX IF NOT EXISTS items_needs_person ON items (needs_person, tenant) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference);
+`
+
+func (s *Store) migrate(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, schema); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// unavailable translates a database error into the domain's ErrUnavailable, keeping the cause for logs.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: sqlite: %v", items.ErrUnavailable, err)
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func get(ctx context.Context, q querier, tenant, key string) (*items.Item, error) {
+	var doc string
+	err := q.QueryRowContext(ctx, `SELECT doc FROM items WHERE tenant = ? AND key = ?`, tenant, key).Scan(&doc)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, items.ErrNotFound
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return decode(doc)
+}
+
+func decode(doc string) (*items.Item, error) {
+	var it items.Item
+	if err := json.Unmarshal([]byte(doc), &it); err != nil {
+		return nil, fmt.Errorf("sqlitestore: corrupt item document: %w", err)
+	}
+	return &it, nil
+}
+
+// Get implements items.Store.
+func (s *Store) Get(ctx context.Context, tenant, key string) (*items.Item, error) {
+	return get(ctx, s.r, tenant, key)
+}
+
+// Transition implements items.Store: one BEGIN IMMEDIATE transaction, the write guarded by version.
+func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.TransitionFunc) (*items.Item, error) {
+	out, err := s.TransitionMany(ctx, tenant, []string{key}, func(_ int, cur *items.Item) (*items.Item, error) { return fn(cur) })
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// TransitionMany implements items.Store: the whole batch is one transaction and one fsync; if fn fails
+// for any item nothing is written.
+func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	seen := make(map[string]*items.Item, len(keys))
+	out := make([]*items.Item, len(keys))
+	wrote := false
+	for i, key := range keys {
+		cur, ok := seen[key]
+		if !ok {
+			cur, err = get(ctx, tx, tenant, key)
+			if errors.Is(err, items.ErrNotFound) {
+				cur, err = nil, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		var arg *items.Item
+		if cur != nil {
+			arg = clone(cur)
+		}
+		next, err := fn(i, arg)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			out[i] = cur
+			seen[key] = cur
+			continue
+		}
+		if err := write(ctx, tx, cur, next); err != nil {
+			return nil, err
+		}
+		wrote = true
+		out[i] = next
+		seen[key] = next
+	}
+	if !wrote {
+		return out, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// clone gives fn a copy it may change freely: the stored item stays as read if fn writes nothing.
+func clone(it *items.Item) *items.Item {
+	b, _ := json.Marshal(it)
+	var c items.Item
+	_ = json.Unmarshal(b, &c)
+	return &c
+}
+
+func write(ctx context.Context, tx *sql.Tx, cur, next *items.Item) error {
+	if next.Tenant == "" || next.Key == "" {
+		return fmt.Errorf("sqlitestore: item without tenant or key")
+	}
+	var prev int64
+	if cur != nil {
+		prev = cur.Version
+	}
+	next.Version = prev + 1
+	if next.CreatedAt.IsZero() {
+		next.CreatedAt = time.Now().UTC()
+	}
+	if cur != nil {
+		// updated_at orders the operator's list; it must move forward even when the clock stands still.
+		next.UpdatedAt = laterOf(next.UpdatedAt, cur.UpdatedAt)
+	}
+	doc, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: encode item: %w", err)
+	}
+	var lease any
+	if next.State == items.StateInFlight && next.LeaseExpiresAt != nil {
+		lease = next.LeaseExpiresAt.UnixMilli()
+	}
+	var batchIndex any
+	if next.BatchIndex != nil {
+		batchIndex = *next.BatchIndex
+	}
+	args := []any{next.Version, string(next.State), next.Destination, next.Workflow, next.Owner, next.Reference,
+		next.BatchID, batchIndex, boolInt(next.NeedsPerson), lease, next.CreatedAt.UnixNano(), next.UpdatedAt.UnixNano(), string(doc)}
+	var res sql.Result
+	if cur == nil {
+		res, err = tx.ExecContext(ctx, `INSERT INTO items (version, state, destination, workflow, owner, reference,
+			batch_id, batch_index, needs_person, lease_expires_at, created_at, updated_at, doc, tenant, key)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, append(args, next.Tenant, next.Key)...)
+	} else {
+		res, err = tx.ExecContext(ctx, `UPDATE items SET version = ?, state = ?, destination = ?, workflow = ?, owner = ?,
+			reference = ?, batch_id = ?, batch_index = ?, needs_person = ?, lease_expires_at = ?, created_at = ?,
+			updated_at = ?, doc = ? WHERE tenant = ? AND key = ? AND version = ?`, append(args, next.Tenant, next.Key, prev)...)
+	}
+	if err != nil {
+		return unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return unavailable(err)
+	}
+	if n != 1 {
+		// Cannot happen inside BEGIN IMMEDIATE with one writer; refuse rather than act on a stale read.
+		return fmt.Errorf("%w: sqlite: item %q changed under the transaction", items.ErrUnavailable, next.Key)
+	}
+	return nil
+}
+
+func laterOf(a, b time.Time) time.Time {
+	if !a.After(b) {
+		return b.Add(time.Nanosecond)
+	}
+	return a
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// LedgerSecret implements items.Store.
+func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('ledger_secret', ?) ON CONFLICT DO NOTHING`, secret); err != nil {
+		return nil, unavailable(err)
+	}
+	var stored []byte
+	if err := s.r.QueryRowContext(ctx, `SELECT value FROM meta WHERE name = 'ledger_secret'`).Scan(&stored); err != nil {
+		return nil, unavailable(err)
+	}
+	return stored, nil
+}
+
+// Ping implements items.Store: it reads from and checks that it can write to the database.
+func (s *Store) Ping(ctx context.Context) error {
+	var one int
+	if err := s.r.QueryRowContext(ctx, `SELECT 1 FROM meta LIMIT 1`).Scan(&one); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return unavailable(err)
+	}
+	if _, err := s.w.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('ping', 1) ON CONFLICT (name) DO UPDATE SET value = excluded.value`); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Close implements items.Store. A WAL checkpoint runs as the last connection closes.
+func (s *Store) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}

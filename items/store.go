@@ -1,0 +1,39 @@
+package items
+
+import "context"
+
+// TransitionFunc decides a change to one item. It receives the stored item (nil when there is none),
+// may modify it, and returns the item to write, or nil to write nothing. An error aborts the transition
+// without writing. A store may call it more than once (after losing a compare-and-set race), so it must
+// not have side effects beyond what it returns and what it records in variables it owns.
+type TransitionFunc func(current *Item) (next *Item, err error)
+
+// Store keeps the ledger durably. Every implementation passes items/itemstest.
+type Store interface {
+	// Get returns the item for tenant and key. Returns ErrNotFound when there is none, ErrUnavailable when
+	// the store cannot be read.
+	Get(ctx context.Context, tenant, key string) (*Item, error)
+
+	// Transition atomically reads the item for tenant and key, calls fn, and durably writes what fn
+	// returns, guarded by the version fn saw: of any number of concurrent transitions on one item each
+	// sees the result of the ones before it. It returns the stored item afterwards (what fn returned, or
+	// the current item when fn returned nil; nil when there is none). Errors from fn are returned as they
+	// are. Returns ErrUnavailable when the change cannot be durably recorded: then nothing was written.
+	Transition(ctx context.Context, tenant, key string, fn TransitionFunc) (*Item, error)
+
+	// TransitionMany runs fn for each key in order, as Transition does, where each call sees the changes
+	// of the earlier ones (a key may repeat). Stores that can make the whole batch atomic and durable at
+	// once (one transaction) do; others run item by item, each item atomic. If fn fails for any item,
+	// stores that run one transaction write nothing. Returns the stored items, in order.
+	TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, current *Item) (*Item, error)) ([]*Item, error)
+
+	// LedgerSecret returns the ledger's secret, creating it at the first call: the key of the
+	// idempotency-key HMAC, stable across restarts and replicas. Returns ErrUnavailable.
+	LedgerSecret(ctx context.Context) ([]byte, error)
+
+	// Ping returns ErrUnavailable when the store cannot be reached.
+	Ping(ctx context.Context) error
+
+	// Close releases the store's resources.
+	Close() error
+}
