@@ -113,10 +113,11 @@ const out = [];
 for (const it of $input.all()) {
   const item = it.json;
   if (item.state !== 'in_flight') continue;
-  const history = Array.isArray(item.history) ? item.history : [];
-  const current = history.filter((h) => h.attempt === item.attempt && h.claim).pop() || {};
-  const claim = item.claim || current.claim;
-  const executionId = current.execution_id ?? item.execution_id;
+  // The current attempt carries the claim and the execution that made it.
+  const attempts = Array.isArray(item.attempts) ? item.attempts : [];
+  const current = attempts.find((a) => a.number === item.attempt) || {};
+  const claim = current.claim || item.claim;
+  const executionId = current.execution_id;
   if (!claim) continue; // the claim is not known: the sweeper will mark it unknown when the lease ends
   if (executionId != null && String(executionId) !== settings.execution_id) continue;
   out.push({ json: { key: item.key, claim, outcome: 'unknown', error: { class: 'other', code: 'n8n_execution_failed', message: settings.failure.slice(0, 300) } } });
