@@ -1,0 +1,252 @@
+package acceptance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/replaysafe/companion/acceptance"
+	"github.com/replaysafe/companion/sandbox"
+)
+
+// runSuite runs the suite against p and returns the result and what a user would read: the progress
+// lines and the table.
+func runSuite(t *testing.T, p *acceptance.InProcess, opts acceptance.Options) (*acceptance.Result, string) {
+	t.Helper()
+	svc, err := acceptance.NewService(p.ServiceURL, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv, err := acceptance.NewReceiver(p.ReceiverURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Service, opts.Receiver, opts.Store, opts.ServiceVersion = svc, rcv, p.Store, p.Version
+	var out bytes.Buffer
+	opts.Progress = &out
+	res, err := acceptance.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acceptance.WriteTable(&out, res)
+	return res, out.String()
+}
+
+func startInProcess(t *testing.T, cfg acceptance.InProcessConfig) *acceptance.InProcess {
+	t.Helper()
+	p, err := acceptance.StartInProcess(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return p
+}
+
+func caseResult(t *testing.T, res *acceptance.Result, id string) acceptance.CaseResult {
+	t.Helper()
+	for _, c := range res.Cases {
+		if c.ID == id {
+			return c
+		}
+	}
+	t.Fatalf("no case %s in the result", id)
+	return acceptance.CaseResult{}
+}
+
+func TestSuitePassesOnSQLite(t *testing.T) {
+	t.Parallel()
+	p := startInProcess(t, acceptance.InProcessConfig{})
+	res, table := runSuite(t, p, acceptance.Options{})
+	if res.Failed > 0 || res.Passed != len(acceptance.Cases()) {
+		t.Fatalf("%d passed, %d failed, %d skipped; want all %d passed:\n%s", res.Passed, res.Failed, res.Skipped, len(acceptance.Cases()), table)
+	}
+	for _, c := range res.Cases {
+		var ledger, effects bool
+		for _, ch := range c.Checks {
+			ledger = ledger || ch.Side == "ledger"
+			effects = effects || ch.Side == "effects"
+		}
+		if !ledger || !effects {
+			t.Errorf("case %s passed without asserting both sides (ledger %t, effects %t)", c.ID, ledger, effects)
+		}
+	}
+	t.Logf("suite on SQLite: %d cases in %.1f s", len(res.Cases), res.Duration)
+}
+
+// A ledger configured against the truth about its destination must make the suite fail, loudly and with
+// the duplicate the misconfiguration causes, not silently pass. Each misconfiguration is one a user can
+// make in the service's YAML or in their choice of receiver.
+func TestMisconfiguredLedgerFailsTheSuite(t *testing.T) {
+	t.Parallel()
+	with := func(name string, change func(*acceptance.DestinationSpec)) []acceptance.DestinationSpec {
+		specs := acceptance.Destinations()
+		for i := range specs {
+			if specs[i].Name == name {
+				change(&specs[i])
+			}
+		}
+		return specs
+	}
+	tests := []struct {
+		name         string
+		cfg          acceptance.InProcessConfig
+		failing      string
+		wantEffects  string
+		wantInReason string
+	}{
+		{
+			name:         "destination says key, receiver ignores keys",
+			cfg:          acceptance.InProcessConfig{Receiver: sandbox.Config{Dedupe: sandbox.DedupeNone}},
+			failing:      "5",
+			wantEffects:  "1 → 2",
+			wantInReason: "effects expected 1, observed 2",
+		},
+		{
+			name: "server_errors_not_committed for a receiver that commits then answers 500",
+			cfg: acceptance.InProcessConfig{Destinations: with(acceptance.DestinationLookup, func(d *acceptance.DestinationSpec) {
+				d.ServerErrorsNotCommitted = true
+			})},
+			failing:      "17",
+			wantEffects:  "1 → 2",
+			wantInReason: "effects expected 1, observed 2",
+		},
+		{
+			name: "ledger trusts keys longer than the receiver keeps them",
+			cfg: acceptance.InProcessConfig{Destinations: with(acceptance.DestinationRetention, func(d *acceptance.DestinationSpec) {
+				d.KeyRetentionSeconds = 3600
+			})},
+			failing:      "20",
+			wantEffects:  "1 → 2",
+			wantInReason: "expected skip/awaiting_owner, observed proceed/retry_same_key",
+		},
+		{
+			name: "destination without dedupe configured as key",
+			cfg: acceptance.InProcessConfig{Destinations: with(acceptance.DestinationNone, func(d *acceptance.DestinationSpec) {
+				d.Dedupe = "key"
+			})},
+			failing:      "12",
+			wantEffects:  "1 → 2",
+			wantInReason: "effects expected 1, observed 2",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := startInProcess(t, tt.cfg)
+			res, table := runSuite(t, p, acceptance.Options{Only: []string{tt.failing}})
+			t.Log("\n" + table)
+			c := caseResult(t, res, tt.failing)
+			if c.Status != acceptance.Fail || res.Failed != 1 {
+				t.Fatalf("case %s is %s (%d failed); want FAIL:\n%s", tt.failing, c.Status, res.Failed, table)
+			}
+			if c.ObservedEffects != tt.wantEffects {
+				t.Errorf("observed effects %q, want %q (the duplicate the misconfiguration causes)", c.ObservedEffects, tt.wantEffects)
+			}
+			if !strings.Contains(strings.Join(c.Failures, "\n"), tt.wantInReason) {
+				t.Errorf("failures do not say %q:\n%s", tt.wantInReason, strings.Join(c.Failures, "\n"))
+			}
+			lines := strings.Split(strings.TrimSpace(table), "\n")
+			if last := lines[len(lines)-1]; last != "0 passed, 1 failed" {
+				t.Errorf("last line %q, want \"0 passed, 1 failed\"", last)
+			}
+			if !strings.Contains(table, "FAIL case "+tt.failing) {
+				t.Errorf("the output does not name the failing case:\n%s", table)
+			}
+		})
+	}
+}
+
+// Against an external receiver that ignores keys, the command fails with ErrFailed (exit status 1) and
+// prints the failing row and the summary.
+func TestCommandFailsAgainstAReceiverIgnoringKeys(t *testing.T) {
+	t.Parallel()
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{Receiver: sandbox.Config{Dedupe: sandbox.DedupeNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	var stdout, stderr bytes.Buffer
+	err = acceptance.Command(context.Background(), []string{"--receiver", r.ReceiverURL, "--only", "5,9"}, &stdout, &stderr)
+	if !errors.Is(err, acceptance.ErrFailed) {
+		t.Fatalf("Command returned %v, want ErrFailed; output:\n%s", err, stdout.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"dedupe none", "[ 1/2] case", "FAIL case 5: Receiver commits, then response is dropped",
+		"effects expected 1, observed 2", "\n1 passed, 1 failed\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.HasSuffix(out, "1 passed, 1 failed\n") {
+		t.Errorf("the last line is not the summary:\n%s", out)
+	}
+}
+
+func TestCommandJSON(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if err := acceptance.Command(context.Background(), []string{"--json", "--only", "1,4"}, &stdout, &stderr); err != nil {
+		t.Fatalf("Command: %v\n%s", err, stderr.String())
+	}
+	var res acceptance.Result
+	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, stdout.String())
+	}
+	h := res.Header
+	if h.ServiceVersion == "" || !strings.HasPrefix(h.Store, "sqlite") || len(h.ConfigurationHash) != 16 ||
+		h.RetrySettings == "" || h.Timestamp.IsZero() || h.ReceiverMode.Dedupe != "key" {
+		t.Errorf("header incomplete: %+v", h)
+	}
+	if res.Passed != 2 || res.Failed != 0 || len(res.Cases) != 2 || res.Cases[0].ID != "1" || res.Cases[1].ID != "4" {
+		t.Errorf("result %d passed %d failed, cases %+v", res.Passed, res.Failed, res.Cases)
+	}
+	if !strings.Contains(stderr.String(), "case 1   PASS") {
+		t.Errorf("progress is not on stderr:\n%s", stderr.String())
+	}
+}
+
+func TestCommandUsage(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	if err := acceptance.Command(context.Background(), []string{"--help"}, &stdout, &stderr); err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(stdout.String(), "Usage: companion acceptance") || !strings.Contains(stdout.String(), "--receiver") {
+		t.Errorf("--help printed:\n%s", stdout.String())
+	}
+	for _, args := range [][]string{
+		{"--bogus"},
+		{"extra"},
+		{"--token", "t"},
+		{"--service", "http://127.0.0.1:1", "--store", "mongodb"},
+		{"--store", "postgres"},
+	} {
+		if err := acceptance.Command(context.Background(), args, &stdout, &stderr); err == nil || errors.Is(err, acceptance.ErrFailed) {
+			t.Errorf("%q: got %v, want a usage error", args, err)
+		}
+	}
+}
+
+// The configuration users copy into their deployment is exactly the one the suite expects.
+func TestDocsShowTheDestinationConfiguration(t *testing.T) {
+	doc, err := os.ReadFile("../docs/acceptance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), acceptance.DestinationsYAML()) {
+		t.Errorf("docs/acceptance.md does not contain the destination configuration:\n%s", acceptance.DestinationsYAML())
+	}
+	for _, c := range acceptance.Cases() {
+		if !strings.Contains(string(doc), "| "+c.ID+" |") {
+			t.Errorf("docs/acceptance.md does not explain case %s", c.ID)
+		}
+	}
+}

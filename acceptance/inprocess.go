@@ -1,0 +1,190 @@
+package acceptance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/sqlitestore"
+	"github.com/replaysafe/companion/sandbox"
+)
+
+// InProcessConfig configures a service and a receiver started inside this process.
+type InProcessConfig struct {
+	// OpenStore opens the ledger's store; nil opens SQLite in a temporary directory.
+	OpenStore func(ctx context.Context) (items.Store, error)
+	// StoreName is recorded in the header ("sqlite", "mongodb").
+	StoreName string
+	// Destinations is the service's destination configuration; nil means Destinations(), the one the
+	// suite expects. Tests misconfigure it on purpose to show that the suite fails.
+	Destinations []DestinationSpec
+	// Receiver configures the sandbox receiver; the zero value honours keys and keeps them forever.
+	Receiver sandbox.Config
+	// Logger gets the service's and the receiver's request logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// InProcess is a running in-process service and receiver.
+type InProcess struct {
+	ServiceURL  string
+	ReceiverURL string
+	// Receiver is the sandbox receiver itself (tests read its effects directly too).
+	Receiver *sandbox.Receiver
+	// Store and Version describe the service for the report's header.
+	Store   string
+	Version string
+	stop    func() error
+}
+
+// ledgerConfig turns destination specs into the ledger's configuration.
+func ledgerConfig(specs []DestinationSpec) items.Config {
+	cfg := items.Config{Destinations: map[string]items.Destination{}}
+	for _, d := range specs {
+		cfg.Destinations[d.Name] = items.Destination{
+			Dedupe:                   items.Dedupe(d.Dedupe),
+			MaxAttempts:              d.MaxAttempts,
+			LeaseSeconds:             d.LeaseSeconds,
+			KeyRetentionSeconds:      d.KeyRetentionSeconds,
+			ServerErrorsNotCommitted: d.ServerErrorsNotCommitted,
+		}
+	}
+	return cfg
+}
+
+// StartInProcess starts the service (open, on loopback, on its own ledger) and the sandbox receiver, each
+// on a free loopback port. Close stops both and removes a temporary ledger.
+func StartInProcess(ctx context.Context, cfg InProcessConfig) (*InProcess, error) {
+	p, err := StartService(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rp, err := StartReceiver(ctx, cfg)
+	if err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	p.ReceiverURL, p.Receiver = rp.ReceiverURL, rp.Receiver
+	stopService := p.stop
+	p.stop = func() error { return errors.Join(rp.stop(), stopService()) }
+	return p, nil
+}
+
+// StartService starts only the service, open on a free loopback port, on the configured store.
+func StartService(ctx context.Context, cfg InProcessConfig) (_ *InProcess, err error) {
+	var cleanups []func() error
+	stop := func() error {
+		var errs []error
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			errs = append(errs, cleanups[i]())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			_ = stop()
+		}
+	}()
+
+	openStore, storeName := cfg.OpenStore, cfg.StoreName
+	if openStore == nil {
+		dir, err := os.MkdirTemp("", "companion-acceptance-")
+		if err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, func() error { return os.RemoveAll(dir) })
+		openStore = func(ctx context.Context) (items.Store, error) { return sqlitestore.Open(ctx, dir) }
+		storeName = "sqlite (temporary, in-process)"
+	}
+	store, err := openStore(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acceptance: opening the store: %w", err)
+	}
+	cleanups = append(cleanups, store.Close)
+	specs := cfg.Destinations
+	if specs == nil {
+		specs = Destinations()
+	}
+	ledger, err := items.NewLedger(ctx, store, ledgerConfig(specs))
+	if err != nil {
+		return nil, fmt.Errorf("acceptance: starting the ledger: %w", err)
+	}
+	serviceURL, err := serveHTTP(handlers.New(handlers.Config{Ledger: ledger, Open: true, Logger: discardIfNil(cfg.Logger)}), &cleanups)
+	if err != nil {
+		return nil, err
+	}
+	return &InProcess{ServiceURL: serviceURL, Store: storeName, Version: version(), stop: stop}, nil
+}
+
+// StartReceiver starts only the sandbox receiver, on a free loopback port.
+func StartReceiver(ctx context.Context, cfg InProcessConfig) (*InProcess, error) {
+	rcfg := cfg.Receiver
+	if rcfg.Logger == nil {
+		rcfg.Logger = discardIfNil(cfg.Logger)
+	}
+	rc, err := sandbox.New(rcfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	served := make(chan error, 1)
+	go func() { served <- rc.Serve(rctx, ln) }()
+	return &InProcess{ReceiverURL: "http://" + ln.Addr().String(), Receiver: rc,
+		stop: func() error { cancel(); return <-served }}, nil
+}
+
+func discardIfNil(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return l
+}
+
+// Close stops what was started and releases the store.
+func (p *InProcess) Close() error { return p.stop() }
+
+// serveHTTP serves h on a free loopback port and registers its shutdown.
+func serveHTTP(h http.Handler, cleanups *[]func() error) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	*cleanups = append(*cleanups, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(ctx)
+	})
+	return "http://" + ln.Addr().String(), nil
+}
+
+// version names the build the in-process service runs: the module version and VCS revision.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown build (in-process)"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+		if s.Key == "vcs.modified" && s.Value == "true" {
+			v += "+modified"
+		}
+	}
+	return v + " (in-process)"
+}
