@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/replaysafe/companion/acceptance"
+	"github.com/replaysafe/companion/cmd/companion/cli"
 	"github.com/replaysafe/companion/sandbox"
 )
 
@@ -228,8 +232,11 @@ func TestCommandUsage(t *testing.T) {
 		{"--token", "t"},
 		{"--service", "http://127.0.0.1:1", "--store", "mongodb"},
 		{"--store", "postgres"},
+		{"--store", "mongodb"}, // without MONGODB_URI
+		{"--only", "1,99"},
 	} {
-		if err := acceptance.Command(context.Background(), args, &stdout, &stderr); err == nil || errors.Is(err, acceptance.ErrFailed) {
+		err := acceptance.CommandEnv(context.Background(), args, &stdout, &stderr, func(string) string { return "" })
+		if !errors.Is(err, acceptance.ErrUsage) {
 			t.Errorf("%q: got %v, want a usage error", args, err)
 		}
 	}
@@ -248,5 +255,61 @@ func TestDocsShowTheDestinationConfiguration(t *testing.T) {
 		if !strings.Contains(string(doc), "| "+c.ID+" |") {
 			t.Errorf("docs/acceptance.md does not explain case %s", c.ID)
 		}
+	}
+}
+
+// The suite passes against the real program, `companion serve` with the destination configuration of
+// docs/acceptance.md and tokens, run the way a user runs it: `companion acceptance --service … --token …`.
+func TestSuiteAgainstCompanionServe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	config := filepath.Join(dir, "companion.yaml")
+	if err := os.WriteFile(config, []byte(acceptance.DestinationsYAML()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const workflowSecret, operatorSecret = "wf-4f9c2a71d6e3b805", "op-91d7e0c3a5b24f68"
+	env := map[string]string{"COMPANION_TOKENS": "ci-workflow:acme:workflow:" + workflowSecret + ",ci-owner:acme:operator:" + operatorSecret}
+	serve := cli.NewMain()
+	serve.Stdout, serve.Stderr, serve.Getenv = io.Discard, io.Discard, func(k string) string { return env[k] }
+	if err := serve.Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", config}); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	t.Cleanup(func() { serve.Close() })
+
+	var stdout bytes.Buffer
+	run := cli.NewMain()
+	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
+	err := run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(),
+		"--token", workflowSecret, "--operator-token", operatorSecret})
+	out := stdout.String()
+	t.Log("\n" + out)
+	if err != nil {
+		t.Fatalf("companion acceptance: %v (exit status %d)", err, cli.ExitCode(err))
+	}
+	if want := fmt.Sprintf("%d passed, 0 failed\n", len(acceptance.Cases())); !strings.HasSuffix(out, want) {
+		t.Errorf("the last line is not %q", want)
+	}
+	for _, want := range []string{"service        http://" + serve.Addr(), "store not reported by the service", "dedupe key, keys kept forever"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the header lacks %q", want)
+		}
+	}
+}
+
+// A failing suite makes the program exit with status 1, a wrong flag with the usage status.
+func TestProgramExitStatus(t *testing.T) {
+	t.Parallel()
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{Receiver: sandbox.Config{Dedupe: sandbox.DedupeNone}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	m := cli.NewMain()
+	m.Stdout, m.Stderr, m.Getenv = io.Discard, io.Discard, func(string) string { return "" }
+	if code := cli.ExitCode(m.Run(context.Background(), []string{"acceptance", "--receiver", r.ReceiverURL, "--only", "5"})); code != 1 {
+		t.Errorf("a failing case: exit status %d, want 1", code)
+	}
+	if code := cli.ExitCode(m.Run(context.Background(), []string{"acceptance", "--bogus"})); code != 2 {
+		t.Errorf("a wrong flag: exit status %d, want 2", code)
 	}
 }

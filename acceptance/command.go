@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -14,12 +15,32 @@ import (
 // with status 1.
 var ErrFailed = errors.New("acceptance: at least one case failed")
 
+// ErrUsage is wrapped by the errors Command returns for a mistake in the command line.
+var ErrUsage = errors.New("usage")
+
+// usageError is a command-line mistake: its message is the mistake, and it matches ErrUsage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string        { return e.msg }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+func usagef(format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf("acceptance: "+format+" (run \"companion acceptance --help\")", args...)}
+}
+
 // Command runs `companion acceptance`: it parses args (the arguments after "acceptance"), starts an
 // in-process service and receiver unless --service / --receiver name deployed ones, runs the suite,
 // prints a progress line per case and then the table (or, with --json, one JSON document on stdout and
 // the progress on stderr). It returns ErrFailed when a case failed, another error when the suite could
-// not run, nil when every case passed. --help prints the usage to stdout and returns nil.
+// not run, nil when every case passed. --help prints the usage to stdout and returns nil. --store mongodb
+// reads MONGODB_URI from the process environment.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return CommandEnv(ctx, args, stdout, stderr, os.Getenv)
+}
+
+// CommandEnv is Command reading the environment through getenv, for a caller that owns the environment.
+// Errors for command-line mistakes match ErrUsage.
+func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) error {
 	fs := flag.NewFlagSet("companion acceptance", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
@@ -36,24 +57,29 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			printUsage(stdout, fs)
 			return nil
 		}
-		printUsage(stderr, fs)
-		return fmt.Errorf("acceptance: %w", err)
+		return usagef("%v", err)
 	}
 	if fs.NArg() > 0 {
-		printUsage(stderr, fs)
-		return fmt.Errorf("acceptance: unexpected argument %q", fs.Arg(0))
+		return usagef("unexpected argument %q", fs.Arg(0))
 	}
 	if *service == "" && (*token != "" || *operatorToken != "") {
-		return errors.New("acceptance: --token and --operator-token are for --service; the in-process service runs open on loopback")
+		return usagef("--token and --operator-token are for --service; the in-process service runs open on loopback")
 	}
 	if *service != "" && *store != "sqlite" {
-		return errors.New("acceptance: --store chooses the in-process service's store; a deployed service (--service) uses its own")
+		return usagef("--store chooses the in-process service's store; a deployed service (--service) uses its own")
+	}
+	if *store != "sqlite" && *store != "mongodb" {
+		return usagef("--store must be sqlite or mongodb, not %q", *store)
 	}
 
 	opts := Options{Parallel: *parallel}
 	if *only != "" {
 		for _, id := range strings.Split(*only, ",") {
-			opts.Only = append(opts.Only, strings.TrimSpace(id))
+			id = strings.TrimSpace(id)
+			if !slices.ContainsFunc(Cases(), func(c Case) bool { return c.ID == id }) {
+				return usagef("--only: no case %q (cases are 1-%d)", id, len(Cases()))
+			}
+			opts.Only = append(opts.Only, id)
 		}
 	}
 	if *service == "" {
@@ -61,13 +87,11 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		switch *store {
 		case "sqlite":
 		case "mongodb":
-			uri := os.Getenv("MONGODB_URI")
+			uri := getenv("MONGODB_URI")
 			if uri == "" {
-				return errors.New("acceptance: --store mongodb needs MONGODB_URI")
+				return usagef("--store mongodb needs MONGODB_URI")
 			}
 			cfg.OpenStore, cfg.StoreName = mongoStore(uri), "mongodb (in-process service)"
-		default:
-			return fmt.Errorf("acceptance: --store must be sqlite or mongodb, not %q", *store)
 		}
 		p, err := StartService(ctx, cfg)
 		if err != nil {
