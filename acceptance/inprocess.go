@@ -171,13 +171,17 @@ func serveHTTP(h http.Handler, cleanups *[]func() error) (string, error) {
 	return "http://" + ln.Addr().String(), nil
 }
 
-// version names the build the in-process service runs: the module version and VCS revision.
+// version names the build the in-process service runs: the module version and VCS revision when the
+// binary was built from a checkout.
 func version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown build (in-process)"
 	}
 	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "development build"
+	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
 			v += " " + s.Value[:12]
