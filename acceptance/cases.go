@@ -420,11 +420,31 @@ func caseNoKeyNoLookup(ctx context.Context, cr *caseRun) error {
 }
 
 // Case 14: many triggers of one item at once, to a destination that cannot dedupe: exactly one claim,
-// one write, one effect. All before-writes are answered before the winner writes, so every other trigger
-// observes the claim in progress.
+// one write, one effect. Twice: on a new item (the race to create it) and on an existing one whose
+// first attempt failed before dispatch (the race to change it, a compare-and-set on its version).
 func caseConcurrentTriggers(ctx context.Context, cr *caseRun) error {
-	it := cr.newItem(1, DestinationNone)
+	fresh, existing := cr.newItem(1, DestinationNone), cr.newItem(2, DestinationNone)
 	n := cr.opts.Settings.Triggers
+	if err := cr.triggers(ctx, fresh, n, fmt.Sprintf("1× proceed/new, %d× skip/in_progress", n-1)); err != nil {
+		return err
+	}
+	bad := payload(existing.Reference, "-5", "c-19")
+	if _, err := cr.pass(ctx, existing, step{label: "existing item: invalid input", want: "proceed/new", payload: bad, invalid: true}); err != nil {
+		return err
+	}
+	if err := cr.triggers(ctx, existing, n, fmt.Sprintf("1× proceed/retry, %d× skip/in_progress", n-1)); err != nil {
+		return err
+	}
+	if err := cr.expectBatch(ctx, "after the triggers", []*item{fresh, existing}, []string{"succeeded", "succeeded"}); err != nil {
+		return err
+	}
+	return cr.expectEffects(ctx, "after the triggers", []int{1, 1}, fresh, existing)
+}
+
+// triggers sends n before-writes for it at once and checks the tally of their answers. Every answer is
+// in before any trigger writes, so the losers all observe the claim in progress; then every trigger
+// told to proceed writes and reports, as its workflow would.
+func (cr *caseRun) triggers(ctx context.Context, it *item, n int, wantTally string) error {
 	answers := make([]Answer, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -446,19 +466,19 @@ func caseConcurrentTriggers(ctx context.Context, cr *caseRun) error {
 		}
 		counts[ans.Decision+"/"+ans.Reason]++
 	}
-	cr.expect(fmt.Sprintf("%d simultaneous triggers", n), sideLedger,
-		fmt.Sprintf("1× proceed/new, %d× skip/in_progress", n-1), tally(counts))
-	// Every trigger that was told to proceed writes, as its workflow would.
+	cr.expect(fmt.Sprintf("%d simultaneous triggers", n), sideLedger, wantTally, tally(counts))
 	for _, ans := range answers {
 		if ans.Decision != "proceed" {
 			continue
 		}
 		seen := cr.write(ctx, it, ans, step{}, it.Payload)
+		// A second winner's report may be refused (its claim was overwritten); the case goes on to count
+		// the effects, which is what shows the damage.
 		if _, err := cr.opts.Service.AfterWrite(ctx, seen.Report(it.Key, ans.Claim)); err != nil {
-			return err
+			cr.expect("after-write of "+ans.Claim, sideEvidence, "recorded", err.Error())
 		}
 	}
-	return cr.finishWithRecord(ctx, "after the triggers", it, want{State: "succeeded", Attempt: 1}, 1)
+	return nil
 }
 
 // tally renders decision counts, proceed first.
