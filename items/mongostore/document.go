@@ -2,17 +2,28 @@ package mongostore
 
 import (
 	"encoding/json"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/companion/items"
 )
 
-// docID is an item's _id: tenant and key as a subdocument rather than one joined string, so that no
-// tenant or key, whatever characters it holds, can ever collide with another pair. Field order is part of
-// a subdocument's identity; this struct fixes it (tenant, then key).
-type docID struct {
-	Tenant string `bson:"tenant"`
-	Key    string `bson:"key"`
+// idSeparator joins tenant and key into an item's _id. Neither may contain it (checkID), so the _id
+// names exactly one pair; the key rules exclude it anyway, and a tenant is a configured name.
+const idSeparator = "\x00"
+
+// itemID returns the _id of the item of tenant and key: "tenant\x00key". A string _id rather than a
+// {tenant, key} subdocument: MongoDB finds either through its _id index, but FerretDB, the test server,
+// looks up only string _ids without scanning the collection (five times faster at a hundred items).
+func itemID(tenant, key string) string { return tenant + idSeparator + key }
+
+// checkID refuses a tenant or key that would make an ambiguous _id.
+func checkID(tenant, key string) error {
+	if strings.Contains(tenant, idSeparator) || strings.Contains(key, idSeparator) {
+		return fmt.Errorf("mongostore: tenant %q or key %q contains a NUL byte", tenant, key)
+	}
+	return nil
 }
 
 // itemDoc is an item as the items collection holds it. The domain Item carries no bson tags: this type
@@ -26,8 +37,8 @@ type docID struct {
 // MongoDB keeps times to the millisecond; toDoc truncates every time to the millisecond so that the item a
 // transition returns is the item a later Get reads.
 type itemDoc struct {
-	// ID is set on insert and left nil in a $set (_id cannot change).
-	ID *docID `bson:"_id,omitempty"`
+	// ID is set on insert and left empty in a $set (_id cannot change).
+	ID string `bson:"_id,omitempty"`
 
 	Tenant            string           `bson:"tenant"`
 	Key               string           `bson:"key"`

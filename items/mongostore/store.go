@@ -1,7 +1,7 @@
 // Package mongostore keeps the ledger in MongoDB: the store for teams that run several stateless companion
 // replicas against one replica set or Atlas cluster.
 //
-// Each item is one document in the items collection, with _id {tenant, key}. Atomicity rests on MongoDB's
+// Each item is one document in the items collection, with _id "tenant\x00key". Atomicity rests on MongoDB's
 // single-document guarantee, and on nothing else: a new item is one InsertOne (the unique _id index lets
 // exactly one concurrent creator win), and every change to an existing item is one FindOneAndUpdate whose
 // filter holds the version (and state) the change was decided on, so a change decided on a stale read
@@ -158,13 +158,14 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: mongodb %s: %w", items.ErrUnavailable, op, err)
 }
 
-func idOf(tenant, key string) docID { return docID{Tenant: tenant, Key: key} }
-
 // read returns the stored document, or nil when there is none. It reads from the primary (the client's
 // read preference), so it sees every acknowledged write.
 func (s *Store) read(ctx context.Context, tenant, key string) (*itemDoc, error) {
+	if err := checkID(tenant, key); err != nil {
+		return nil, err
+	}
 	var d itemDoc
-	err := s.items.FindOne(ctx, bson.D{{Key: "_id", Value: idOf(tenant, key)}}).Decode(&d)
+	err := s.items.FindOne(ctx, bson.D{{Key: "_id", Value: itemID(tenant, key)}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
@@ -282,8 +283,7 @@ func prepare(cur *itemDoc, next *items.Item) itemDoc {
 // ATOMICITY: the unique _id index makes an insert of an existing _id fail as a whole, so of any number of
 // concurrent creators exactly one inserts.
 func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, bool, error) {
-	id := idOf(d.Tenant, d.Key)
-	d.ID = &id
+	d.ID = itemID(d.Tenant, d.Key)
 	if _, err := s.items.InsertOne(ctx, d); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return nil, false, nil
@@ -301,9 +301,9 @@ func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, bool, error) {
 // atomically for a single document, so two writers that read the same version cannot both match: the
 // second finds the version moved and matches nothing.
 func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
-	d.ID = nil // _id is immutable; the filter names it
+	d.ID = "" // _id is immutable; the filter names it
 	filter := bson.D{
-		{Key: "_id", Value: idOf(cur.Tenant, cur.Key)},
+		{Key: "_id", Value: itemID(cur.Tenant, cur.Key)},
 		{Key: "version", Value: cur.Version},
 		{Key: "state", Value: cur.State},
 	}

@@ -253,6 +253,23 @@ func TestTenantsDoNotShareItems(t *testing.T) {
 	}
 }
 
+// tenant+"\x00"+key is the _id; a NUL inside either would let two pairs share one document.
+func TestNULInTenantOrKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	s, _ := openStore(t)
+	for _, id := range [][2]string{{"acme\x00b", "c"}, {"acme", "b\x00c"}} {
+		_, err := s.Transition(t.Context(), id[0], id[1], func(*items.Item) (*items.Item, error) {
+			return &items.Item{Tenant: id[0], Key: id[1], State: items.StatePrepared}, nil
+		})
+		if err == nil {
+			t.Errorf("Transition(%q, %q) wrote an item", id[0], id[1])
+		}
+		if _, err := s.Get(t.Context(), id[0], id[1]); err == nil || errors.Is(err, items.ErrNotFound) {
+			t.Errorf("Get(%q, %q): %v, want a refusal", id[0], id[1], err)
+		}
+	}
+}
+
 func TestVersionGrowsByOneAndUpdatedAtMovesForward(t *testing.T) {
 	t.Parallel()
 	s, _ := openStore(t)
