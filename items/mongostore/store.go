@@ -193,9 +193,9 @@ func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.Tra
 	return s.transition(ctx, tenant, key, nil, fn)
 }
 
-// seen is what a transition already knows of an item: the document it last read or wrote (nil: none
-// exists). It saves TransitionMany a read for a key that repeats; it is only a first guess, since the
-// write's version guard refuses it when another writer came in between.
+// seen is what a transition already knows of an item: the document last read or written (nil: none
+// exists). It saves TransitionMany a read when it decides a repeated key again; it is only a first guess,
+// since the write's version guard refuses it when another writer came in between.
 type seen struct {
 	doc *itemDoc
 }
@@ -232,29 +232,35 @@ func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, 
 			}
 			return cur.item(), nil
 		}
-		if next.Tenant != tenant || next.Key != key {
-			return nil, fmt.Errorf("mongostore: transition of %q returned item %q of tenant %q", key, next.Key, next.Tenant)
+		if err := checkReturned(tenant, key, next); err != nil {
+			return nil, err
 		}
-		d := prepare(cur, next)
-		if cur == nil {
-			stored, won, err := s.insert(ctx, d)
-			if err != nil {
-				return nil, err
-			}
-			if !won {
-				continue // another writer created it first: decide again on what it wrote
-			}
-			return stored.item(), nil
-		}
-		stored, err := s.update(ctx, cur, d)
+		stored, err := s.write(ctx, cur, prepare(cur, next))
 		if err != nil {
 			return nil, err
 		}
 		if stored == nil {
-			continue // another writer changed it since the read: decide again
+			continue // another writer created or changed the item since the read: decide again
 		}
 		return stored.item(), nil
 	}
+}
+
+// checkReturned refuses an item fn returned for another tenant or key than the one it was called for.
+func checkReturned(tenant, key string, next *items.Item) error {
+	if next.Tenant != tenant || next.Key != key {
+		return fmt.Errorf("mongostore: transition of %q returned item %q of tenant %q", key, next.Key, next.Tenant)
+	}
+	return nil
+}
+
+// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update. It
+// returns the stored document, or nil when another writer created or changed the item since cur was read.
+func (s *Store) write(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+	if cur == nil {
+		return s.insert(ctx, d)
+	}
+	return s.update(ctx, cur, d)
 }
 
 // prepare returns the document to write for next, decided on cur (nil for a new item): one version more
@@ -278,19 +284,19 @@ func prepare(cur *itemDoc, next *items.Item) itemDoc {
 	return d
 }
 
-// insert creates the item. It reports won=false, and writes nothing, when the item already exists.
+// insert creates the item. It returns nil, and writes nothing, when the item already exists.
 //
 // ATOMICITY: the unique _id index makes an insert of an existing _id fail as a whole, so of any number of
 // concurrent creators exactly one inserts.
-func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, bool, error) {
+func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, error) {
 	d.ID = itemID(d.Tenant, d.Key)
 	if _, err := s.items.InsertOne(ctx, d); err != nil {
 		if mongo.IsDuplicateKeyError(err) {
-			return nil, false, nil
+			return nil, nil
 		}
-		return nil, false, unavailable("insert item", err)
+		return nil, unavailable("insert item", err)
 	}
-	return &d, true, nil
+	return &d, nil
 }
 
 // update replaces the stored fields of the item with d, if the item is still at the version (and in the
@@ -319,26 +325,93 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 	return &stored, nil
 }
 
-// TransitionMany implements items.Store: item by item, in order, each item atomic on its own (MongoDB
-// has no atomic multi-document write without a transaction, and the ledger uses none). Items before a
-// failing fn stay written. A repeated key starts from what the earlier call left.
+// TransitionMany implements items.Store without a transaction (the ledger uses none), in two passes.
+// First it reads each key once and runs fn for every key in order, each call on what the earlier calls
+// left (a key may repeat); if fn fails, nothing has been written. Then it writes the changes in order,
+// each one conditional single-document write guarded by the version its call saw, as Transition does.
+//
+// Only the first pass is all or nothing. If another writer changes an item between the two passes, that
+// item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
+// items written before it stay written (each of them atomic and correct on its own).
 func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
-	out := make([]*items.Item, len(keys))
-	known := make(map[string]*seen, len(keys))
+	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
+	type step struct{ seen, next *itemDoc }
+	steps := make([]step, len(keys))
+	view := make(map[string]*itemDoc, len(keys))
 	for i, key := range keys {
-		stored, err := s.transition(ctx, tenant, key, known[key], func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+		cur, ok := view[key]
+		if !ok {
+			var err error
+			if cur, err = s.read(ctx, tenant, key); err != nil {
+				return nil, err
+			}
+		}
+		var arg *items.Item
+		if cur != nil {
+			arg = cur.item()
+		}
+		next, err := fn(i, arg)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = stored
-		var d *itemDoc
-		if stored != nil {
-			v := toDoc(stored)
-			d = &v
+		steps[i].seen = cur
+		view[key] = cur
+		if next != nil {
+			if err := checkReturned(tenant, key, next); err != nil {
+				return nil, err
+			}
+			d := prepare(cur, next)
+			steps[i].next = &d
+			view[key] = &d
 		}
-		known[key] = &seen{doc: d}
+	}
+
+	out := make([]*items.Item, len(keys))
+	// redecided holds the keys that lost a race in the second pass, with what was stored for them last:
+	// their remaining calls are decided again, one by one, on the stored state.
+	redecided := make(map[string]*seen)
+	for i, key := range keys {
+		if last, ok := redecided[key]; ok {
+			stored, err := s.transition(ctx, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			if err != nil {
+				return nil, err
+			}
+			redecided[key] = seenOf(stored)
+			out[i] = stored
+			continue
+		}
+		st := steps[i]
+		if st.next == nil {
+			if st.seen != nil {
+				out[i] = st.seen.item()
+			}
+			continue
+		}
+		stored, err := s.write(ctx, st.seen, *st.next)
+		if err != nil {
+			return nil, err
+		}
+		if stored == nil {
+			// Another writer came first: decide this call again, and the later ones on this key.
+			stored, err := s.transition(ctx, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			if err != nil {
+				return nil, err
+			}
+			redecided[key] = seenOf(stored)
+			out[i] = stored
+			continue
+		}
+		out[i] = stored.item()
 	}
 	return out, nil
+}
+
+func seenOf(it *items.Item) *seen {
+	if it == nil {
+		return &seen{}
+	}
+	d := toDoc(it)
+	return &seen{doc: &d}
 }
 
 const ledgerSecretID = "ledger_secret"

@@ -232,27 +232,6 @@ func fill(v reflect.Value, n *int) {
 	}
 }
 
-func TestGetMissingIsNotFound(t *testing.T) {
-	t.Parallel()
-	s, _ := openStore(t)
-	if _, err := s.Get(t.Context(), "acme", "nothing-here"); !errors.Is(err, items.ErrNotFound) {
-		t.Fatalf("Get of a missing item: %v, want ErrNotFound", err)
-	}
-	it, err := s.Transition(t.Context(), "acme", "nothing-here", func(cur *items.Item) (*items.Item, error) { return nil, nil })
-	if it != nil || err != nil {
-		t.Fatalf("Transition writing nothing on a missing item: %v, %v; want nil, nil", it, err)
-	}
-}
-
-func TestTenantsDoNotShareItems(t *testing.T) {
-	t.Parallel()
-	s, _ := openStore(t)
-	create(t, s, "shared-key")
-	if _, err := s.Get(t.Context(), "other", "shared-key"); !errors.Is(err, items.ErrNotFound) {
-		t.Fatalf("Get of another tenant's key: %v, want ErrNotFound", err)
-	}
-}
-
 // tenant+"\x00"+key is the _id; a NUL inside either would let two pairs share one document.
 func TestNULInTenantOrKeyIsRefused(t *testing.T) {
 	t.Parallel()
@@ -293,39 +272,6 @@ func TestVersionGrowsByOneAndUpdatedAtMovesForward(t *testing.T) {
 			t.Errorf("created_at changed from %v to %v", first.CreatedAt, it.CreatedAt)
 		}
 		prev = it
-	}
-}
-
-func TestTransitionGivesFnACopy(t *testing.T) {
-	t.Parallel()
-	s, _ := openStore(t)
-	create(t, s, "copy")
-	it, err := s.Transition(t.Context(), "acme", "copy", func(cur *items.Item) (*items.Item, error) {
-		cur.State = items.StateFailed // changed, then not written
-		return nil, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if it.State != items.StatePrepared {
-		t.Fatalf("Transition writing nothing returned state %s, want the stored prepared", it.State)
-	}
-}
-
-func TestFnErrorWritesNothing(t *testing.T) {
-	t.Parallel()
-	s, _ := openStore(t)
-	create(t, s, "refused")
-	refusal := &items.Error{Code: items.CodeConflict, Message: "no"}
-	_, err := s.Transition(t.Context(), "acme", "refused", func(cur *items.Item) (*items.Item, error) {
-		cur.State = items.StateSucceeded
-		return cur, refusal
-	})
-	if err != refusal {
-		t.Fatalf("Transition returned %v, want fn's error as it is", err)
-	}
-	if it, _ := s.Get(t.Context(), "acme", "refused"); it.State != items.StatePrepared || it.Version != 1 {
-		t.Fatalf("after a refused transition the item is %s version %d, want prepared version 1", it.State, it.Version)
 	}
 }
 
@@ -383,43 +329,19 @@ func TestStaleVersionIsRefusedAndDecidedAgain(t *testing.T) {
 	}
 }
 
-func TestTransitionManySeesEarlierChangesOfARepeatedKey(t *testing.T) {
-	t.Parallel()
-	s, _ := openStore(t)
-	keys := []string{"m1", "m2", "m1"}
-	var sawAtThird *items.Item
-	out, err := s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
-		if i == 2 {
-			sawAtThird = cur
-		}
-		if cur == nil {
-			return &items.Item{Tenant: "acme", Key: keys[i], State: items.StatePrepared, History: []items.Event{}}, nil
-		}
-		return note(fmt.Sprintf("call %d", i))(cur)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sawAtThird == nil || sawAtThird.Version != 1 {
-		t.Fatalf("the repeated key's second call saw %+v, want the item its first call created", sawAtThird)
-	}
-	if out[0].Version != 1 || out[1].Version != 1 || out[2].Version != 2 || !slices.Equal(notes(out[2]), []string{"call 2"}) {
-		t.Fatalf("versions %d %d %d, want 1 1 2", out[0].Version, out[1].Version, out[2].Version)
-	}
-	if got, _ := s.Get(t.Context(), "acme", "m1"); got.Version != 2 {
-		t.Fatalf("m1 stored at version %d, want 2", got.Version)
-	}
-}
-
-// A repeated key whose item another replica changed between the two calls is decided again on a fresh
-// read, not on what the batch remembered.
-func TestTransitionManyRereadsWhenAnotherReplicaCameBetween(t *testing.T) {
+// TransitionMany decides the whole batch before it writes; when another replica changes an item in
+// between, that item's calls are decided again on what the other replica wrote: no change is lost.
+func TestTransitionManyDecidesAgainWhenAnotherReplicaCameBetween(t *testing.T) {
 	t.Parallel()
 	s, openReplica := openStore(t)
 	other := openReplica()
+	create(t, s, "r1")
 	keys := []string{"r1", "r2", "r1"}
-	_, err := s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
-		if i == 1 && cur == nil {
+	calls := make([]int, len(keys))
+	out, err := s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
+		calls[i]++
+		if i == 1 && calls[i] == 1 {
+			// After the batch read r1, before it writes it.
 			if _, err := other.Transition(t.Context(), "acme", "r1", note("other replica")); err != nil {
 				t.Fatal(err)
 			}
@@ -433,8 +355,14 @@ func TestTransitionManyRereadsWhenAnotherReplicaCameBetween(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, _ := s.Get(t.Context(), "acme", "r1")
-	if want := []string{"other replica", "call 2"}; !slices.Equal(notes(got), want) {
-		t.Fatalf("r1 notes %q, want %q", notes(got), want)
+	if want := []string{"other replica", "call 0", "call 2"}; !slices.Equal(notes(got), want) || got.Version != 4 {
+		t.Fatalf("r1 at version %d with notes %q, want version 4 with %q", got.Version, notes(got), want)
+	}
+	if !slices.Equal(notes(out[0]), []string{"other replica", "call 0"}) || out[2].Version != 4 || out[1].Version != 1 {
+		t.Fatalf("returned %q (v%d), r2 v%d, %q (v%d)", notes(out[0]), out[0].Version, out[1].Version, notes(out[2]), out[2].Version)
+	}
+	if calls[0] != 2 || calls[2] != 2 {
+		t.Errorf("calls per index %v: the calls on r1 should each have been decided twice", calls)
 	}
 }
 
