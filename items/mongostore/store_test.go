@@ -433,6 +433,16 @@ func TestOpenWithoutAServerIsUnavailable(t *testing.T) {
 	}
 }
 
+func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
+	t.Parallel()
+	for _, uri := range []string{"mongodb://app:hunter2@db1:notaport/", "mongodb://app:hunter2@db1/?w=lots&journal=maybe", "postgres://app:hunter2@db1/"} {
+		_, err := mongostore.Open(t.Context(), uri, "x", mongostore.WithTimeout(200*time.Millisecond))
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%s): %v; want an error that does not show the password", mongostore.Redacted(uri), err)
+		}
+	}
+}
+
 // The ledger's answer while the store is down is 503 and never proceed; once the server is back, the
 // same request proceeds, and what was written before the outage is still there.
 func TestOutageAnswersUnavailableAndRecovers(t *testing.T) {
@@ -524,17 +534,25 @@ func TestHungServerTimesOut(t *testing.T) {
 	}
 }
 
-// The race subtests need a server whose conditional updates are atomic: FerretDB v1's are not (more than
-// one winner in almost every round of 50 concurrent callers, see docs/deploying.md).
-func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
+// Three replicas (three clients) race for one item: on a new item through the insert, on a prepared one
+// through the conditional update. The conformance suite races one store; this races several. It needs a
+// server whose conditional updates are atomic: FerretDB v1's are not (docs/deploying.md).
+func TestReplicasRacingForOneItemHaveOneWinner(t *testing.T) {
 	if realURI() == "" {
 		t.Skipf("needs a real MongoDB (set %s): FerretDB v1, the test server here, does not apply concurrent conditional updates atomically", mongotest.RealURIEnv)
 	}
 	s, openReplica := openStore(t)
-	replicas := []items.Store{s, openReplica(), openReplica()}
+	ledgers := []*items.Ledger{newLedger(t, s, nil), newLedger(t, openReplica(), nil), newLedger(t, openReplica(), nil)}
 	const callers = 50
-	for round := 0; round < 5; round++ {
-		key := fmt.Sprintf("race-%d", round)
+	for round := 0; round < 20; round++ {
+		p := claimParams(fmt.Sprintf("race-%d", round))
+		if round%2 == 1 {
+			if _, err := s.Transition(t.Context(), p.Tenant, p.Key, func(*items.Item) (*items.Item, error) {
+				return items.NewPrepared(p, time.Now())
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		var wg sync.WaitGroup
 		answers := make([]items.Answer, callers)
 		errs := make([]error, callers)
@@ -542,8 +560,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				l := newLedger(t, replicas[i%len(replicas)], nil)
-				answers[i], errs[i] = l.BeforeWrite(context.Background(), claimParams(key))
+				answers[i], errs[i] = ledgers[i%len(ledgers)].BeforeWrite(context.Background(), p)
 			}()
 		}
 		wg.Wait()
@@ -557,7 +574,7 @@ func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
 			}
 		}
 		if proceeds != 1 {
-			t.Fatalf("round %d: %d callers got proceed, want exactly 1", round, proceeds)
+			t.Fatalf("round %d (prepared: %v): %d callers got proceed, want exactly 1", round, round%2 == 1, proceeds)
 		}
 	}
 }
