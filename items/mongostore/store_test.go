@@ -443,59 +443,6 @@ func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
 	}
 }
 
-// The ledger's answer while the store is down is 503 and never proceed; once the server is back, the
-// same request proceeds, and what was written before the outage is still there.
-func TestOutageAnswersUnavailableAndRecovers(t *testing.T) {
-	t.Parallel()
-	srv := mongotest.Start(t)
-	s, err := mongostore.Open(t.Context(), srv.URI(), "outage", mongostore.WithTimeout(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ledger := newLedger(t, s, nil)
-	before, err := ledger.BeforeWrite(t.Context(), claimParams("before-outage"))
-	if err != nil || before.Decision != items.Proceed {
-		t.Fatalf("before the outage: %+v, %v; want proceed", before, err)
-	}
-
-	srv.Stop()
-	for _, key := range []string{"during-outage", "before-outage"} {
-		ans, err := ledger.BeforeWrite(t.Context(), claimParams(key))
-		if !errors.Is(err, items.ErrUnavailable) || items.ErrorCode(err) != items.CodeUnavailable {
-			t.Errorf("before-write %s during the outage: %v, want ErrUnavailable", key, err)
-		}
-		if ans.Decision == items.Proceed {
-			t.Errorf("before-write %s during the outage answered proceed", key)
-		}
-	}
-	if err := s.Ping(t.Context()); !errors.Is(err, items.ErrUnavailable) {
-		t.Errorf("Ping during the outage: %v, want ErrUnavailable", err)
-	}
-
-	if err := srv.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.Ping(t.Context()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("the store did not come back within 10s of the server")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	ans, err := ledger.BeforeWrite(t.Context(), claimParams("during-outage"))
-	if err != nil || ans.Decision != items.Proceed {
-		t.Fatalf("after the outage: %+v, %v; want proceed", ans, err)
-	}
-	again, err := ledger.BeforeWrite(t.Context(), claimParams("before-outage"))
-	if err != nil || again.Decision != items.Skip || again.Reason != items.ReasonInProgress {
-		t.Fatalf("the claim made before the outage: %+v, %v; want skip in_progress", again, err)
-	}
-	if again.IdempotencyKey != before.IdempotencyKey {
-		t.Errorf("the idempotency key changed over the outage: %s, then %s", before.IdempotencyKey, again.IdempotencyKey)
-	}
-}
-
 // A server that accepts connections and then stops answering must not hang a request: the client-side
 // timeout turns it into ErrUnavailable, and nothing is claimed.
 func TestHungServerTimesOut(t *testing.T) {
