@@ -1,0 +1,43 @@
+package acceptance_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/replaysafe/companion/acceptance"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
+)
+
+// ferretDBSkip is why the concurrency case does not run on the FerretDB test server.
+const ferretDBSkip = "FerretDB is not atomic under concurrent conditional updates (simultaneous claims " +
+	"can both win), so this case would test the test server; it runs on SQLite, and on MongoDB when " +
+	mongotest.RealURIEnv + " names a real replica set"
+
+// The whole suite on the MongoDB store: against a real MongoDB when COMPANION_TEST_MONGODB_URI names
+// one (every case), else on the in-process FerretDB test server (every case but the concurrency one).
+func TestSuitePassesOnMongoDB(t *testing.T) {
+	t.Parallel()
+	uri, database, storeName := os.Getenv(mongotest.RealURIEnv), acceptance.MongoDatabase, "mongodb ("+mongotest.RealURIEnv+")"
+	opts := acceptance.Options{}
+	if uri == "" {
+		srv := mongotest.Start(t)
+		uri, database, storeName = srv.URI(), srv.Database(), "mongodb (FerretDB test server)"
+		opts.Skip = map[string]string{acceptance.ConcurrencyCase: ferretDBSkip}
+	}
+	p := startInProcess(t, acceptance.InProcessConfig{
+		OpenStore: func(ctx context.Context) (items.Store, error) { return mongostore.Open(ctx, uri, database) },
+		StoreName: storeName,
+	})
+	res, table := runSuite(t, p, opts)
+	t.Log("\n" + table)
+	want := len(acceptance.Cases()) - len(opts.Skip)
+	if res.Failed > 0 || res.Passed != want || res.Skipped != len(opts.Skip) {
+		t.Fatalf("%d passed, %d failed, %d skipped; want %d passed, %d skipped", res.Passed, res.Failed, res.Skipped, want, len(opts.Skip))
+	}
+	if skipped := caseResult(t, res, acceptance.ConcurrencyCase); len(opts.Skip) > 0 && skipped.SkipReason != ferretDBSkip {
+		t.Errorf("case %s: skip reason %q", acceptance.ConcurrencyCase, skipped.SkipReason)
+	}
+}
