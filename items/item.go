@@ -278,6 +278,11 @@ func (it *Item) LeaseExpired(now time.Time) bool {
 
 func (it *Item) record(e Event) {
 	it.History = append(it.History, e)
+	// Every change records an event, so the event's time is the item's last change: the operator list
+	// orders by it and the sweeper measures "nobody acting" from it.
+	if e.At.After(it.UpdatedAt) {
+		it.UpdatedAt = e.At
+	}
 }
 
 func (it *Item) markNeedsPerson(cause string, now time.Time) {

@@ -108,7 +108,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
-	return nil
+	return s.migrateOperators(ctx)
 }
 
 // unavailable translates a database error into the domain's ErrUnavailable, keeping the cause for logs.

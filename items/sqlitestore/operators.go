@@ -1,0 +1,545 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// This file serves the sweeper, the alert outbox and the operator surface. Its schema is additive: new
+// tables and indexes beside the items table, nothing altered.
+
+const operatorsSchema = `
+CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key)
+	WHERE needs_person = 1 AND json_extract(doc, '$.alert_status') = 'pending';
+CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key)
+	WHERE needs_person = 0 AND (state = 'unknown' OR (state = 'failed' AND json_extract(doc, '$.retryable') = 1)
+		OR json_extract(doc, '$.duplicate_effect') = 1);
+CREATE TABLE IF NOT EXISTS alerts (
+	tenant             TEXT NOT NULL,
+	key                TEXT NOT NULL,
+	attempt            INTEGER NOT NULL,
+	cause              TEXT NOT NULL,
+	owner              TEXT NOT NULL,
+	escalate_to        TEXT NOT NULL DEFAULT '',
+	escalate_after     INTEGER NOT NULL DEFAULT 0,
+	batch_id           TEXT NOT NULL DEFAULT '',
+	destination        TEXT NOT NULL DEFAULT '',
+	status             TEXT NOT NULL,
+	claim              TEXT,
+	claimed_until      INTEGER,
+	channel            TEXT NOT NULL DEFAULT '',
+	ts                 TEXT NOT NULL DEFAULT '',
+	escalate_at        INTEGER,
+	escalated_by       TEXT NOT NULL DEFAULT '',
+	escalation_channel TEXT NOT NULL DEFAULT '',
+	escalation_ts      TEXT NOT NULL DEFAULT '',
+	created_at         INTEGER NOT NULL,
+	sent_at            INTEGER,
+	escalated_at       INTEGER,
+	closed_at          INTEGER,
+	PRIMARY KEY (tenant, key, attempt, cause)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (tenant, owner, batch_id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS alerts_escalate ON alerts (escalate_at) WHERE status = 'sent' AND escalate_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS alerts_message ON alerts (channel, ts);
+CREATE INDEX IF NOT EXISTS alerts_escalation_message ON alerts (escalation_channel, escalation_ts);
+CREATE INDEX IF NOT EXISTS alerts_owner ON alerts (tenant, owner);
+CREATE INDEX IF NOT EXISTS alerts_claim ON alerts (claim) WHERE claim IS NOT NULL;
+CREATE TABLE IF NOT EXISTS counters (
+	tenant      TEXT NOT NULL,
+	destination TEXT NOT NULL,
+	name        TEXT NOT NULL,
+	value       INTEGER NOT NULL,
+	PRIMARY KEY (tenant, destination, name)
+) WITHOUT ROWID;
+`
+
+func (s *Store) migrateOperators(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+func fromNanos(n sql.NullInt64) *time.Time {
+	if !n.Valid {
+		return nil
+	}
+	t := time.Unix(0, n.Int64).UTC()
+	return &t
+}
+
+func (s *Store) itemsWhere(ctx context.Context, where string, args ...any) ([]*items.Item, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT doc FROM items `+where, args...)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []*items.Item
+	for rows.Next() {
+		var doc string
+		if err := rows.Scan(&doc); err != nil {
+			return nil, unavailable(err)
+		}
+		it, err := decode(doc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// ExpiredLeases returns up to limit items in flight whose lease ended at or before now, ordered by tenant
+// and key, after the given reference (the zero reference starts at the beginning). Returns ErrUnavailable.
+func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, after items.ItemRef, limit int) ([]items.ItemRef, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT tenant, key FROM items
+		WHERE state = 'in_flight' AND lease_expires_at <= ? AND (tenant > ? OR (tenant = ? AND key > ?))
+		ORDER BY tenant, key LIMIT ?`, now.UnixMilli(), after.Tenant, after.Tenant, after.Key, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []items.ItemRef
+	for rows.Next() {
+		var r items.ItemRef
+		if err := rows.Scan(&r.Tenant, &r.Key); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// SweepCandidates returns up to limit items that may newly need a person, ordered by tenant and key after
+// the given reference: items not yet needing a person that are unknown, failed and retryable, or flagged
+// with a duplicate effect. Returns ErrUnavailable.
+func (s *Store) SweepCandidates(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
+	return s.itemsWhere(ctx, `INDEXED BY items_sweep
+		WHERE needs_person = 0 AND (state = 'unknown' OR (state = 'failed' AND json_extract(doc, '$.retryable') = 1)
+			OR json_extract(doc, '$.duplicate_effect') = 1)
+		AND (tenant > ? OR (tenant = ? AND key > ?)) ORDER BY tenant, key LIMIT ?`, after.Tenant, after.Tenant, after.Key, limit)
+}
+
+// PendingAlertItems returns up to limit items that need a person and whose alert has not gone out yet,
+// ordered by tenant and key after the given reference. Returns ErrUnavailable.
+func (s *Store) PendingAlertItems(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
+	return s.itemsWhere(ctx, `INDEXED BY items_alert_pending
+		WHERE needs_person = 1 AND json_extract(doc, '$.alert_status') = 'pending'
+		AND (tenant > ? OR (tenant = ? AND key > ?)) ORDER BY tenant, key LIMIT ?`, after.Tenant, after.Tenant, after.Key, limit)
+}
+
+// AddAlert records a pending alert unless the outbox already holds one for the same item, attempt and
+// cause. It reports whether it added one. Returns ErrUnavailable.
+func (s *Store) AddAlert(ctx context.Context, a items.Alert) (bool, error) {
+	res, err := s.w.ExecContext(ctx, `INSERT INTO alerts (tenant, key, attempt, cause, owner, escalate_to, escalate_after,
+		batch_id, destination, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING`,
+		a.Tenant, a.Key, a.Attempt, a.Cause, a.Owner, a.EscalateTo, int64(a.EscalateAfter), a.BatchID, a.Destination, nanos(a.CreatedAt))
+	if err != nil {
+		return false, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, unavailable(err)
+	}
+	return n == 1, nil
+}
+
+// AlertGroups returns up to limit groups with alerts a dispatcher may claim at now: pending alerts per
+// tenant, owner and batch, and sent alerts whose escalation is due per tenant, escalate_to owner and
+// batch. Returns ErrUnavailable.
+func (s *Store) AlertGroups(ctx context.Context, now time.Time, limit int) ([]items.AlertGroup, error) {
+	rows, err := s.r.QueryContext(ctx, `
+		SELECT tenant, owner, batch_id, 0 FROM alerts
+			WHERE status = 'pending' AND (claim IS NULL OR claimed_until <= ?) GROUP BY tenant, owner, batch_id
+		UNION ALL
+		SELECT tenant, escalate_to, batch_id, 1 FROM alerts
+			WHERE status = 'sent' AND escalate_at IS NOT NULL AND escalate_at <= ? AND escalate_to != ''
+			AND (claim IS NULL OR claimed_until <= ?) GROUP BY tenant, escalate_to, batch_id
+		LIMIT ?`, nanos(now), nanos(now), nanos(now), limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []items.AlertGroup
+	for rows.Next() {
+		var g items.AlertGroup
+		if err := rows.Scan(&g.Tenant, &g.Owner, &g.BatchID, &g.Escalation); err != nil {
+			return nil, unavailable(err)
+		}
+		out = append(out, g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+const alertColumns = `tenant, key, attempt, cause, owner, escalate_to, escalate_after, batch_id, destination, status,
+	channel, ts, escalate_at, escalated_by, escalation_channel, escalation_ts, created_at, sent_at, escalated_at, closed_at`
+
+func scanAlerts(rows *sql.Rows) ([]items.Alert, error) {
+	defer rows.Close()
+	var out []items.Alert
+	for rows.Next() {
+		var a items.Alert
+		var after, created int64
+		var escalateAt, sentAt, escalatedAt, closedAt sql.NullInt64
+		if err := rows.Scan(&a.Tenant, &a.Key, &a.Attempt, &a.Cause, &a.Owner, &a.EscalateTo, &after, &a.BatchID,
+			&a.Destination, &a.Status, &a.Channel, &a.TS, &escalateAt, &a.EscalatedBy, &a.EscalationChannel,
+			&a.EscalationTS, &created, &sentAt, &escalatedAt, &closedAt); err != nil {
+			return nil, unavailable(err)
+		}
+		a.EscalateAfter = time.Duration(after)
+		a.CreatedAt = time.Unix(0, created).UTC()
+		a.EscalateAt, a.SentAt, a.EscalatedAt, a.ClosedAt = fromNanos(escalateAt), fromNanos(sentAt), fromNanos(escalatedAt), fromNanos(closedAt)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// ClaimAlerts takes the claimable alerts of c.Group for the claim token until c.Until, in one guarded
+// update: of two dispatchers claiming one group at once, one gets the alerts and the other none. It
+// returns the claimed alerts ordered by key. Returns ErrUnavailable.
+func (s *Store) ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error) {
+	g := c.Group
+	cond := `tenant = ? AND owner = ? AND batch_id = ? AND status = 'pending'`
+	if g.Escalation {
+		cond = `tenant = ? AND escalate_to = ? AND batch_id = ? AND status = 'sent' AND escalate_at IS NOT NULL AND escalate_at <= ` +
+			fmt.Sprint(nanos(c.Now))
+	}
+	rows, err := s.w.QueryContext(ctx, `UPDATE alerts SET claim = ?, claimed_until = ?
+		WHERE `+cond+` AND (claim IS NULL OR claimed_until <= ?) RETURNING `+alertColumns,
+		c.Claim, nanos(c.Until), g.Tenant, g.Owner, g.BatchID, nanos(c.Now))
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	out, err := scanAlerts(rows)
+	if err != nil {
+		return nil, err
+	}
+	sortAlerts(out)
+	return out, nil
+}
+
+func sortAlerts(as []items.Alert) {
+	// RETURNING gives no order; messages list items by key.
+	for i := 1; i < len(as); i++ {
+		for j := i; j > 0 && alertLess(as[j], as[j-1]); j-- {
+			as[j], as[j-1] = as[j-1], as[j]
+		}
+	}
+}
+
+func alertLess(a, b items.Alert) bool {
+	if a.Key != b.Key {
+		return a.Key < b.Key
+	}
+	if a.Attempt != b.Attempt {
+		return a.Attempt < b.Attempt
+	}
+	return a.Cause < b.Cause
+}
+
+// FinishAlerts records where the message of a claimed group landed and releases the claim: the alerts
+// become sent (escalating at sent time + escalate_after when an escalate_to owner is set) or, for an
+// escalation, escalated. Alerts closed meanwhile stay closed. It returns how many alerts it changed.
+// Returns ErrUnavailable.
+func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error) {
+	var res sql.Result
+	var err error
+	if f.Escalation {
+		res, err = s.w.ExecContext(ctx, `UPDATE alerts SET status = 'escalated', escalation_channel = ?, escalation_ts = ?,
+			escalated_at = ?, claim = NULL, claimed_until = NULL WHERE claim = ? AND status = 'sent'`,
+			f.Channel, f.TS, nanos(f.At), f.Claim)
+	} else {
+		res, err = s.w.ExecContext(ctx, `UPDATE alerts SET status = 'sent', channel = ?, ts = ?, sent_at = ?,
+			escalate_at = CASE WHEN escalate_to != '' AND escalate_after > 0 THEN ? + escalate_after END,
+			claim = NULL, claimed_until = NULL WHERE claim = ? AND status = 'pending'`,
+			f.Channel, f.TS, nanos(f.At), nanos(f.At), f.Claim)
+	}
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// ReleaseAlerts gives up a claim without sending, so the next dispatch tries again. Returns ErrUnavailable.
+func (s *Store) ReleaseAlerts(ctx context.Context, claim string) error {
+	_, err := s.w.ExecContext(ctx, `UPDATE alerts SET claim = NULL, claimed_until = NULL WHERE claim = ?`, claim)
+	return unavailable(err)
+}
+
+// CloseAlert closes one alert: nothing more is sent for it. It reports whether the alert was open.
+// Returns ErrUnavailable.
+func (s *Store) CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET status = 'closed', closed_at = ?, claim = NULL, claimed_until = NULL
+		WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ? AND status != 'closed'`, nanos(now), a.Tenant, a.Key, a.Attempt, a.Cause)
+	if err != nil {
+		return false, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, unavailable(err)
+}
+
+// CloseItemAlerts closes every open alert about an item (it was resolved). It returns how many it closed.
+// Returns ErrUnavailable.
+func (s *Store) CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET status = 'closed', closed_at = ?, claim = NULL, claimed_until = NULL
+		WHERE tenant = ? AND key = ? AND status != 'closed'`, nanos(now), tenant, key)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// RequestEscalation makes the sent alerts about an item that have an escalate_to owner due for escalation
+// now, naming who asked. Alerts already escalated or closed are left alone, so a repeated request changes
+// nothing. It returns how many alerts it changed. Returns ErrUnavailable.
+func (s *Store) RequestEscalation(ctx context.Context, tenant, key, by string, now time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET escalate_at = ?, escalated_by = ?
+		WHERE tenant = ? AND key = ? AND status = 'sent' AND escalate_to != '' AND escalated_by = ''`, nanos(now), by, tenant, key)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// ItemAlerts returns the alerts about an item, oldest first. Returns ErrUnavailable.
+func (s *Store) ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+alertColumns+` FROM alerts WHERE tenant = ? AND key = ?
+		ORDER BY created_at, attempt, cause`, tenant, key)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return scanAlerts(rows)
+}
+
+// MessageAlerts returns the alerts a message carried (as the first alert or as an escalation), ordered by
+// key. Returns ErrUnavailable.
+func (s *Store) MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+alertColumns+` FROM alerts
+		WHERE (channel = ? AND ts = ?) OR (escalation_channel = ? AND escalation_ts = ?)
+		ORDER BY key, attempt, cause`, channel, ts, channel, ts)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return scanAlerts(rows)
+}
+
+// ListItems returns one page of the tenant's items matching p, newest change first. Returns an
+// invalid_request error for a cursor it did not make, ErrUnavailable.
+func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = items.DefaultListLimit
+	}
+	limit = min(limit, items.MaxListLimit)
+	var where []string
+	args := []any{}
+	add := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	add("tenant = ?", p.Tenant)
+	if len(p.States) > 0 {
+		marks := strings.TrimSuffix(strings.Repeat("?, ", len(p.States)), ", ")
+		vals := make([]any, len(p.States))
+		for i, st := range p.States {
+			vals[i] = string(st)
+		}
+		add("state IN ("+marks+")", vals...)
+	}
+	if p.NeedsPerson != nil {
+		add("needs_person = ?", boolInt(*p.NeedsPerson))
+	}
+	if p.Destination != "" {
+		add("destination = ?", p.Destination)
+	}
+	if p.Workflow != "" {
+		add("workflow = ?", p.Workflow)
+	}
+	if p.BatchID != "" {
+		add("batch_id = ?", p.BatchID)
+	}
+	if p.Owner != "" {
+		add(`(owner = ? OR EXISTS (SELECT 1 FROM alerts a WHERE a.tenant = items.tenant AND a.key = items.key
+			AND (a.owner = ? OR (a.escalate_to = ? AND a.status = 'escalated'))))`, p.Owner, p.Owner, p.Owner)
+	}
+	if p.ChangedBefore != nil {
+		add("updated_at <= ?", nanos(*p.ChangedBefore))
+	}
+	if p.Cursor != "" {
+		c, err := items.DecodeListCursor(p.Cursor)
+		if err != nil {
+			return items.ItemPage{}, err
+		}
+		add("(updated_at < ? OR (updated_at = ? AND key > ?))", nanos(c.UpdatedAt), nanos(c.UpdatedAt), c.Key)
+	}
+	args = append(args, limit+1)
+	found, err := s.itemsWhere(ctx, "WHERE "+strings.Join(where, " AND ")+" ORDER BY updated_at DESC, key LIMIT ?", args...)
+	if err != nil {
+		return items.ItemPage{}, err
+	}
+	page := items.ItemPage{Items: found}
+	if page.Items == nil {
+		page.Items = []*items.Item{}
+	}
+	if len(found) > limit {
+		page.Items = found[:limit]
+		last := page.Items[limit-1]
+		page.NextCursor = items.ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
+	}
+	return page, nil
+}
+
+// AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.
+func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string, delta int) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)
+		ON CONFLICT (tenant, destination, name) DO UPDATE SET value = value + excluded.value`, tenant, destination, name, delta)
+	return unavailable(err)
+}
+
+// Stats measures the tenant's items at now, in total and per destination. Returns ErrUnavailable.
+func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
+	st := &items.Stats{Tenant: tenant, At: now, Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
+	dest := func(name string) *items.Measures {
+		m, ok := st.Destinations[name]
+		if !ok {
+			m = items.NewMeasures()
+		}
+		st.Destinations[name] = m
+		return &m
+	}
+	update := func(name string, f func(m *items.Measures)) {
+		m := dest(name)
+		f(m)
+		f(&st.Measures)
+		st.Destinations[name] = *m
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, needs_person, count(*),
+		coalesce(sum(max(json_extract(doc, '$.attempt') - 1, 0)), 0),
+		coalesce(sum(json_extract(doc, '$.attempt') >= 1), 0),
+		coalesce(sum(state = 'succeeded' AND EXISTS (SELECT 1 FROM json_each(doc, '$.history')
+			WHERE json_extract(value, '$.reason') = 'retry_same_key')), 0),
+		coalesce(sum((SELECT count(*) FROM json_each(doc, '$.history') WHERE json_extract(value, '$.kind') = 'resolve')), 0),
+		coalesce(sum(coalesce(json_extract(doc, '$.duplicate_effect'), 0)), 0),
+		coalesce(sum(EXISTS (SELECT 1 FROM json_each(doc, '$.history') WHERE json_extract(value, '$.to') = 'unknown')), 0)
+		FROM items WHERE tenant = ? GROUP BY destination, state, needs_person`, tenant)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	attempted := map[string]int{}
+	for rows.Next() {
+		var d, state string
+		var np bool
+		var n, retries, withAttempt, recoveries, resolutions, duplicates, enteredUnknown int
+		if err := rows.Scan(&d, &state, &np, &n, &retries, &withAttempt, &recoveries, &resolutions, &duplicates, &enteredUnknown); err != nil {
+			rows.Close()
+			return nil, unavailable(err)
+		}
+		attempted[d] += withAttempt
+		attempted[""] += withAttempt
+		update(d, func(m *items.Measures) {
+			m.Items += n
+			m.States[items.State(state)] += n
+			if np {
+				m.NeedsPerson += n
+			}
+			m.Retries += retries
+			m.SameKeyRecoveries += recoveries
+			m.ManualResolutions += resolutions
+			m.DuplicateEffects += duplicates
+			m.EnteredUnknown += enteredUnknown
+		})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	if err := s.oldestUnresolved(ctx, tenant, now, update); err != nil {
+		return nil, err
+	}
+	crows, err := s.r.QueryContext(ctx, `SELECT destination, value FROM counters WHERE tenant = ? AND name = ?`,
+		tenant, items.CounterFingerprintConflicts)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	for crows.Next() {
+		var d string
+		var v int
+		if err := crows.Scan(&d, &v); err != nil {
+			crows.Close()
+			return nil, unavailable(err)
+		}
+		update(d, func(m *items.Measures) { m.FingerprintConflicts += v })
+	}
+	crows.Close()
+	if err := crows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	perOp := func(m *items.Measures, n int) {
+		if n > 0 {
+			m.RetriesPerOperation = float64(m.Retries) / float64(n)
+		}
+	}
+	perOp(&st.Measures, attempted[""])
+	for d, m := range st.Destinations {
+		perOp(&m, attempted[d])
+		st.Destinations[d] = m
+	}
+	return st, nil
+}
+
+// oldestUnresolved finds, per destination, the oldest item that is unknown (an in-flight item past its
+// lease counts) or needs a person.
+func (s *Store) oldestUnresolved(ctx context.Context, tenant string, now time.Time, update func(string, func(*items.Measures))) error {
+	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, updated_at, lease_expires_at,
+		coalesce(json_extract(doc, '$.needs_person_since'), '') FROM items
+		WHERE tenant = ? AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))`,
+		tenant, now.UnixMilli())
+	if err != nil {
+		return unavailable(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var d, state, since string
+		var updated int64
+		var lease sql.NullInt64
+		if err := rows.Scan(&d, &state, &updated, &lease, &since); err != nil {
+			return unavailable(err)
+		}
+		from := time.Unix(0, updated)
+		if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
+			from = t
+		} else if state == string(items.StateInFlight) && lease.Valid {
+			from = time.UnixMilli(lease.Int64)
+		}
+		age := max(int64(now.Sub(from)/time.Second), 0)
+		update(d, func(m *items.Measures) { m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age) })
+	}
+	if err := rows.Err(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
