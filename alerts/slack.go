@@ -122,7 +122,7 @@ func Blocks(m Message) []slack.Block {
 		))
 	}
 	if m.More > 0 {
-		blocks = append(blocks, slack.NewContextBlock("more", mrkdwn(fmt.Sprintf("and %d more: `%s` or `%s`", m.More, m.Command, m.Query))))
+		blocks = append(blocks, slack.NewContextBlock("more", mrkdwn(fmt.Sprintf("and %d more: `%s` or `%s`", m.More, escape(m.Command), escape(m.Query)))))
 	}
 	return blocks
 }

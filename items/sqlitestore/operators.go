@@ -542,4 +542,3 @@ func (s *Store) oldestUnresolved(ctx context.Context, tenant string, now time.Ti
 	}
 	return nil
 }
-
