@@ -519,4 +519,3 @@ func exerciseStats(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 }
-
