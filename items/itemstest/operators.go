@@ -30,6 +30,7 @@ type OperatorStore interface {
 	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 	MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error)
 	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	// Stats measures a tenant's items; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
 }
@@ -513,6 +514,13 @@ func exerciseStats(t *testing.T, open func(t *testing.T) OperatorStore) {
 			t.Fatal(err)
 		}
 		check("other tenant items", other.Items, 1)
+		all, err := h.ops.Stats(h.ctx, "", h.now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		check("all tenants' items", all.Items, 7)
+		check("all tenants' needs_person", all.NeedsPerson, 3)
+		check("all tenants' fingerprint_conflicts", all.FingerprintConflicts, 2)
 		empty, err := h.ops.Stats(h.ctx, "nobody", h.now())
 		if err != nil || empty.Items != 0 || len(empty.States) != len(items.States) {
 			t.Errorf("stats of an empty tenant %+v (%v)", empty, err)

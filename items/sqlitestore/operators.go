@@ -471,7 +471,8 @@ func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string
 	return unavailable(err)
 }
 
-// Stats measures the tenant's items at now, in total and per destination. Returns ErrUnavailable.
+// Stats measures the tenant's items at now, in total and per destination; the empty tenant measures
+// every tenant together. Returns ErrUnavailable.
 func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
 	st := &items.Stats{Tenant: tenant, At: now, Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
 	dest := func(name string) *items.Measures {
@@ -491,7 +492,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, needs_person, count(*),
 		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
 		sum(duplicate_effect), sum(entered_unknown)
-		FROM item_measures WHERE tenant = ? GROUP BY destination, state, needs_person`, tenant)
+		FROM item_measures WHERE (? = '' OR tenant = ?) GROUP BY destination, state, needs_person`, tenant, tenant)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -526,8 +527,8 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 	if err := s.oldestUnresolved(ctx, tenant, now, update); err != nil {
 		return nil, err
 	}
-	crows, err := s.r.QueryContext(ctx, `SELECT destination, value FROM counters WHERE tenant = ? AND name = ?`,
-		tenant, items.CounterFingerprintConflicts)
+	crows, err := s.r.QueryContext(ctx, `SELECT destination, sum(value) FROM counters WHERE (? = '' OR tenant = ?) AND name = ?
+		GROUP BY destination`, tenant, tenant, items.CounterFingerprintConflicts)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -565,8 +566,8 @@ func (s *Store) oldestUnresolved(ctx context.Context, tenant string, now time.Ti
 			WHEN needs_person = 1 AND needs_person_since IS NOT NULL THEN needs_person_since
 			WHEN state = 'in_flight' THEN lease_expires_at / 1000.0
 			ELSE updated_at / 1e9 END)
-		FROM item_measures WHERE tenant = ? AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))
-		GROUP BY destination`, tenant, now.UnixMilli())
+		FROM item_measures WHERE (? = '' OR tenant = ?) AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))
+		GROUP BY destination`, tenant, tenant, now.UnixMilli())
 	if err != nil {
 		return unavailable(err)
 	}
