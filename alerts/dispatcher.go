@@ -259,9 +259,16 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 	} else {
 		counts.Alerted += n
 	}
+	to := g.Owner
+	if ref.Channel == "log" {
+		to = "the log"
+		if g.Owner != "" {
+			to = g.Owner + " (in the log)"
+		}
+	}
 	originals := map[MessageRef]bool{}
 	for _, a := range live {
-		if _, err := d.cfg.Ledger.RecordAlert(ctx, a.Tenant, a.Key, a.Attempt, a.Cause, status, g.Owner); err != nil {
+		if _, err := d.cfg.Ledger.RecordAlert(ctx, a.Tenant, a.Key, a.Attempt, a.Cause, status, to); err != nil {
 			return err
 		}
 		if g.Escalation && a.TS != "" {
