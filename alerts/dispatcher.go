@@ -32,8 +32,9 @@ type Outbox interface {
 	// PendingAlertItems returns items that need a person and whose alert has not gone out, by (tenant, key)
 	// after the given reference.
 	PendingAlertItems(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error)
-	// AddAlert records a pending alert unless one exists for the same item, attempt and cause.
-	AddAlert(ctx context.Context, a items.Alert) (bool, error)
+	// AddAlerts records pending alerts, except those that exist for the same item, attempt and cause; it
+	// returns how many it added.
+	AddAlerts(ctx context.Context, as []items.Alert) (int, error)
 	// AlertGroups returns the groups with alerts claimable at now (pending, or due for escalation).
 	AlertGroups(ctx context.Context, now time.Time, limit int) ([]items.AlertGroup, error)
 	// ClaimAlerts takes a group's claimable alerts in one guarded update; a concurrent claim gets none.
@@ -166,18 +167,18 @@ func (d *Dispatcher) enqueue(ctx context.Context, counts *DispatchCounts) error 
 		if err != nil {
 			return err
 		}
-		for _, it := range found {
+		batch := make([]items.Alert, len(found))
+		for i, it := range found {
 			t := d.target(it)
-			added, err := d.cfg.Outbox.AddAlert(ctx, items.Alert{Tenant: it.Tenant, Key: it.Key, Attempt: it.Attempt,
+			batch[i] = items.Alert{Tenant: it.Tenant, Key: it.Key, Attempt: it.Attempt,
 				Cause: it.NeedsPersonCause, Owner: t.Owner, EscalateTo: t.EscalateTo, EscalateAfter: t.EscalateAfter,
-				BatchID: it.BatchID, Destination: it.Destination, Status: items.AlertPending, CreatedAt: now})
-			if err != nil {
-				return err
-			}
-			if added {
-				counts.Queued++
-			}
+				BatchID: it.BatchID, Destination: it.Destination, Status: items.AlertPending, CreatedAt: now}
 		}
+		added, err := d.cfg.Outbox.AddAlerts(ctx, batch)
+		if err != nil {
+			return err
+		}
+		counts.Queued += added
 		if len(found) < d.cfg.PageSize {
 			return nil
 		}
@@ -267,13 +268,15 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 		}
 	}
 	originals := map[MessageRef]bool{}
-	for _, a := range live {
-		if _, err := d.cfg.Ledger.RecordAlert(ctx, a.Tenant, a.Key, a.Attempt, a.Cause, status, to); err != nil {
-			return err
-		}
+	marks := make([]items.AlertMark, len(live))
+	for i, a := range live {
+		marks[i] = items.AlertMark{Key: a.Key, Attempt: a.Attempt, Cause: a.Cause}
 		if g.Escalation && a.TS != "" {
 			originals[MessageRef{Channel: a.Channel, TS: a.TS}] = true
 		}
+	}
+	if _, err := d.cfg.Ledger.RecordAlerts(ctx, g.Tenant, marks, status, to); err != nil {
+		return err
 	}
 	// The first message shows where its items went.
 	for ref := range originals {

@@ -35,7 +35,7 @@ func (c *clock) Advance(d time.Duration) {
 
 // env is a ledger on a fresh SQLite store with a fake clock.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	clock  *clock
 	store  *sqlitestore.Store
@@ -68,7 +68,7 @@ func (s *syncBuffer) Reset() {
 	s.b.Reset()
 }
 
-func newEnv(t *testing.T, cfg items.Config) *env {
+func newEnv(t testing.TB, cfg items.Config) *env {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlitestore.Open(ctx, t.TempDir())

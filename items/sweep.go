@@ -75,15 +75,28 @@ func (l *Ledger) MarkNeedsPerson(ctx context.Context, tenant, key string) (strin
 	return cause, nil
 }
 
-// RecordAlert records on the item that an alert about it went out (status AlertSent) or escalated
-// (AlertEscalated), to whom and where. It changes nothing unless the item still needs a person for cause
-// in attempt: an item settled meanwhile keeps its state. It reports whether the item changed.
-func (l *Ledger) RecordAlert(ctx context.Context, tenant, key string, attempt int, cause, status, to string) (bool, error) {
+// AlertMark names an item an alert was about: its key, and the attempt and cause of the alert.
+type AlertMark struct {
+	Key     string
+	Attempt int
+	Cause   string
+}
+
+// RecordAlerts records on the items of one tenant that an alert about them went out (status AlertSent)
+// or escalated (AlertEscalated), and to whom. An item changes only while it still needs a person for the
+// mark's cause in the mark's attempt: one settled meanwhile keeps its state. Stores that can write all
+// the items in one transaction do. It returns how many items changed.
+func (l *Ledger) RecordAlerts(ctx context.Context, tenant string, marks []AlertMark, status, to string) (int, error) {
 	now := l.now()
-	changed := false
-	_, err := l.store.Transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
-		changed = false
-		if cur == nil || !cur.NeedsPerson || cur.NeedsPersonCause != cause || cur.Attempt != attempt || cur.AlertStatus == status {
+	keys := make([]string, len(marks))
+	for i, m := range marks {
+		keys[i] = m.Key
+	}
+	changed := make([]bool, len(marks))
+	_, err := l.store.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
+		m := marks[i]
+		changed[i] = false
+		if cur == nil || !cur.NeedsPerson || cur.NeedsPersonCause != m.Cause || cur.Attempt != m.Attempt || cur.AlertStatus == status {
 			return nil, nil
 		}
 		kind := EventAlerted
@@ -91,9 +104,15 @@ func (l *Ledger) RecordAlert(ctx context.Context, tenant, key string, attempt in
 			kind = EventEscalated
 		}
 		cur.AlertStatus = status
-		cur.record(Event{At: now, Kind: kind, Attempt: cur.Attempt, Reason: Reason(cause), Note: "to " + to})
-		changed = true
+		cur.record(Event{At: now, Kind: kind, Attempt: cur.Attempt, Reason: Reason(m.Cause), Note: "to " + to})
+		changed[i] = true
 		return cur, nil
 	})
-	return changed, err
+	n := 0
+	for _, c := range changed {
+		if c {
+			n++
+		}
+	}
+	return n, err
 }

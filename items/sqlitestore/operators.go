@@ -194,20 +194,35 @@ func (s *Store) PendingAlertItems(ctx context.Context, after items.ItemRef, limi
 		AND (tenant > ? OR (tenant = ? AND key > ?)) ORDER BY tenant, key LIMIT ?`, after.Tenant, after.Tenant, after.Key, limit)
 }
 
-// AddAlert records a pending alert unless the outbox already holds one for the same item, attempt and
-// cause. It reports whether it added one. Returns ErrUnavailable.
-func (s *Store) AddAlert(ctx context.Context, a items.Alert) (bool, error) {
-	res, err := s.w.ExecContext(ctx, `INSERT INTO alerts (tenant, key, attempt, cause, owner, escalate_to, escalate_after,
-		batch_id, destination, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING`,
-		a.Tenant, a.Key, a.Attempt, a.Cause, a.Owner, a.EscalateTo, int64(a.EscalateAfter), a.BatchID, a.Destination, nanos(a.CreatedAt))
-	if err != nil {
-		return false, unavailable(err)
+// AddAlerts records pending alerts, in one transaction, except those for which the outbox already holds
+// one with the same item, attempt and cause. It returns how many it added. Returns ErrUnavailable.
+func (s *Store) AddAlerts(ctx context.Context, as []items.Alert) (int, error) {
+	if len(as) == 0 {
+		return 0, nil
 	}
-	n, err := res.RowsAffected()
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return false, unavailable(err)
+		return 0, unavailable(err)
 	}
-	return n == 1, nil
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	added := 0
+	for _, a := range as {
+		res, err := tx.ExecContext(ctx, `INSERT INTO alerts (tenant, key, attempt, cause, owner, escalate_to, escalate_after,
+			batch_id, destination, status, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?) ON CONFLICT DO NOTHING`,
+			a.Tenant, a.Key, a.Attempt, a.Cause, a.Owner, a.EscalateTo, int64(a.EscalateAfter), a.BatchID, a.Destination, nanos(a.CreatedAt))
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		added += int(n)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, unavailable(err)
+	}
+	return added, nil
 }
 
 // AlertGroups returns up to limit groups with alerts a dispatcher may claim at now: pending alerts per
