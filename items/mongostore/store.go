@@ -108,6 +108,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
+	if err := s.ensureOperatorIndexes(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 

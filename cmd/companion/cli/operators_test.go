@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
 
 // run runs one command of the CLI and returns what it printed.
@@ -217,4 +218,36 @@ func writeSecret(t *testing.T, dir, value string) string {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// The operator surface works the same on the MongoDB store: the list, the stats and a sweep.
+func TestOperatorCommandsOnMongoDB(t *testing.T) {
+	srv := mongotest.Start(t)
+	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "unused"),
+		"MONGODB_URI": srv.URI(), "MONGODB_DATABASE": "companion_ops_test", "COMPANION_SWEEP_EVERY": "@every 1h"}
+	svc := start(t, env)
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1},"batch_id":"exec-1"}`)
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown"}`)
+
+	p := newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.out.String(); !strings.Contains(out, "swept mongodb ") || !strings.Contains(out, "1 message(s) with 1 alert(s)") {
+		t.Fatalf("sweep --once on MongoDB:\n%s", out)
+	}
+	client := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
+	out, err := run(t, client, "items", "list", "--needs-person", "--batch", "exec-1")
+	if err != nil || !strings.Contains(out, "inv-1") || !strings.Contains(out, "1 item(s)") {
+		t.Fatalf("items list on MongoDB: %v\n%s", err, out)
+	}
+	out, err = run(t, client, "items", "show", "inv-1")
+	if err != nil || !strings.Contains(out, "(alert sent)") {
+		t.Fatalf("items show on MongoDB: %v\n%s", err, out)
+	}
+	out, err = run(t, client, "stats", "--json")
+	var st map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["needs_person"] != 1.0 {
+		t.Fatalf("stats on MongoDB: %v\n%s", err, out)
+	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
 func init() {
@@ -106,6 +108,11 @@ type operatorStore interface {
 	alerts.Outbox
 	handlers.OperatorStore
 }
+
+var (
+	_ operatorStore = (*sqlitestore.Store)(nil)
+	_ operatorStore = (*mongostore.Store)(nil)
+)
 
 // alertServices are the sweeper, the dispatcher and (with Slack) the interactivity handler.
 type alertServices struct {
