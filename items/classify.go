@@ -148,7 +148,8 @@ const MaxMessageLength = 300
 
 var (
 	redactEmail  = regexp.MustCompile(`[A-Za-z0-9._%+\-]+@[A-Za-z0-9.\-]+\.[A-Za-z]{2,}`)
-	redactBearer = regexp.MustCompile(`(?i)(bearer|token|secret|password|api[_-]?key|authorization)(["']?\s*[:=]\s*["']?|\s+)[^\s"',;]+`)
+	redactBearer = regexp.MustCompile(`(?i)\b(bearer|basic)\s+[^\s"',;]+`)
+	redactPair   = regexp.MustCompile(`(?i)(token|secret|password|api[_-]?key|authorization)(["']?\s*[:=]\s*["']?)[^\s"',;]+`)
 	redactLong   = regexp.MustCompile(`[A-Za-z0-9_\-]{32,}`)
 	redactDigits = regexp.MustCompile(`\d{9,}`)
 )
@@ -158,7 +159,8 @@ var (
 func Redact(msg string) string {
 	msg = strings.TrimSpace(msg)
 	msg = redactEmail.ReplaceAllString(msg, "[email]")
-	msg = redactBearer.ReplaceAllString(msg, "$1$2[redacted]")
+	msg = redactBearer.ReplaceAllString(msg, "$1 [redacted]")
+	msg = redactPair.ReplaceAllString(msg, "$1$2[redacted]")
 	msg = redactLong.ReplaceAllString(msg, "[redacted]")
 	msg = redactDigits.ReplaceAllString(msg, "[number]")
 	if r := []rune(msg); len(r) > MaxMessageLength {

@@ -110,6 +110,8 @@ const (
 	CauseUnknownOutcome    = "unknown_outcome"
 	CauseNoDedupe          = "unknown_no_dedupe"
 	CauseStale             = "unresolved_too_long"
+	// CauseEarlierAttemptUnknown: the current attempt failed, but an earlier one may have committed.
+	CauseEarlierAttemptUnknown = "earlier_attempt_unknown"
 )
 
 // Item is the ledger's record of one intended business effect. It never holds the payload, secrets or
@@ -271,13 +273,43 @@ func (it *Item) firstDispatch() (time.Time, bool) {
 	return time.Time{}, false
 }
 
+// earlierAttemptUnknown reports whether an attempt before number n may have committed the effect without
+// anyone knowing: it was possibly dispatched and its outcome is unknown. A later attempt's failure proves
+// only that the later attempt committed nothing, so it cannot settle such an item.
+func (it *Item) earlierAttemptUnknown(n int) bool {
+	for _, a := range it.Attempts {
+		if a.Number < n && (a.Outcome == StateUnknown || a.Outcome == "") && a.PossiblyDispatched() {
+			return true
+		}
+	}
+	return false
+}
+
+// settleUnknownAttempts records that no attempt with an unknown outcome committed the effect: a person's
+// or a lookup's evidence about the effect as a whole.
+func (it *Item) settleUnknownAttempts(now time.Time) {
+	for i := range it.Attempts {
+		if a := &it.Attempts[i]; a.Outcome == StateUnknown || a.Outcome == "" {
+			a.Outcome = StateFailed
+			if a.EndedAt == nil {
+				a.EndedAt = timePtr(now)
+			}
+		}
+	}
+}
+
 // LeaseExpired reports whether the item is in flight with a lease that ended at or before now.
 func (it *Item) LeaseExpired(now time.Time) bool {
 	return it.State == StateInFlight && it.LeaseExpiresAt != nil && !now.Before(*it.LeaseExpiresAt)
 }
 
+// record appends e to the history. Every change of an item records an event, so the event's time is
+// also the item's updated_at (the operator's list sorts and filters by it).
 func (it *Item) record(e Event) {
 	it.History = append(it.History, e)
+	if e.At.After(it.UpdatedAt) {
+		it.UpdatedAt = e.At
+	}
 }
 
 func (it *Item) markNeedsPerson(cause string, now time.Time) {

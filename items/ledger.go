@@ -314,11 +314,9 @@ func (l *Ledger) claim(it *Item, p BeforeWriteParams, now time.Time, reason Reas
 		lease = dest.LeaseSeconds
 	}
 	from := it.State
+	// Every claim names its fingerprint, so the history keeps the old one when a retry replaces it.
 	ev := Event{At: now, Kind: EventClaimed, Decision: Proceed, Reason: reason, From: from, To: StateInFlight,
-		ExecutionID: p.ExecutionID, BatchID: p.BatchID}
-	if it.Fingerprint != p.Fingerprint {
-		ev.Fingerprint = p.Fingerprint
-	}
+		ExecutionID: p.ExecutionID, BatchID: p.BatchID, Fingerprint: p.Fingerprint}
 	it.Attempt++
 	ev.Attempt = it.Attempt
 	it.Fingerprint = p.Fingerprint
@@ -559,7 +557,15 @@ func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item
 		if p.ReceiverRequestID != "" {
 			it.ReceiverRequestID = p.ReceiverRequestID
 		}
-		if c.State == StateFailed && (it.State == StateInFlight || c.Definitive) {
+		// A failure speaks for this attempt only: while an earlier attempt's outcome is unknown, the effect
+		// may exist, and the item stays unknown (knowledge only grows).
+		settles := c.State == StateFailed && (it.State == StateInFlight || c.Definitive)
+		earlierUnknown := settles && it.earlierAttemptUnknown(att.Number)
+		if settles && !earlierUnknown {
+			if it.State == StateUnknown {
+				// The person was needed because the outcome was unknown; definitive evidence settled it.
+				it.clearNeedsPerson()
+			}
 			it.State, it.Retryable, it.Cause, it.LeaseExpiresAt = StateFailed, c.Retryable, "", nil
 			it.RetryAt = nil
 			if c.Retryable {
@@ -575,10 +581,17 @@ func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item
 		it.State, it.LeaseExpiresAt = StateUnknown, nil
 		it.Cause = unknownCause(p.Evidence)
 		att.Outcome, att.EndedAt = StateUnknown, timePtr(now)
+		msg := "recorded: the outcome is unknown; do not write again with a new key"
+		if earlierUnknown {
+			it.Retryable, it.RetryAt = false, nil
+			it.Cause = CauseEarlierAttemptUnknown
+			att.Outcome = StateFailed
+			msg = "recorded: this attempt failed, but an earlier attempt's outcome is unknown, so the item stays unknown"
+		}
 		if !wasUnknown {
 			l.enteredUnknown(it, now)
 		}
-		return finish(ReasonRecorded, "recorded: the outcome is unknown; do not write again with a new key")
+		return finish(ReasonRecorded, msg)
 	}
 	return finish(ReasonHistoryOnly, "recorded in the history only: this report does not change the item")
 }
@@ -653,6 +666,7 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 		case FindingAbsent:
 			it.State, it.Retryable, it.RetryAt, it.Cause = StateFailed, true, timePtr(now), ""
 			it.ExtraAttempts++
+			it.settleUnknownAttempts(now)
 			it.clearNeedsPerson()
 			rep.Message = "recorded: the destination does not have it; the next before-write proceeds once with the same key"
 		case FindingLookupFailed:
@@ -754,6 +768,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		case ResolveNotCommitted:
 			it.State, it.Retryable, it.RetryAt, it.Cause = StateFailed, true, timePtr(now), ""
 			it.ExtraAttempts++
+			it.settleUnknownAttempts(now)
 		}
 		if a := it.CurrentAttempt(); a != nil {
 			a.Outcome, a.EndedAt = it.State, timePtr(now)

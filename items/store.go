@@ -24,7 +24,8 @@ type Store interface {
 	// TransitionMany runs fn for each key in order, as Transition does, where each call sees the changes
 	// of the earlier ones (a key may repeat). Stores that can make the whole batch atomic and durable at
 	// once (one transaction) do; others run item by item, each item atomic. If fn fails for any item,
-	// stores that run one transaction write nothing. Returns the stored items, in order.
+	// nothing is written: a store without a batch transaction runs fn for every key before it writes any.
+	// Returns the stored items, in order, each as it was right after its own call.
 	TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, current *Item) (*Item, error)) ([]*Item, error)
 
 	// LedgerSecret returns the ledger's secret, creating it at the first call: the key of the

@@ -1,0 +1,159 @@
+package sqlitestore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+func openIn(t *testing.T, dir string) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	itemstest.Exercise(t, func(t *testing.T) items.Store {
+		s := openIn(t, t.TempDir())
+		t.Cleanup(func() { s.Close() })
+		return s
+	}, itemstest.Options{})
+}
+
+func claim(t *testing.T, l *items.Ledger, key string) items.Answer {
+	t.Helper()
+	fp, err := items.Fingerprint([]byte(`{"invoice":"742","recipient":"marker-recipient-5521"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := l.BeforeWrite(context.Background(), items.BeforeWriteParams{Tenant: "acme", Key: key, Fingerprint: fp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestReopenKeepsItemsAndSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openIn(t, dir)
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := claim(t, l, "k")
+	secret, err := s.LedgerSecret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openIn(t, dir)
+	t.Cleanup(func() { s.Close() })
+	again, err := s.LedgerSecret(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(secret, again) {
+		t.Errorf("the ledger secret changed across a re-open")
+	}
+	l, err = items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.Get(ctx, "acme", "k")
+	if err != nil {
+		t.Fatalf("after a re-open: %v", err)
+	}
+	if it.State != items.StateInFlight || it.Claim != first.Claim || it.Version != 1 {
+		t.Errorf("after a re-open: %s claim %q version %d", it.State, it.Claim, it.Version)
+	}
+	// The acknowledged claim holds: a replay is in progress, not a new proceed.
+	replay := claim(t, l, "k")
+	if replay.Decision != items.Skip || replay.Reason != items.ReasonInProgress || replay.IdempotencyKey != first.IdempotencyKey {
+		t.Errorf("replay after a re-open: %s/%s key %s (first %s)", replay.Decision, replay.Reason, replay.IdempotencyKey, first.IdempotencyKey)
+	}
+}
+
+func TestPayloadNotInDatabaseFiles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openIn(t, dir)
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim(t, l, "k")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(dir, sqlitestore.FileName+"*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no database files in %s: %v", dir, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte("marker-recipient-5521")) {
+			t.Errorf("%s holds the payload", f)
+		}
+	}
+}
+
+func TestClosedDatabaseIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := openIn(t, t.TempDir())
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim(t, l, "k")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	called := false
+	_, err = s.Transition(ctx, "acme", "new", func(*items.Item) (*items.Item, error) {
+		called = true
+		return nil, nil
+	})
+	if !errors.Is(err, items.ErrUnavailable) || called {
+		t.Errorf("Transition on a closed database: %v (fn called: %v), want ErrUnavailable before deciding", err, called)
+	}
+	fp, _ := items.Fingerprint([]byte(`{"a":1}`))
+	a, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: "new", Fingerprint: fp})
+	if !errors.Is(err, items.ErrUnavailable) || a.Decision == items.Proceed {
+		t.Errorf("BeforeWrite on a closed database: %s, %v; want ErrUnavailable and no proceed", a.Decision, err)
+	}
+	if items.ErrorCode(err) != items.CodeUnavailable {
+		t.Errorf("error code %s", items.ErrorCode(err))
+	}
+	if _, err := s.Get(ctx, "acme", "k"); !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("Get on a closed database: %v", err)
+	}
+	if _, err := s.TransitionMany(ctx, "acme", []string{"k"}, func(int, *items.Item) (*items.Item, error) { return nil, nil }); !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("TransitionMany on a closed database: %v", err)
+	}
+	if _, err := s.LedgerSecret(ctx); !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("LedgerSecret on a closed database: %v", err)
+	}
+	if err := s.Ping(ctx); !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("Ping on a closed database: %v", err)
+	}
+}

@@ -1,0 +1,113 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Command runs `companion receiver`: it parses args (the arguments after
+// "receiver"), listens, prints one start line to stdout, logs one line per
+// request to stderr, and serves until ctx is done, then shuts down gracefully.
+//
+// --help prints the usage to stdout and returns nil. Any other problem (a bad
+// flag, an address in use) is returned for the caller to print and turn into
+// an exit status; for a bad flag the usage is also printed to stderr.
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("companion receiver", flag.ContinueOnError)
+	// The flag package's own printing is replaced by usage below, so that
+	// --help goes to stdout and errors to stderr.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	addr := fs.String("addr", DefaultAddr, "address to listen on (host:port; port 0 picks a free one)")
+	dedupe := fs.String("dedupe", string(DedupeKey), "how a repeated Idempotency-Key is treated: key (replay or 422) or none (always create)")
+	var retention retentionFlag
+	fs.Var(&retention, "key-retention", "forget an Idempotency-Key this long after its record was created: seconds (3600) or a duration (1h); 0 keeps keys forever")
+	dataDir := fs.String("data-dir", "", "directory where records and keys are kept as JSON so a restart keeps them; empty keeps them in memory only")
+
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
+			return nil
+		}
+		printUsage(stderr, fs)
+		return fmt.Errorf("receiver: %w", err)
+	}
+	if fs.NArg() > 0 {
+		printUsage(stderr, fs)
+		return fmt.Errorf("receiver: unexpected argument %q", fs.Arg(0))
+	}
+
+	rc, err := New(Config{
+		Dedupe:       Dedupe(*dedupe),
+		KeyRetention: retention.d,
+		Logger:       slog.New(slog.NewTextHandler(stderr, nil)),
+		DataDir:      *dataDir,
+	})
+	if err != nil {
+		return fmt.Errorf("receiver: %w", err)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("receiver: %w", err)
+	}
+	keys := "forever"
+	if retention.d > 0 {
+		keys = retention.d.String()
+	}
+	storage := "memory"
+	if *dataDir != "" {
+		storage = *dataDir
+	}
+	fmt.Fprintf(stdout, "companion receiver listening on http://%s (dedupe=%s, key_retention=%s, data=%s)\n",
+		ln.Addr(), Dedupe(*dedupe), keys, storage)
+	return rc.Serve(ctx, ln)
+}
+
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, `Usage: companion receiver [flags]
+
+Runs the sandbox receiver: a fake destination for tests and demos that creates
+records (POST /records), honours or ignores Idempotency-Key, counts what it
+created (GET /effects) and injects faults at named boundaries
+(X-Sandbox-Fault header or POST /control/faults). See docs/sandbox-receiver.md.
+
+Flags:
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := ""
+		if f.DefValue != "" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  --%s\n        %s%s\n", f.Name, f.Usage, def)
+	})
+}
+
+// retentionFlag reads --key-retention as whole seconds or a Go duration.
+type retentionFlag struct{ d time.Duration }
+
+func (f *retentionFlag) String() string {
+	if f == nil || f.d == 0 {
+		return "0"
+	}
+	return f.d.String()
+}
+
+func (f *retentionFlag) Set(s string) error {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		f.d = time.Duration(n) * time.Second
+	} else if f.d, err = time.ParseDuration(s); err != nil {
+		return errors.New("want seconds (3600) or a duration (1h)")
+	}
+	if f.d < 0 {
+		return errors.New("must not be negative")
+	}
+	return nil
+}
