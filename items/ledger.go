@@ -314,6 +314,9 @@ func (l *Ledger) claim(it *Item, p BeforeWriteParams, now time.Time, reason Reas
 		lease = dest.LeaseSeconds
 	}
 	from := it.State
+	if len(it.History) == 0 {
+		from = "" // a brand-new item was never prepared; its history starts with this claim
+	}
 	// Every claim names its fingerprint, so the history keeps the old one when a retry replaces it.
 	ev := Event{At: now, Kind: EventClaimed, Decision: Proceed, Reason: reason, From: from, To: StateInFlight,
 		ExecutionID: p.ExecutionID, BatchID: p.BatchID, Fingerprint: p.Fingerprint}

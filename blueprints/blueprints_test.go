@@ -1,0 +1,302 @@
+package blueprints
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the committed templates from the generator")
+
+// The committed files in n8n-templates/ and make-templates/ are exactly what the generator
+// produces with the default settings; `go test ./blueprints -update` rewrites them.
+func TestCommittedTemplatesMatchGenerator(t *testing.T) {
+	files, err := Render(DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := ".."
+	if *update {
+		if _, err := WriteFiles(root, files); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path)))
+		if err != nil {
+			t.Errorf("%s: %v (run: go test ./blueprints -update)", path, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from the generator's output (run: go test ./blueprints -update)", path)
+		}
+	}
+	for _, dir := range []string{N8nDir, MakeDir} {
+		entries, err := os.ReadDir(filepath.Join(root, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if _, ok := files[dir+"/"+e.Name()]; !ok {
+				t.Errorf("%s/%s is not produced by the generator", dir, e.Name())
+			}
+		}
+	}
+}
+
+func TestRenderIsByteStable(t *testing.T) {
+	a, err := Render(DefaultSettings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Render(DefaultSettings())
+	for p := range a {
+		if !bytes.Equal(a[p], b[p]) {
+			t.Errorf("%s: two renders differ", p)
+		}
+	}
+}
+
+func TestCommandRendersWithOwnURL(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	err := Command(context.Background(), []string{"render", "--url", "https://companion.example.com", "--out", dir, "--error-workflow-id", "wf-err"}, &out, &errOut)
+	if err != nil {
+		t.Fatalf("render: %v (%s)", err, errOut.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, N8nDir, "guarded-write.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"value": "https://companion.example.com"`)) || !bytes.Contains(b, []byte(`"errorWorkflow": "wf-err"`)) {
+		t.Errorf("rendered workflow does not carry the given url and error workflow")
+	}
+	if strings.Count(out.String(), "\n") != 9 {
+		t.Errorf("want 9 files listed, got:\n%s", out.String())
+	}
+	for _, bad := range [][]string{{"render", "--out", dir, "--url", "ftp://x"}, {"render", "--url", "http://x"}, {"publish"}} {
+		if err := Command(context.Background(), bad, &out, &errOut); err == nil {
+			t.Errorf("%v: want an error", bad)
+		}
+	}
+}
+
+// n8n: node names unique, known node types and versions, every connection points at a node, and
+// every $('Name') reference names a node of the workflow.
+func TestN8nWorkflowsAreWellFormed(t *testing.T) {
+	refRE := regexp.MustCompile(`\$\('([^']+)'\)`)
+	for _, tpl := range Templates() {
+		wf := RenderN8n(tpl, DefaultSettings())
+		names := map[string]N8nNode{}
+		for _, n := range wf.Nodes {
+			if _, dup := names[n.Name]; dup {
+				t.Errorf("%s: duplicate node name %q", tpl.Slug, n.Name)
+			}
+			names[n.Name] = n
+			if v, ok := N8nNodeVersions[n.Type]; !ok || v != n.TypeVersion {
+				t.Errorf("%s: node %q has unknown type/version %s %v", tpl.Slug, n.Name, n.Type, n.TypeVersion)
+			}
+			if n.Type == n8nHTTPRequest && n.Name == NodeWrite {
+				if n.RetryOnFail {
+					t.Errorf("%s: the write must not retry on fail", tpl.Slug)
+				}
+				if n.OnError != "continueErrorOutput" {
+					t.Errorf("%s: the write must route errors to its error output", tpl.Slug)
+				}
+			}
+		}
+		for from, c := range wf.Connections {
+			if _, ok := names[from]; !ok {
+				t.Errorf("%s: connection from unknown node %q", tpl.Slug, from)
+			}
+			for _, out := range c.Main {
+				for _, e := range out {
+					if _, ok := names[e.Node]; !ok {
+						t.Errorf("%s: connection to unknown node %q", tpl.Slug, e.Node)
+					}
+				}
+			}
+		}
+		b, _ := json.Marshal(wf)
+		for _, m := range refRE.FindAllStringSubmatch(string(b), -1) {
+			if _, ok := names[m[1]]; !ok {
+				t.Errorf("%s: expression refers to unknown node %q", tpl.Slug, m[1])
+			}
+		}
+	}
+}
+
+// Make: every blueprint checked the way Make's own pattern validator does, plus the ordering rule
+// it leaves out: a {{N.field}} mapping may only point at a module that runs before it.
+func TestMakeBlueprintsAreWellFormed(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		bp := RenderMake(tpl, DefaultSettings())
+		raw, err := encode(bp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, err := range checkMakeBlueprint(raw) {
+			t.Errorf("%s: %s", tpl.Slug, err)
+		}
+	}
+}
+
+// The checker itself must catch what it claims to catch.
+func TestMakeCheckerRejectsBrokenBlueprints(t *testing.T) {
+	good, _ := encode(RenderMake(Templates()[0], DefaultSettings()))
+	cases := map[string]func(string) string{
+		"forward reference": func(s string) string { return strings.Replace(s, "{{2.data.key}}", "{{99.data.key}}", 1) },
+		"unknown module":    func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
+		"duplicate id":      func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
+		"bad operator":      func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
+	}
+	for name, breakIt := range cases {
+		broken := breakIt(string(good))
+		if broken == string(good) {
+			t.Fatalf("%s: mutation did not apply", name)
+		}
+		if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+			t.Errorf("%s: checker accepted a broken blueprint", name)
+		}
+	}
+}
+
+type anyModule struct {
+	ID         int                          `json:"id"`
+	Module     string                       `json:"module"`
+	Version    int                          `json:"version"`
+	Filter     *MakeFilter                  `json:"filter"`
+	Mapper     json.RawMessage              `json:"mapper"`
+	Parameters json.RawMessage              `json:"parameters"`
+	Metadata   map[string]any               `json:"metadata"`
+	Routes     []struct{ Flow []anyModule } `json:"routes"`
+	OnError    []anyModule                  `json:"onerror"`
+}
+
+var (
+	mappingRE  = regexp.MustCompile(`\{\{[^}]*?\b(\d+)\.`)
+	operatorRE = regexp.MustCompile(`^(text|number|boolean|date|array):[a-z]+$|^(exist|notexist)$`)
+)
+
+func checkMakeBlueprint(raw []byte) []string {
+	var bp struct {
+		Name     string      `json:"name"`
+		Flow     []anyModule `json:"flow"`
+		Metadata struct {
+			Version  int            `json:"version"`
+			Scenario map[string]any `json:"scenario"`
+			Designer struct {
+				Orphans []any `json:"orphans"`
+			} `json:"designer"`
+		} `json:"metadata"`
+	}
+	var errs []string
+	fail := func(f string, a ...any) { errs = append(errs, fmt.Sprintf(f, a...)) }
+	if err := json.Unmarshal(raw, &bp); err != nil {
+		return []string{err.Error()}
+	}
+	if bp.Name == "" || len(bp.Flow) == 0 || bp.Metadata.Version != 1 || bp.Metadata.Scenario == nil || bp.Metadata.Designer.Orphans == nil {
+		fail("name, flow, metadata.version 1, metadata.scenario and metadata.designer.orphans are required")
+	}
+	if len(bp.Flow) > 0 && bp.Flow[0].Module != "gateway:CustomWebHook" {
+		fail("the first module must be the webhook trigger, got %s", bp.Flow[0].Module)
+	}
+	ids := map[int]bool{}
+	// walk visits modules in run order; before holds the ids that have run before the module.
+	var walk func(flow []anyModule, before map[int]bool, inHandlerOf int)
+	walk = func(flow []anyModule, before map[int]bool, inHandlerOf int) {
+		ran := map[int]bool{}
+		for k := range before {
+			ran[k] = true
+		}
+		for _, m := range flow {
+			if ids[m.ID] || m.ID < 1 {
+				fail("module id %d is duplicated or not positive", m.ID)
+			}
+			ids[m.ID] = true
+			if v, ok := MakeModuleVersions[m.Module]; !ok || v != m.Version {
+				fail("module %d: unknown module/version %s v%d", m.ID, m.Module, m.Version)
+			}
+			if d, ok := m.Metadata["designer"].(map[string]any); !ok || d["x"] == nil || d["y"] == nil {
+				fail("module %d: metadata.designer x/y required", m.ID)
+			}
+			if m.Filter != nil {
+				if len(m.Filter.Conditions) == 0 {
+					fail("module %d: filter without conditions", m.ID)
+				}
+				for _, and := range m.Filter.Conditions {
+					if len(and) == 0 {
+						fail("module %d: empty AND-group in filter", m.ID)
+					}
+					for _, c := range and {
+						if !strings.HasPrefix(c.A, "{{") || !operatorRE.MatchString(c.O) {
+							fail("module %d: filter condition %+v: a must be a mapping and o an operator like text:equal", m.ID, c)
+						}
+					}
+				}
+			}
+			// The module's own filter and mapper may use modules that ran before it; an error
+			// handler may also use the module it handles (N.error).
+			own := string(m.Mapper) + string(m.Parameters)
+			if m.Filter != nil {
+				b, _ := json.Marshal(m.Filter)
+				own += string(b)
+			}
+			for _, mm := range mappingRE.FindAllStringSubmatch(own, -1) {
+				n, _ := strconv.Atoi(mm[1])
+				if !ran[n] && n != inHandlerOf {
+					fail("module %d maps {{%d.…}}, which does not run before it", m.ID, n)
+				}
+			}
+			switch m.Module {
+			case "builtin:BasicRouter":
+				if string(m.Mapper) != "null" || m.Filter != nil || len(m.Routes) < 2 {
+					fail("router %d: mapper null, no filter, at least two routes", m.ID)
+				}
+			case "builtin:BasicAggregator":
+				var p struct{ Feeder int }
+				_ = json.Unmarshal(m.Parameters, &p)
+				if !ran[p.Feeder] {
+					fail("aggregator %d: feeder %d must be a module that ran before", m.ID, p.Feeder)
+				}
+			case "http:MakeRequest":
+				var mp MakeHTTPMapper
+				_ = json.Unmarshal(m.Mapper, &mp)
+				if mp.InputMethod == "jsonString" {
+					// A mapping-free rendering of the body must be JSON: replace each mapping by a number.
+					plain := regexp.MustCompile(`\{\{.*?\}\}`).ReplaceAllString(mp.JSONStringBodyContent, "0")
+					if !json.Valid([]byte(plain)) {
+						fail("module %d: body is not JSON once mapped: %s", m.ID, mp.JSONStringBodyContent)
+					}
+				}
+			}
+			if len(m.OnError) > 0 {
+				walk(m.OnError, ran, m.ID)
+				last := m.OnError[len(m.OnError)-1].Module
+				if last == "builtin:Break" {
+					fail("module %d: Break retries the module blindly", m.ID)
+				}
+			}
+			ran[m.ID] = true
+			for _, r := range m.Routes {
+				if len(r.Flow) == 0 {
+					fail("router %d: empty route", m.ID)
+				}
+				walk(r.Flow, ran, 0)
+			}
+		}
+	}
+	walk(bp.Flow, map[int]bool{}, 0)
+	return errs
+}

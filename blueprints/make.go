@@ -1,0 +1,432 @@
+package blueprints
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// The Make modules and versions the blueprints use, as Make's own exported blueprints name them
+// (/work/shared/reference/make-blueprints). A test checks every rendered module is one of these.
+var MakeModuleVersions = map[string]int{
+	"gateway:CustomWebHook":   1,
+	"gateway:WebhookRespond":  1,
+	"http:MakeRequest":        4,
+	"builtin:BasicRouter":     1,
+	"builtin:BasicFeeder":     1,
+	"builtin:BasicAggregator": 1,
+	"builtin:Ignore":          1,
+	"util:ComposeTransformer": 1,
+}
+
+// MakeBlueprint is a Make scenario blueprint as Make exports and imports it.
+type MakeBlueprint struct {
+	Name        string       `json:"name"`
+	Description string       `json:"description"`
+	Flow        []MakeModule `json:"flow"`
+	Metadata    MakeMetadata `json:"metadata"`
+}
+
+// MakeModule is one module of a flow, a route or an error handler.
+type MakeModule struct {
+	ID         int          `json:"id"`
+	Module     string       `json:"module"`
+	Version    int          `json:"version"`
+	Parameters any          `json:"parameters,omitempty"`
+	Filter     *MakeFilter  `json:"filter,omitempty"`
+	Mapper     any          `json:"mapper,omitempty"`
+	Metadata   MakeModMeta  `json:"metadata"`
+	Routes     []MakeRoute  `json:"routes,omitempty"`
+	OnError    []MakeModule `json:"onerror,omitempty"`
+}
+
+// MakeRoute is one route of a router.
+type MakeRoute struct {
+	Flow []MakeModule `json:"flow"`
+}
+
+// MakeFilter lets a bundle through when any AND-group of conditions holds.
+type MakeFilter struct {
+	Name       string            `json:"name"`
+	Conditions [][]MakeCondition `json:"conditions"`
+}
+
+// MakeCondition compares a mapping (a) with a value (b) using operator o (e.g. text:equal).
+type MakeCondition struct {
+	A string `json:"a"`
+	O string `json:"o"`
+	B string `json:"b,omitempty"`
+}
+
+// MakeModMeta holds a module's designer position and label.
+type MakeModMeta struct {
+	Designer MakeDesigner `json:"designer"`
+}
+
+// MakeDesigner places a module on the canvas and names it.
+type MakeDesigner struct {
+	X    int    `json:"x"`
+	Y    int    `json:"y"`
+	Name string `json:"name,omitempty"`
+}
+
+// MakeMetadata holds the scenario settings.
+type MakeMetadata struct {
+	Instant  bool         `json:"instant"`
+	Version  int          `json:"version"`
+	Scenario MakeScenario `json:"scenario"`
+	Designer MakeOrphans  `json:"designer"`
+}
+
+// MakeOrphans is the designer's list of unconnected modules (always empty here).
+type MakeOrphans struct {
+	Orphans []MakeModule `json:"orphans"`
+}
+
+// MakeScenario are the scenario settings. Sequential is on: one run at a time keeps a duplicate
+// delivery from racing its original inside Make too. dlq keeps incomplete executions.
+type MakeScenario struct {
+	Roundtrips            int  `json:"roundtrips"`
+	MaxErrors             int  `json:"maxErrors"`
+	AutoCommit            bool `json:"autoCommit"`
+	AutoCommitTriggerLast bool `json:"autoCommitTriggerLast"`
+	Sequential            bool `json:"sequential"`
+	Confidential          bool `json:"confidential"`
+	Dataloss              bool `json:"dataloss"`
+	DLQ                   bool `json:"dlq"`
+	FreshVariables        bool `json:"freshVariables"`
+}
+
+// MakeHTTPMapper is the mapper of http:MakeRequest v4.
+type MakeHTTPMapper struct {
+	URL                      string       `json:"url"`
+	Method                   string       `json:"method"`
+	Headers                  []MakeHeader `json:"headers"`
+	QueryParameters          []MakeHeader `json:"queryParameters"`
+	ContentType              string       `json:"contentType,omitempty"`
+	InputMethod              string       `json:"inputMethod,omitempty"`
+	JSONStringBodyContent    string       `json:"jsonStringBodyContent,omitempty"`
+	ParseResponse            bool         `json:"parseResponse"`
+	StopOnHTTPError          bool         `json:"stopOnHttpError"`
+	AllowRedirects           bool         `json:"allowRedirects"`
+	ShareCookies             bool         `json:"shareCookies"`
+	RequestCompressedContent bool         `json:"requestCompressedContent"`
+	Timeout                  int          `json:"timeout,omitempty"`
+}
+
+// MakeHeader is a header or query parameter of http:MakeRequest.
+type MakeHeader struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// makeFlow allocates module ids in the order modules are created.
+type makeFlow struct {
+	next int
+	s    Settings
+}
+
+func (f *makeFlow) module(name, module string, x, y int) MakeModule {
+	f.next++
+	return MakeModule{ID: f.next, Module: module, Version: MakeModuleVersions[module], Metadata: MakeModMeta{Designer: MakeDesigner{X: x, Y: y, Name: name}}}
+}
+
+func ref(id int, field string) string { return fmt.Sprintf("{{%d.%s}}", id, field) }
+
+func equal(name string, a, b string) *MakeFilter {
+	return &MakeFilter{Name: name, Conditions: [][]MakeCondition{{{A: a, O: "text:equal", B: b}}}}
+}
+
+// http builds an http:MakeRequest. stopOnHTTPError: the companion calls stop the run on a non-2xx
+// answer (nothing is written without a claim); the write keeps every status as data.
+func (f *makeFlow) http(name, method, url, body string, stopOnHTTPError bool, x, y int) MakeModule {
+	m := f.module(name, "http:MakeRequest", x, y)
+	m.Parameters = map[string]string{"authenticationType": "noAuth"}
+	mp := MakeHTTPMapper{
+		URL: url, Method: method,
+		Headers:         []MakeHeader{{Name: "Authorization", Value: "Bearer " + f.s.Token}},
+		QueryParameters: []MakeHeader{},
+		ParseResponse:   true, StopOnHTTPError: stopOnHTTPError, AllowRedirects: false,
+	}
+	if body != "" {
+		mp.ContentType, mp.InputMethod, mp.JSONStringBodyContent = "json", "jsonString", body
+	}
+	m.Mapper = mp
+	return m
+}
+
+func (f *makeFlow) companion(name, path, body string, x, y int) MakeModule {
+	return f.http(name, "post", f.s.ServiceURL+path, body, true, x, y)
+}
+
+func (f *makeFlow) router(name string, x, y int, routes ...[]MakeModule) MakeModule {
+	m := f.module(name, "builtin:BasicRouter", x, y)
+	m.Mapper = json.RawMessage("null")
+	for _, r := range routes {
+		m.Routes = append(m.Routes, MakeRoute{Flow: r})
+	}
+	return m
+}
+
+// transportExpr classifies a Make error message with the shared TransportErrors table: nested
+// if(contains(…)) giving the class, or the after-write outcome when outcome is true.
+func transportExpr(id int, outcome bool) string {
+	expr := `"other"`
+	if outcome {
+		expr = `"unknown"`
+	}
+	for i := len(TransportErrors) - 1; i >= 0; i-- {
+		e := TransportErrors[i]
+		v := `"` + e.Class + `"`
+		if outcome {
+			v = `"unknown"`
+			if !e.Dispatched {
+				v = `"failed"`
+			}
+		}
+		expr = fmt.Sprintf(`if(contains(%d.error.message; "%s"); %s; %s)`, id, e.Code, v, expr)
+	}
+	return "{{" + expr + "}}"
+}
+
+// writeModule is the slot: the user's write, with the claim's idempotency key.
+func (f *makeFlow) writeModule(claimID int, filter *MakeFilter, body string, x, y int) MakeModule {
+	m := f.http("YOUR WRITE: create the record", "post", f.s.WriteURL, body, false, x, y)
+	mp := m.Mapper.(MakeHTTPMapper)
+	mp.Headers = []MakeHeader{{Name: "Idempotency-Key", Value: ref(claimID, "data.idempotency_key")}}
+	mp.Timeout = (f.s.WriteTimeoutMillis + 999) / 1000
+	m.Mapper = mp
+	m.Filter = filter
+	return m
+}
+
+// writeBody is the example write's body: the payload plus the business reference, the same bytes
+// on every attempt so a receiver that dedupes by key sees an identical repeat.
+func writeBody(ex Example) string {
+	return strings.TrimSuffix(ex.PayloadMake, "}") + `, "reference": "` + ex.RefMake + `"}`
+}
+
+func withBody(m MakeModule, body string) MakeModule {
+	mp := m.Mapper.(MakeHTTPMapper)
+	mp.ContentType, mp.InputMethod, mp.JSONStringBodyContent = "json", "jsonString", body
+	m.Mapper = mp
+	return m
+}
+
+// evidence bodies for /v1/after-write, from the write module w and the claim module c.
+func statusEvidence(c, w int, succeeded bool) string {
+	if succeeded {
+		return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s"}`,
+			ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), ref(w, "data.id"), ref(w, "headers.`x-request-id`"))
+	}
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), w, ref(w, "statusCode"))
+}
+
+func transportEvidence(c, w int) string {
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "%s", "error": {"class": "%s", "code": "%s", "message": "Make %s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), transportExpr(w, true), transportExpr(w, false), ref(w, "error.type"), ref(w, "error.type"))
+}
+
+// writeTail renders write → status router → after-write, with the transport error handler.
+// extra(kind) adds modules after each after-write (the trigger guard's report).
+func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y int, extra func(kind string, w int, x, y int) []MakeModule) []MakeModule {
+	w := f.writeModule(claimID, filter, body, x, y)
+	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
+	onerr = append(onerr, extra("transport", w.ID, x+600, y+300)...)
+	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
+	onerr = append(onerr, ign)
+	w.OnError = onerr
+	ok := f.companion("After-write: succeeded", PathAfterWrite, "", x+600, y-150)
+	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
+	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
+	okRoute := append([]MakeModule{ok}, extra("succeeded", w.ID, x+900, y-150)...)
+	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
+	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
+	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
+	badRoute := append([]MakeModule{bad}, extra("failed", w.ID, x+900, y+150)...)
+	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
+	return []MakeModule{w, r}
+}
+
+func scenario() MakeMetadata {
+	return MakeMetadata{
+		Instant: true, Version: 1,
+		Scenario: MakeScenario{Roundtrips: 1, MaxErrors: 3, AutoCommit: true, AutoCommitTriggerLast: true, Sequential: true, DLQ: true},
+		Designer: MakeOrphans{Orphans: []MakeModule{}},
+	}
+}
+
+func makeBeforeWriteBody(t Template, batchIndex bool) string {
+	ex := t.Example
+	return fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s", "execution_id": "{{var.scenario.executionId}}"}`,
+		ex.KeyMake, ex.PayloadMake, t.Destination, t.Dedupe, ex.RefMake)
+}
+
+// RenderMake renders one template as a Make blueprint.
+func RenderMake(t Template, s Settings) MakeBlueprint {
+	f := &makeFlow{s: s}
+	var flow []MakeModule
+	switch {
+	case t.Shape == Batch:
+		flow = f.batch(t)
+	default:
+		flow = f.single(t)
+	}
+	return MakeBlueprint{Name: t.Title, Description: t.Description, Flow: flow, Metadata: scenario()}
+}
+
+func (f *makeFlow) respond(name, status, body string, x, y int) MakeModule {
+	m := f.module(name, "gateway:WebhookRespond", x, y)
+	m.Parameters = map[string]string{}
+	m.Mapper = map[string]any{"status": status, "body": body, "headers": []map[string]string{{"key": "content-type", "value": "application/json"}}}
+	return m
+}
+
+func (f *makeFlow) single(t Template) []MakeModule {
+	hook := f.module("Trigger", "gateway:CustomWebHook", 0, 0)
+	hook.Parameters = map[string]string{}
+	hook.Mapper = map[string]string{}
+	flow := []MakeModule{hook}
+	ex := t.Example
+	x := 300
+	trig := 0
+	if t.TriggerGuard {
+		tm := f.companion("Claim trigger event", PathBeforeWrite, fmt.Sprintf(`{"key": "%s:trigger", "payload": %s, "destination": "n8n-triggers", "dedupe": "key", "reference": "%s", "execution_id": "{{var.scenario.executionId}}"}`,
+			ex.KeyMake, ex.PayloadMake, ex.RefMake), x, 0)
+		// Make has no n8n execution id; the destination name is shared with the n8n templates.
+		tm = withBody(tm, strings.Replace(tm.Mapper.(MakeHTTPMapper).JSONStringBodyContent, "n8n-triggers", "make-triggers", 1))
+		trig = tm.ID
+		flow = append(flow, tm)
+		x += 300
+	}
+	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
+	c := bw.ID
+	report := func(kind string, w int, x, y int) []MakeModule {
+		if trig == 0 {
+			return nil
+		}
+		var body string
+		switch kind {
+		case "succeeded":
+			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "external_id": "%s"}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(w, "data.id"))
+		case "failed":
+			body = statusEvidence(trig, w, false)
+		case "transport":
+			body = transportEvidence(trig, w)
+		case "stored":
+			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "external_id": "%s"}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.external_id"))
+		case "nothing":
+			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "%s/%s", "message": "this run sent nothing"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.decision"), ref(c, "data.reason"))
+		}
+		return []MakeModule{withBody(f.companion("Record trigger outcome ("+kind+")", PathAfterWrite, "", x, y), body)}
+	}
+	proceed := f.writeTail(c, equal("proceed", ref(c, "data.decision"), "proceed"), writeBody(ex), x+900, -300, report)
+	storedFirst := report("stored", 0, x+900, 150)
+	var stored []MakeModule
+	if len(storedFirst) > 0 {
+		storedFirst[0].Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
+			{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:equal", B: "succeeded"},
+		}}}
+		stored = append(storedFirst, f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+1200, 150))
+	} else {
+		r := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
+		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
+		stored = []MakeModule{r}
+	}
+	routes := [][]MakeModule{proceed, stored}
+	if trig != 0 {
+		nothing := report("nothing", 0, x+900, 450)
+		nothing[0].Filter = &MakeFilter{Name: "nothing sent", Conditions: [][]MakeCondition{
+			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
+			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
+		}}
+		nothing = append(nothing, f.respond("Answer: needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
+		routes = append(routes, nothing)
+	} else {
+		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
+		cf.Filter = equal("conflict", ref(c, "data.decision"), "conflict")
+		routes = append(routes, []MakeModule{cf})
+	}
+	if t.Dedupe == DedupeLookup {
+		routes = append(routes, f.reconcileRoute(t, c, x+900, 750))
+	}
+	decision := f.router("Decision", x+600, 0, routes...)
+	if trig == 0 {
+		return append(flow, bw, decision)
+	}
+	bw.Filter = equal("first delivery", ref(trig, "data.decision"), "proceed")
+	dup := f.respond("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; 200)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
+	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{{{A: ref(trig, "data.decision"), O: "text:notequal", B: "proceed"}}}}
+	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
+	return append(flow, guard)
+}
+
+// reconcileRoute: look the reference up, report the finding, ask before-write again and write
+// once more only if it now says proceed (the lookup proved the record absent).
+func (f *makeFlow) reconcileRoute(t Template, c int, x, y int) []MakeModule {
+	lk := f.http("YOUR LOOKUP: find by reference", "get", f.s.LookupURL, "", false, x, y)
+	mp := lk.Mapper.(MakeHTTPMapper)
+	mp.Headers = []MakeHeader{}
+	mp.QueryParameters = []MakeHeader{{Name: "reference", Value: ref(c, "data.reference")}}
+	mp.Timeout = (f.s.WriteTimeoutMillis + 999) / 1000
+	lk.Mapper = mp
+	lk.Filter = equal("reconcile", ref(c, "data.decision"), "reconcile")
+	failed := withBody(f.companion("Reconcile: lookup failed", PathReconcile, "", x+300, y+300),
+		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s failed: Make %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "error.type")))
+	lk.OnError = []MakeModule{failed, f.module("End the item here", "builtin:Ignore", x+600, y+300)}
+	found := withBody(f.companion("Reconcile: found", PathReconcile, "", x+600, y-150),
+		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; \"id\"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; \"id\"); \", \")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
+	found.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
+	absent := withBody(f.companion("Reconcile: absent", PathReconcile, "", x+600, y+150),
+		fmt.Sprintf(`{"key": "%s", "finding": "absent", "evidence": "lookup by reference %s found no record (HTTP 200, empty list)"}`, ref(c, "data.key"), ref(c, "data.reference")))
+	absent.Filter = &MakeFilter{Name: "absent", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:equal", B: "0"}}}}
+	again := f.companion("Before-write again", PathBeforeWrite, makeBeforeWriteBody(t, false), x+900, y+150)
+	replay := f.writeTail(again.ID, equal("proceed", ref(again.ID, "data.decision"), "proceed"), writeBody(t.Example), x+1200, y+150, func(string, int, int, int) []MakeModule { return nil })
+	lfail := withBody(f.companion("Reconcile: lookup failed", PathReconcile, "", x+600, y+450),
+		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s answered HTTP %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "statusCode")))
+	lfail.Filter = &MakeFilter{Name: "lookup did not work", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:notequal", B: "200"}}}}
+	r := f.router("Finding", x+300, y, []MakeModule{found}, append([]MakeModule{absent, again}, replay...), []MakeModule{lfail})
+	return []MakeModule{lk, r}
+}
+
+func (f *makeFlow) batch(t Template) []MakeModule {
+	hook := f.module("Trigger: items to write", "gateway:CustomWebHook", 0, 0)
+	hook.Parameters = map[string]string{}
+	hook.Mapper = map[string]string{}
+	items := f.module("YOUR ITEMS: one bundle per write", "builtin:BasicFeeder", 300, 0)
+	items.Parameters = map[string]string{}
+	items.Mapper = map[string]string{"array": "{{1.items}}"}
+	ex := t.Example
+	one := func(s string) string { return strings.ReplaceAll(s, "{{1.", fmt.Sprintf("{{%d.", items.ID)) }
+	compose := f.module("One batch item", "util:ComposeTransformer", 600, 0)
+	compose.Parameters = map[string]string{}
+	compose.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s"}`, one(ex.KeyMake), one(ex.PayloadMake), t.Destination, t.Dedupe, one(ex.RefMake))}
+	agg := f.module("All items", "builtin:BasicAggregator", 900, 0)
+	agg.Parameters = map[string]int{"feeder": items.ID}
+	agg.Mapper = map[string]string{"value": ref(compose.ID, "value")}
+	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
+	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
+	each.Parameters = map[string]string{}
+	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
+	// The write: only proceeding items pass its filter; skip and conflict items end here (their
+	// stored result is in the decision bundle for anything that follows).
+	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), one(writeBody(ex)), 1800, 0)
+	mp := w.Mapper.(MakeHTTPMapper)
+	mp.Headers = []MakeHeader{{Name: "Idempotency-Key", Value: ref(each.ID, "idempotency_key")}}
+	w.Mapper = mp
+	tev := strings.NewReplacer(ref(each.ID, "data.key"), ref(each.ID, "key"), ref(each.ID, "data.claim"), ref(each.ID, "claim")).Replace(transportEvidence(each.ID, w.ID))
+	w.OnError = []MakeModule{
+		withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", 2100, 300), tev),
+		f.module("End the item here", "builtin:Ignore", 2400, 300),
+	}
+	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
+	ev.Parameters = map[string]string{}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; \"succeeded\"; \"failed\")}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
+		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
+	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
+	all.Parameters = map[string]int{"feeder": each.ID}
+	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
+	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
+	return []MakeModule{hook, items, compose, agg, claim, each, w, ev, all, report}
+}

@@ -1,0 +1,724 @@
+package blueprints
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// The n8n node types and versions the templates use, as n8n 2.41 registers them.
+const (
+	n8nWebhook      = "n8n-nodes-base.webhook"
+	n8nSet          = "n8n-nodes-base.set"
+	n8nHTTPRequest  = "n8n-nodes-base.httpRequest"
+	n8nSwitch       = "n8n-nodes-base.switch"
+	n8nCode         = "n8n-nodes-base.code"
+	n8nStopAndError = "n8n-nodes-base.stopAndError"
+	n8nSplitOut     = "n8n-nodes-base.splitOut"
+	n8nMerge        = "n8n-nodes-base.merge"
+	n8nErrorTrigger = "n8n-nodes-base.errorTrigger"
+	n8nStickyNote   = "n8n-nodes-base.stickyNote"
+)
+
+// N8nNodeVersions are the typeVersions the templates are written against; a test checks every
+// rendered node uses one of these.
+var N8nNodeVersions = map[string]float64{
+	n8nWebhook:      2,
+	n8nSet:          3.4,
+	n8nHTTPRequest:  4.2,
+	n8nSwitch:       3.2,
+	n8nCode:         2,
+	n8nStopAndError: 1,
+	n8nSplitOut:     1,
+	n8nMerge:        3.2,
+	n8nErrorTrigger: 1,
+	n8nStickyNote:   1,
+}
+
+// N8nWorkflow is an n8n workflow as `n8n import:workflow` and the editor's import read it.
+type N8nWorkflow struct {
+	Name        string                    `json:"name"`
+	Nodes       []N8nNode                 `json:"nodes"`
+	Connections map[string]N8nConnections `json:"connections"`
+	Active      bool                      `json:"active"`
+	Settings    N8nSettings               `json:"settings"`
+	Meta        N8nMeta                   `json:"meta"`
+}
+
+// N8nMeta carries what the template is, for people reading an exported copy.
+type N8nMeta struct {
+	TemplateCredsSetupCompleted bool   `json:"templateCredsSetupCompleted"`
+	Companion                   string `json:"companionTemplate"`
+}
+
+// N8nSettings are the workflow settings the templates set.
+type N8nSettings struct {
+	ExecutionOrder string `json:"executionOrder"`
+	// ErrorWorkflow is the id of the workflow run when an execution fails.
+	ErrorWorkflow string `json:"errorWorkflow,omitempty"`
+	// SaveDataErrorExecution keeps failed executions so the error workflow and people can look.
+	SaveDataErrorExecution string `json:"saveDataErrorExecution"`
+}
+
+// N8nNode is one node. Parameters is one of the typed parameter structs below.
+type N8nNode struct {
+	Parameters       any                         `json:"parameters"`
+	ID               string                      `json:"id"`
+	Name             string                      `json:"name"`
+	Type             string                      `json:"type"`
+	TypeVersion      float64                     `json:"typeVersion"`
+	Position         [2]int                      `json:"position"`
+	WebhookID        string                      `json:"webhookId,omitempty"`
+	Credentials      map[string]N8nCredentialRef `json:"credentials,omitempty"`
+	OnError          string                      `json:"onError,omitempty"`
+	RetryOnFail      bool                        `json:"retryOnFail,omitempty"`
+	MaxTries         int                         `json:"maxTries,omitempty"`
+	WaitBetweenTries int                         `json:"waitBetweenTries,omitempty"`
+	Notes            string                      `json:"notes,omitempty"`
+	NotesInFlow      bool                        `json:"notesInFlow,omitempty"`
+}
+
+// N8nCredentialRef points a node at a stored credential.
+type N8nCredentialRef struct {
+	ID   string `json:"id,omitempty"`
+	Name string `json:"name"`
+}
+
+// N8nConnections are the outgoing connections of one node, per output index.
+type N8nConnections struct {
+	Main [][]N8nConnection `json:"main"`
+}
+
+// N8nConnection is one edge to the input of another node.
+type N8nConnection struct {
+	Node  string `json:"node"`
+	Type  string `json:"type"`
+	Index int    `json:"index"`
+}
+
+// WebhookParams configure the Webhook trigger (typeVersion 2).
+type WebhookParams struct {
+	HTTPMethod   string   `json:"httpMethod"`
+	Path         string   `json:"path"`
+	ResponseMode string   `json:"responseMode"`
+	Options      struct{} `json:"options"`
+}
+
+// SetParams configure an Edit Fields (Set) node in manual mode (typeVersion 3.4).
+type SetParams struct {
+	Mode        string         `json:"mode"`
+	Assignments SetAssignments `json:"assignments"`
+	Options     struct{}       `json:"options"`
+}
+
+// SetAssignments wraps the assigned fields, as n8n stores them.
+type SetAssignments struct {
+	Assignments []SetAssignment `json:"assignments"`
+}
+
+// SetAssignment is one field of a Set node.
+type SetAssignment struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	Type  string `json:"type"`
+}
+
+// HTTPParams configure an HTTP Request node (typeVersion 4.2).
+type HTTPParams struct {
+	Method           string         `json:"method,omitempty"`
+	URL              string         `json:"url"`
+	Authentication   string         `json:"authentication,omitempty"`
+	GenericAuthType  string         `json:"genericAuthType,omitempty"`
+	SendQuery        bool           `json:"sendQuery,omitempty"`
+	QueryParameters  *NameValueList `json:"queryParameters,omitempty"`
+	SendHeaders      bool           `json:"sendHeaders,omitempty"`
+	HeaderParameters *NameValueList `json:"headerParameters,omitempty"`
+	SendBody         bool           `json:"sendBody,omitempty"`
+	SpecifyBody      string         `json:"specifyBody,omitempty"`
+	JSONBody         string         `json:"jsonBody,omitempty"`
+	Options          HTTPOptions    `json:"options"`
+}
+
+// NameValueList is the fixedCollection n8n uses for headers and query parameters.
+type NameValueList struct {
+	Parameters []NameValue `json:"parameters"`
+}
+
+// NameValue is one header or query parameter.
+type NameValue struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// HTTPOptions are the HTTP Request options the templates set.
+type HTTPOptions struct {
+	Batching *HTTPBatching `json:"batching,omitempty"`
+	Response *HTTPResponse `json:"response,omitempty"`
+	Timeout  int           `json:"timeout,omitempty"`
+}
+
+// HTTPBatching makes a node send its items one by one instead of all at once.
+type HTTPBatching struct {
+	Batch struct {
+		BatchSize     int `json:"batchSize"`
+		BatchInterval int `json:"batchInterval"`
+	} `json:"batch"`
+}
+
+// HTTPResponse asks for the status and headers with the body, and for every status on the main
+// output: the evidence is classified by the template, not by the node.
+type HTTPResponse struct {
+	Response struct {
+		FullResponse bool `json:"fullResponse"`
+		NeverError   bool `json:"neverError"`
+	} `json:"response"`
+}
+
+// SwitchParams configure a Switch node in rules mode (typeVersion 3.2).
+type SwitchParams struct {
+	Rules   SwitchRules   `json:"rules"`
+	Options SwitchOptions `json:"options"`
+}
+
+// SwitchRules lists the rules, one output each, in order.
+type SwitchRules struct {
+	Values []SwitchRule `json:"values"`
+}
+
+// SwitchRule sends items whose conditions hold to a named output.
+type SwitchRule struct {
+	Conditions   FilterValue `json:"conditions"`
+	RenameOutput bool        `json:"renameOutput"`
+	OutputKey    string      `json:"outputKey"`
+}
+
+// FilterValue is n8n's filter parameter (conditions version 2).
+type FilterValue struct {
+	Options    FilterOptions     `json:"options"`
+	Conditions []FilterCondition `json:"conditions"`
+	Combinator string            `json:"combinator"`
+}
+
+// FilterOptions of a filter.
+type FilterOptions struct {
+	CaseSensitive  bool   `json:"caseSensitive"`
+	LeftValue      string `json:"leftValue"`
+	TypeValidation string `json:"typeValidation"`
+	Version        int    `json:"version"`
+}
+
+// FilterCondition compares one value.
+type FilterCondition struct {
+	ID         string         `json:"id"`
+	LeftValue  string         `json:"leftValue"`
+	RightValue string         `json:"rightValue"`
+	Operator   FilterOperator `json:"operator"`
+}
+
+// FilterOperator names the comparison.
+type FilterOperator struct {
+	Type      string `json:"type"`
+	Operation string `json:"operation"`
+}
+
+// SwitchOptions: the fallback output catches any answer the rules do not name.
+type SwitchOptions struct {
+	FallbackOutput       string `json:"fallbackOutput,omitempty"`
+	RenameFallbackOutput string `json:"renameFallbackOutput,omitempty"`
+}
+
+// CodeParams configure a Code node (typeVersion 2, JavaScript).
+type CodeParams struct {
+	Mode   string `json:"mode,omitempty"`
+	JSCode string `json:"jsCode"`
+}
+
+// StopAndErrorParams fail the execution with a message.
+type StopAndErrorParams struct {
+	ErrorMessage string `json:"errorMessage"`
+}
+
+// SplitOutParams turn an array field into one item per element.
+type SplitOutParams struct {
+	FieldToSplitOut string   `json:"fieldToSplitOut"`
+	Options         struct{} `json:"options"`
+}
+
+// MergeParams append the items of both inputs (typeVersion 3.2, mode append is the default).
+type MergeParams struct{}
+
+// EmptyParams are the parameters of nodes that take none.
+type EmptyParams struct{}
+
+// StickyNoteParams are the canvas notes that mark the slots.
+type StickyNoteParams struct {
+	Content string `json:"content"`
+	Height  int    `json:"height"`
+	Width   int    `json:"width"`
+	Color   int    `json:"color"`
+}
+
+// n8nGraph builds one workflow; ids are derived from the template slug and node name so the output
+// is byte-stable.
+type n8nGraph struct {
+	slug  string
+	nodes []N8nNode
+	conns map[string]N8nConnections
+}
+
+func newN8nGraph(slug string) *n8nGraph {
+	return &n8nGraph{slug: slug, conns: map[string]N8nConnections{}}
+}
+
+// stableID derives a UUID-shaped id from the parts, so re-rendering never changes a file.
+func stableID(parts ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
+	h := hex.EncodeToString(sum[:16])
+	return h[0:8] + "-" + h[8:12] + "-4" + h[13:16] + "-8" + h[17:20] + "-" + h[20:32]
+}
+
+func (g *n8nGraph) add(n N8nNode) N8nNode {
+	n.ID = stableID(g.slug, n.Name)
+	if v, ok := N8nNodeVersions[n.Type]; ok && n.TypeVersion == 0 {
+		n.TypeVersion = v
+	}
+	g.nodes = append(g.nodes, n)
+	return n
+}
+
+// connect links output `out` of `from` to the first input of `to`.
+func (g *n8nGraph) connect(from string, out int, to string) { g.connectInput(from, out, to, 0) }
+
+// connectInput links output `out` of `from` to input `in` of `to`.
+func (g *n8nGraph) connectInput(from string, out int, to string, in int) {
+	c := g.conns[from]
+	for len(c.Main) <= out {
+		c.Main = append(c.Main, []N8nConnection{})
+	}
+	c.Main[out] = append(c.Main[out], N8nConnection{Node: to, Type: "main", Index: in})
+	g.conns[from] = c
+}
+
+func (g *n8nGraph) workflow(t Template, s Settings) N8nWorkflow {
+	wf := N8nWorkflow{
+		Name:        t.Title,
+		Nodes:       g.nodes,
+		Connections: g.conns,
+		Settings:    N8nSettings{ExecutionOrder: "v1", SaveDataErrorExecution: "all"},
+		Meta:        N8nMeta{Companion: t.Slug},
+	}
+	if !t.ErrorWorkflow {
+		wf.Settings.ErrorWorkflow = s.ErrorWorkflowID
+	}
+	return wf
+}
+
+// companionHTTP is an HTTP Request node calling companion with the Bearer credential.
+func companionHTTP(s Settings, name, method, urlExpr, bodyExpr string, pos [2]int) N8nNode {
+	p := HTTPParams{
+		Method:          method,
+		URL:             urlExpr,
+		Authentication:  "genericCredentialType",
+		GenericAuthType: "httpBearerAuth",
+	}
+	if bodyExpr != "" {
+		p.SendBody, p.SpecifyBody, p.JSONBody = true, "json", bodyExpr
+	}
+	return N8nNode{
+		Name: name, Type: n8nHTTPRequest, Position: pos, Parameters: p,
+		Credentials: map[string]N8nCredentialRef{"httpBearerAuth": {ID: s.CredentialID, Name: s.CredentialName}},
+	}
+}
+
+// reportHTTP is a companion call that only records knowledge (after-write, reconcile): an
+// identical repeat answers "unchanged", and a 503 means "not recorded, retry", so n8n's Retry On
+// Fail is safe here — unlike on the write.
+func reportHTTP(s Settings, name, path, bodyExpr string, pos [2]int) N8nNode {
+	n := companionHTTP(s, name, "POST", "={{ $('Settings').item.json.companion_url }}"+path, bodyExpr, pos)
+	n.RetryOnFail, n.MaxTries, n.WaitBetweenTries = true, 5, 2000
+	n.Notes = "Records the outcome in the ledger. Retry On Fail is on here on purpose: repeating a report is safe (unchanged). Never turn it on for the write."
+	return n
+}
+
+func fullResponse() *HTTPResponse {
+	r := &HTTPResponse{}
+	r.Response.FullResponse, r.Response.NeverError = true, true
+	return r
+}
+
+// decisionSwitch branches on before-write's decision; any other word goes to the fallback output.
+func decisionSwitch(slug, name string, words []string, pos [2]int) N8nNode {
+	n := switchOn(slug, name, "decision", words, pos)
+	p := n.Parameters.(SwitchParams)
+	p.Options = SwitchOptions{FallbackOutput: "extra", RenameFallbackOutput: "other"}
+	n.Parameters = p
+	return n
+}
+
+// switchOn sends items to the output named after the value of $json[field].
+func switchOn(slug, name, field string, words []string, pos [2]int) N8nNode {
+	var p SwitchParams
+	for _, w := range words {
+		p.Rules.Values = append(p.Rules.Values, SwitchRule{
+			Conditions: FilterValue{
+				Options:    FilterOptions{CaseSensitive: true, TypeValidation: "strict", Version: 2},
+				Conditions: []FilterCondition{{ID: stableID(slug, name, w), LeftValue: "={{ $json." + field + " }}", RightValue: w, Operator: FilterOperator{Type: "string", Operation: "equals"}}},
+				Combinator: "and",
+			},
+			RenameOutput: true, OutputKey: w,
+		})
+	}
+	return N8nNode{Name: name, Type: n8nSwitch, Position: pos, Parameters: p}
+}
+
+func codeNode(name, mode, js string, pos [2]int) N8nNode {
+	return N8nNode{Name: name, Type: n8nCode, Position: pos, Parameters: CodeParams{Mode: mode, JSCode: js}}
+}
+
+func sticky(name, content string, pos [2]int, w, h, color int) N8nNode {
+	return N8nNode{Name: name, Type: n8nStickyNote, Position: pos, Parameters: StickyNoteParams{Content: content, Width: w, Height: h, Color: color}}
+}
+
+// eventExpr rewrites an example expression written against `$e.` for where the event sits.
+func eventExpr(js, at string) string { return strings.ReplaceAll(js, "$json.body", at) }
+
+// settingsNode is the one node a builder edits to point the template at their service and data.
+func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
+	ex := t.Example
+	field := func(name, typ, value string) SetAssignment {
+		return SetAssignment{ID: stableID(t.Slug, "Settings", name), Name: name, Value: value, Type: typ}
+	}
+	as := []SetAssignment{
+		field("companion_url", "string", s.ServiceURL),
+		field("destination", "string", t.Destination),
+		field("dedupe", "string", string(t.Dedupe)),
+		field("write_url", "string", s.WriteURL),
+	}
+	if t.Dedupe == DedupeLookup {
+		as = append(as, field("lookup_url", "string", s.LookupURL))
+	}
+	as = append(as,
+		field("key", "string", "={{ "+eventExpr(ex.KeyJS, at)+" }}"),
+		field("reference", "string", "={{ "+eventExpr(ex.ReferenceJS, at)+" }}"),
+		field("payload", "object", "={{ "+eventExpr(ex.PayloadJS, at)+" }}"),
+		field("batch_id", "string", "={{ "+BatchIDExpr+" }}"),
+	)
+	if t.TriggerGuard {
+		as = append(as,
+			field("trigger_key", "string", "={{ "+eventExpr(ex.KeyJS, at)+" + ':trigger' }}"),
+			field("trigger_destination", "string", "n8n-triggers"),
+		)
+	}
+	return N8nNode{
+		Name: "Settings", Type: n8nSet, Position: pos,
+		Parameters: SetParams{Mode: "manual", Assignments: SetAssignments{Assignments: as}},
+		Notes:      "FILL IN: companion_url, destination (as named in companion's config), dedupe, write_url; map key / reference / payload from your trigger. The key names one business effect and must be the same on every re-run.",
+	}
+}
+
+// transportClassesJS renders TransportErrors as a JS object literal, sorted for stability.
+func transportClassesJS() string {
+	var parts []string
+	for _, e := range TransportErrors {
+		parts = append(parts, fmt.Sprintf("%s: '%s'", e.Code, e.Class))
+	}
+	sort.Strings(parts)
+	return "{ " + strings.Join(parts, ", ") + " }"
+}
+
+func preDispatchClassesJS() string {
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range TransportErrors {
+		if !e.Dispatched && !seen[e.Class] {
+			seen[e.Class] = true
+			out = append(out, "'"+e.Class+"'")
+		}
+	}
+	sort.Strings(out)
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// evidenceJS turns what the write returned into an after-write body (API.md). claimNode names the
+// node whose item carries the claim (key, claim).
+func evidenceJS(claimNode string) string {
+	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write.
+// An HTTP answer arrives as {statusCode, headers, body} (Never Error is on);
+// a transport failure arrives on the error output as the input item plus error.code.
+const claim = $('CLAIM_NODE').item.json;
+const report = { key: claim.key, claim: claim.claim };
+const clip = (s) => String(s ?? '').slice(0, 300);
+if (typeof $json.statusCode === 'number') {
+  const status = $json.statusCode;
+  const headers = $json.headers || {};
+  const body = $json.body;
+  report.http_status = status;
+  if (headers['x-request-id']) report.receiver_request_id = String(headers['x-request-id']);
+  if (status >= 200 && status < 300) {
+    report.outcome = 'succeeded';
+    // YOUR DESTINATION: where it puts the id of what it created.
+    report.external_id = body && body.id != null ? String(body.id) : null;
+    if (body && typeof body === 'object' && !Array.isArray(body)) report.result = body;
+  } else if (status < 400) {
+    report.outcome = 'unknown';
+  } else {
+    report.outcome = 'failed';
+    report.error = { class: 'http', code: String(status), message: clip(typeof body === 'string' ? body : JSON.stringify(body)) };
+    const ra = headers['retry-after'];
+    if (ra !== undefined) {
+      const secs = /^\d+$/.test(String(ra)) ? Number(ra) : Math.ceil((Date.parse(ra) - Date.now()) / 1000);
+      if (Number.isFinite(secs) && secs > 0) report.retry_after = secs;
+    }
+  }
+} else {
+  const err = $json.error || {};
+  const code = String(err.code || (err.cause && err.cause.code) || '');
+  const classes = TRANSPORT;
+  const cls = classes[code] || 'other';
+  // Refused and DNS failures happen before anything is sent; everything else may have been committed.
+  report.outcome = PRE_DISPATCH.includes(cls) ? 'failed' : 'unknown';
+  report.error = { class: cls, code, message: clip(err.message) };
+}
+return { json: report };`)
+}
+
+// Node names shared by the renderers and the e2e runner.
+const (
+	NodeWrite       = "YOUR WRITE: create the record"
+	NodeLookup      = "YOUR LOOKUP: find by reference"
+	NodeBeforeWrite = "Before-write"
+)
+
+// guardedWriteTail adds write → evidence → after-write → outcome, fed by `from` output `out`.
+// It returns the name of the node that ends the proceed path.
+func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x, y int) (writeName, lastName string) {
+	h := HTTPParams{
+		Method:      "POST",
+		URL:         "={{ $('Settings').item.json.write_url }}",
+		SendHeaders: true,
+		HeaderParameters: &NameValueList{Parameters: []NameValue{
+			{Name: "Idempotency-Key", Value: "={{ $json.idempotency_key }}"},
+		}},
+		SendBody: true, SpecifyBody: "json",
+		JSONBody: "={{ JSON.stringify(Object.assign({}, $('Settings').item.json.payload, { reference: $('Settings').item.json.reference })) }}",
+		Options:  HTTPOptions{Response: fullResponse(), Timeout: s.WriteTimeoutMillis},
+	}
+	if batch {
+		h.URL = "={{ $json.write_url }}"
+		h.JSONBody = "={{ JSON.stringify(Object.assign({}, $json.payload, { reference: $json.reference })) }}"
+		h.Options.Batching = &HTTPBatching{}
+		h.Options.Batching.Batch.BatchSize = 1
+	}
+	g.add(N8nNode{
+		Name: NodeWrite, Type: n8nHTTPRequest, Position: [2]int{x, y}, Parameters: h,
+		OnError: "continueErrorOutput",
+		Notes:   "THE SLOT: replace with your own write, keeping the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status, On Error = Continue (using error output), and Retry On Fail OFF.",
+	})
+	evidence := "Evidence"
+	if batch {
+		// One Merge so that HTTP answers and transport failures reach one batch after-write.
+		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 220, y}, Parameters: MergeParams{}})
+		g.connectInput(NodeWrite, 0, "Both outcomes", 0)
+		g.connectInput(NodeWrite, 1, "Both outcomes", 1)
+		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
+		g.connect("Both outcomes", 0, evidence)
+		return NodeWrite, evidence
+	}
+	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 220, y}))
+	g.connect(NodeWrite, 0, evidence)
+	g.connect(NodeWrite, 1, evidence)
+	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 440, y}))
+	g.connect(evidence, 0, "After-write")
+	g.add(codeNode("Write outcome", "runOnceForEachItem", `// The write's outcome as the ledger recorded it, with the evidence sent.
+const evidence = $('Evidence').item.json;
+return { json: {
+  key: $json.key,
+  decision: 'proceed',
+  state: $json.state,
+  reason: $json.reason,
+  external_id: evidence.external_id ?? null,
+  result: evidence.result ?? null,
+  evidence,
+} };`, [2]int{x + 660, y}))
+	g.connect("After-write", 0, "Write outcome")
+	return NodeWrite, "Write outcome"
+}
+
+const storedResultJS = `// skip: nothing is written. With reason "succeeded" the stored external_id and result
+// go downstream as if the write had just happened; other reasons end the item here.
+return { json: {
+  key: $json.key,
+  decision: $json.decision,
+  reason: $json.reason,
+  state: $json.state,
+  external_id: $json.external_id ?? null,
+  result: $json.result ?? null,
+  retry_after: $json.retry_after ?? null,
+} };`
+
+const surfaceJS = `// conflict (or an answer this template does not handle): nothing is written.
+// The run stops with an error after recording, so a person sees it.
+return { json: {
+  key: $json.key,
+  decision: $json.decision,
+  reason: $json.reason,
+  state: $json.state,
+  surface: true,
+  message: 'companion answered ' + $json.decision + '/' + $json.reason + ' for ' + $json.key + ': ' + ($json.message || ''),
+} };`
+
+// runOutcomeJS reports the trigger claim from the write's outcome: succeeded when the write is
+// known to exist; the write's own evidence when this run wrote (so a re-sent trigger is allowed
+// exactly when the write may be retried); "validation" (nothing sent by this run) otherwise.
+const runOutcomeJS = `// The trigger event's claim is reported like the write it guarded:
+// - the write exists (succeeded now or before): succeeded, so a duplicate delivery is short-circuited;
+// - this run wrote and the outcome is failed or unknown: the same evidence, so a re-sent trigger runs again
+//   exactly when the write may be retried (after Retry-After; with the same key after an unknown);
+// - this run sent nothing: failed/validation, so a later delivery may ask again (bounded by max_attempts).
+const trigger = $('Claim trigger event').item.json;
+const w = $json;
+const report = { key: trigger.key, claim: trigger.claim };
+if (w.state === 'succeeded') {
+  report.outcome = 'succeeded';
+  report.external_id = w.external_id ?? null;
+  report.result = { write_key: w.key, write_state: w.state };
+} else if (w.evidence) {
+  for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
+} else {
+  report.outcome = 'failed';
+  report.error = { class: 'validation', code: w.decision + '/' + w.reason, message: 'this run sent nothing: ' + w.decision + '/' + w.reason };
+}
+return { json: { report, write: w, end: w.surface ? 'surface' : 'done' } };`
+
+// n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup).
+func n8nSingle(t Template, s Settings) N8nWorkflow {
+	g := newN8nGraph(t.Slug)
+	y := 300
+	g.add(N8nNode{
+		Name: "Webhook", Type: n8nWebhook, Position: [2]int{0, y}, WebhookID: stableID(t.Slug, "webhook"),
+		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "lastNode"},
+		Notes:      "Trigger. Example body: " + t.Example.Event,
+	})
+	g.add(settingsNode(t, s, "$json.body", [2]int{220, y}))
+	g.connect("Webhook", 0, "Settings")
+	x := 440
+	prev := "Settings"
+	if t.TriggerGuard {
+		g.add(companionHTTP(s, "Claim trigger event", "POST", "={{ $json.companion_url }}"+PathBeforeWrite,
+			"={{ JSON.stringify({ key: $json.trigger_key, payload: $json.payload, destination: $json.trigger_destination, dedupe: 'key', reference: $json.reference, batch_id: $json.batch_id, batch_index: 0, execution_id: $execution.id }) }}",
+			[2]int{x, y}))
+		g.connect(prev, 0, "Claim trigger event")
+		g.add(decisionSwitch(t.Slug, "First delivery?", []string{"proceed", "skip"}, [2]int{x + 220, y}))
+		g.connect("Claim trigger event", 0, "First delivery?")
+		g.add(codeNode("Duplicate trigger: stop", "runOnceForEachItem", `// This event is already being handled, or was: a duplicate delivery runs nothing.
+return { json: { duplicate: true, key: $json.key, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 440, y + 260}))
+		g.connect("First delivery?", 1, "Duplicate trigger: stop")
+		g.add(N8nNode{Name: "Trigger conflict", Type: n8nStopAndError, Position: [2]int{x + 440, y + 440},
+			Parameters: StopAndErrorParams{ErrorMessage: "={{ 'trigger ' + $json.key + ': ' + $json.decision + '/' + $json.reason + ' — the same event arrived with different content' }}"}})
+		g.connect("First delivery?", 2, "Trigger conflict")
+		prev, x = "First delivery?", x+440
+	}
+	bw := "={{ JSON.stringify({ key: $('Settings').item.json.key, payload: $('Settings').item.json.payload, destination: $('Settings').item.json.destination, dedupe: $('Settings').item.json.dedupe, reference: $('Settings').item.json.reference, batch_id: $('Settings').item.json.batch_id, batch_index: BATCH_INDEX, execution_id: $execution.id }) }}"
+	idx := "0"
+	if t.TriggerGuard {
+		idx = "1"
+	}
+	g.add(companionHTTP(s, NodeBeforeWrite, "POST", "={{ $('Settings').item.json.companion_url }}"+PathBeforeWrite, strings.Replace(bw, "BATCH_INDEX", idx, 1), [2]int{x, y}))
+	g.connect(prev, 0, NodeBeforeWrite)
+	words := []string{"proceed", "skip", "conflict"}
+	if t.Dedupe == DedupeLookup {
+		words = append(words, "reconcile")
+	}
+	g.add(decisionSwitch(t.Slug, "Decision", words, [2]int{x + 220, y}))
+	g.connect(NodeBeforeWrite, 0, "Decision")
+	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF** (a retry here can duplicate the write; companion decides retries)", [2]int{x + 380, y - 300}, 420, 240, 5))
+	_, last := g.guardedWriteTail(s, NodeBeforeWrite, false, x+440, y)
+	g.connect("Decision", 0, NodeWrite)
+	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{x + 660, y + 260}))
+	g.connect("Decision", 1, "Stored result")
+	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{x + 660, y + 440}))
+	g.connect("Decision", 2, "Surface")
+	fallback := 3
+	if t.Dedupe == DedupeLookup {
+		fallback = 4
+		g.add(N8nNode{
+			Name: NodeLookup, Type: n8nHTTPRequest, Position: [2]int{x + 440, y + 620},
+			Parameters: HTTPParams{
+				Method: "GET", URL: "={{ $('Settings').item.json.lookup_url }}",
+				SendQuery:       true,
+				QueryParameters: &NameValueList{Parameters: []NameValue{{Name: "reference", Value: "={{ $('Settings').item.json.reference }}"}}},
+				Options:         HTTPOptions{Response: fullResponse(), Timeout: s.WriteTimeoutMillis},
+			},
+			OnError: "continueErrorOutput",
+			Notes:   "THE LOOKUP SLOT: search your destination for the business reference. Keep Never Error, Include Response Headers and Status, and On Error = Continue (using error output).",
+		})
+		g.connect("Decision", 3, NodeLookup)
+		g.add(codeNode("Finding", "runOnceForEachItem", `// The lookup's finding for POST /v1/reconcile. Only a lookup that worked can say absent;
+// a failing lookup is lookup_failed and the item waits for a person (seed 003).
+const bw = $('Before-write').item.json;
+const ref = $('Settings').item.json.reference;
+const out = { key: bw.key };
+if ($json.statusCode === 200) {
+  // YOUR DESTINATION: how its search answer lists the matches.
+  const records = ($json.body && Array.isArray($json.body.records)) ? $json.body.records : null;
+  if (records === null) {
+    out.finding = 'lookup_failed';
+    out.evidence = 'lookup by reference ' + ref + ' answered HTTP 200 without a records list';
+  } else if (records.length > 0) {
+    out.finding = 'found';
+    out.external_id = String(records[0].id);
+    out.evidence = 'lookup by reference ' + ref + ' found ' + records.map((r) => r.id).join(', ');
+  } else {
+    out.finding = 'absent';
+    out.evidence = 'lookup by reference ' + ref + ' found no record (HTTP 200, empty list)';
+  }
+} else {
+  out.finding = 'lookup_failed';
+  out.evidence = typeof $json.statusCode === 'number'
+    ? 'lookup by reference ' + ref + ' answered HTTP ' + $json.statusCode
+    : 'lookup by reference ' + ref + ' failed: ' + String(($json.error && ($json.error.code || $json.error.message)) || 'error');
+}
+return { json: out };`, [2]int{x + 660, y + 620}))
+		g.connect(NodeLookup, 0, "Finding")
+		g.connect(NodeLookup, 1, "Finding")
+		g.add(reportHTTP(s, "Reconcile", PathReconcile, "={{ JSON.stringify($json) }}", [2]int{x + 880, y + 620}))
+		g.connect("Finding", 0, "Reconcile")
+		// Back to before-write: it now answers skip (found), proceed (absent) or awaiting_owner.
+		g.connect("Reconcile", 0, NodeBeforeWrite)
+	}
+	g.connect("Decision", fallback, "Surface")
+
+	ex := x + 1320
+	end := "Outcome"
+	if t.TriggerGuard {
+		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex, y}))
+		for _, from := range []string{last, "Stored result", "Surface"} {
+			g.connect(from, 0, "Run outcome")
+		}
+		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 220, y}))
+		g.connect("Run outcome", 0, "Record trigger outcome")
+		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
+const run = $('Run outcome').item.json;
+return { json: Object.assign({}, run.write, { end: run.end }) };`, [2]int{ex + 440, y}))
+		g.connect("Record trigger outcome", 0, end)
+	} else {
+		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
+return { json: Object.assign({}, $json, { end: $json.surface ? 'surface' : 'done' }) };`, [2]int{ex, y}))
+		for _, from := range []string{last, "Stored result", "Surface"} {
+			g.connect(from, 0, end)
+		}
+		ex -= 220
+	}
+	// done → continue; surface → stop the execution with an error so a person sees it.
+	g.add(switchOn(t.Slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{ex + 660, y}))
+	g.connect(end, 0, "Needs a person?")
+	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json };", [2]int{ex + 880, y - 100}))
+	g.connect("Needs a person?", 0, "Done")
+	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{ex + 880, y + 100},
+		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.message }}"}})
+	g.connect("Needs a person?", 1, "Stop: needs a person")
+	return g.workflow(t, s)
+}

@@ -1,0 +1,146 @@
+package blueprints
+
+// n8nBatch renders the batch template: one batch before-write for all items of a node, the
+// proceeding items written one by one, one batch after-write with all evidence.
+func n8nBatch(t Template, s Settings) N8nWorkflow {
+	g := newN8nGraph(t.Slug)
+	y := 300
+	g.add(N8nNode{
+		Name: "Webhook", Type: n8nWebhook, Position: [2]int{0, y}, WebhookID: stableID(t.Slug, "webhook"),
+		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "lastNode"},
+		Notes:      `Trigger. Example body: {"items": [` + t.Example.Event + `, …]}. Any trigger works (Schedule, a sheet, a queue).`,
+	})
+	g.add(N8nNode{
+		Name: "YOUR ITEMS: one item per write", Type: n8nSplitOut, Position: [2]int{220, y},
+		Parameters: SplitOutParams{FieldToSplitOut: "body.items"},
+		Notes:      "THE ITEMS SLOT: replace with whatever produces one n8n item per business effect (rows of a sheet, records of a query).",
+	})
+	g.connect("Webhook", 0, "YOUR ITEMS: one item per write")
+	g.add(settingsNode(t, s, "$json", [2]int{440, y}))
+	g.connect("YOUR ITEMS: one item per write", 0, "Settings")
+	g.add(codeNode("Batch request", "runOnceForAllItems", `// All items of the node in one POST /v1/batches/before-write, in order; each keeps its own key.
+const items = $input.all().map((it, i) => ({
+  key: it.json.key,
+  payload: it.json.payload,
+  destination: it.json.destination,
+  dedupe: it.json.dedupe,
+  reference: it.json.reference,
+  batch_index: i,
+  execution_id: $execution.id,
+}));
+return [{ json: { batch_id: $input.first().json.batch_id, items } }];`, [2]int{660, y}))
+	g.connect("Settings", 0, "Batch request")
+	g.add(companionHTTP(s, "Batch before-write", "POST", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
+	g.connect("Batch request", 0, "Batch before-write")
+	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the request, with what the write needs.
+const settings = $('Settings').all();
+return $input.first().json.items.map((d, i) => ({
+  json: Object.assign({}, d, {
+    write_url: settings[i].json.write_url,
+    payload: settings[i].json.payload,
+    reference: settings[i].json.reference,
+    companion_url: settings[i].json.companion_url,
+  }),
+}));`, [2]int{1100, y}))
+	g.connect("Batch before-write", 0, "One item per decision")
+	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1320, y}))
+	g.connect("One item per decision", 0, "Decision")
+	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Batching: 1 item per batch (one by one)\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF**", [2]int{1480, y - 320}, 440, 260, 5))
+	_, last := g.guardedWriteTail(s, "One item per decision", true, 1540, y)
+	g.connect("Decision", 0, NodeWrite)
+	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence in one POST /v1/batches/after-write.
+return [{ json: { items: $input.all().map((it) => it.json) } }];`, [2]int{2200, y}))
+	g.connect(last, 0, "Batch report")
+	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2420, y})
+	n.Parameters = func() HTTPParams {
+		p := n.Parameters.(HTTPParams)
+		p.URL = "={{ $('Settings').first().json.companion_url }}" + PathBatchAfterWrite
+		return p
+	}()
+	g.add(n)
+	g.connect("Batch report", 0, "Batch after-write")
+	g.add(codeNode("Outcome", "runOnceForAllItems", `// The batch as the ledger recorded it; the webhook answers with it.
+const decided = $('Batch before-write').first().json;
+return [{ json: { batch_id: decided.batch_id, counts: decided.counts, written: $json.items } }];`, [2]int{2640, y}))
+	g.connect("Batch after-write", 0, "Outcome")
+	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 300}))
+	g.connect("Decision", 1, "Stored result")
+	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{1760, y + 480}))
+	g.connect("Decision", 2, "Surface")
+	g.connect("Decision", 3, "Surface")
+	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{1980, y + 480},
+		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.message }}"},
+		Notes:      "Runs after the written items were reported (branches run top to bottom), then fails the execution so a person sees the conflict."})
+	g.connect("Surface", 0, "Stop: needs a person")
+	return g.workflow(t, s)
+}
+
+// n8nErrorWorkflow renders the error workflow: when an execution of a guarded-write workflow
+// fails, the claims it still held are reported as unknown at once.
+func n8nErrorWorkflow(t Template, s Settings) N8nWorkflow {
+	g := newN8nGraph(t.Slug)
+	y := 300
+	g.add(N8nNode{Name: "Error Trigger", Type: n8nErrorTrigger, Position: [2]int{0, y}, Parameters: EmptyParams{}})
+	as := []SetAssignment{
+		{ID: stableID(t.Slug, "companion_url"), Name: "companion_url", Value: s.ServiceURL, Type: "string"},
+		{ID: stableID(t.Slug, "batch_id"), Name: "batch_id", Value: "={{ 'n8n-' + $json.workflow.id + '-exec-' + $json.execution.id }}", Type: "string"},
+		{ID: stableID(t.Slug, "execution_id"), Name: "execution_id", Value: "={{ String($json.execution.id) }}", Type: "string"},
+		{ID: stableID(t.Slug, "failure"), Name: "failure", Value: "={{ 'n8n execution ' + $json.execution.id + ' of ' + $json.workflow.name + ' failed at ' + $json.execution.lastNodeExecuted + ': ' + ($json.execution.error ? $json.execution.error.message : '') }}", Type: "string"},
+	}
+	g.add(N8nNode{Name: "Settings", Type: n8nSet, Position: [2]int{220, y},
+		Parameters: SetParams{Mode: "manual", Assignments: SetAssignments{Assignments: as}},
+		Notes:      "FILL IN companion_url. batch_id must name executions the way the guarded-write templates do."})
+	g.connect("Error Trigger", 0, "Settings")
+	get := companionHTTP(s, "Claims of the execution", "GET", "={{ $json.companion_url }}"+PathBatches+"{{ encodeURIComponent($json.batch_id) }}", "", [2]int{440, y})
+	p := get.Parameters.(HTTPParams)
+	p.Options.Response = fullResponse()
+	get.Parameters = p
+	get.Notes = "404 means the execution claimed nothing."
+	g.add(get)
+	g.connect("Settings", 0, "Claims of the execution")
+	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight.
+const res = $input.first().json;
+if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) return [];
+return res.body.items.filter((it) => it.state === 'in_flight').map((it) => ({ json: { key: it.key } }));`, [2]int{660, y}))
+	g.connect("Claims of the execution", 0, "Still in flight")
+	g.add(companionHTTP(s, "Ledger item", "GET", "={{ $('Settings').first().json.companion_url }}"+PathItems+"{{ encodeURIComponent($json.key) }}", "", [2]int{880, y}))
+	g.connect("Still in flight", 0, "Ledger item")
+	g.add(codeNode("Unknown reports", "runOnceForAllItems", `// Report each claim this execution still holds as unknown: the write may or may not have gone out,
+// and the next run can then reconcile or retry with the same key at once instead of waiting for the
+// lease to expire. A claim taken by another execution is left alone.
+const settings = $('Settings').first().json;
+const out = [];
+for (const it of $input.all()) {
+  const item = it.json;
+  if (item.state !== 'in_flight') continue;
+  // The current attempt carries the claim and the execution that made it.
+  const attempts = Array.isArray(item.attempts) ? item.attempts : [];
+  const current = attempts.find((a) => a.number === item.attempt) || {};
+  const claim = current.claim || item.claim;
+  const executionId = current.execution_id;
+  if (!claim) continue; // the claim is not known: the sweeper will mark it unknown when the lease ends
+  if (executionId != null && String(executionId) !== settings.execution_id) continue;
+  out.push({ json: { key: item.key, claim, outcome: 'unknown', error: { class: 'other', code: 'n8n_execution_failed', message: settings.failure.slice(0, 300) } } });
+}
+return out;`, [2]int{1100, y}))
+	g.connect("Ledger item", 0, "Unknown reports")
+	rep := reportHTTP(s, "Report unknown", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y})
+	rp := rep.Parameters.(HTTPParams)
+	rp.URL = "={{ $('Settings').first().json.companion_url }}" + PathAfterWrite
+	rep.Parameters = rp
+	g.add(rep)
+	g.connect("Unknown reports", 0, "Report unknown")
+	return g.workflow(t, s)
+}
+
+// RenderN8n renders one template as an n8n workflow.
+func RenderN8n(t Template, s Settings) N8nWorkflow {
+	switch {
+	case t.ErrorWorkflow:
+		return n8nErrorWorkflow(t, s)
+	case t.Shape == Batch:
+		return n8nBatch(t, s)
+	default:
+		return n8nSingle(t, s)
+	}
+}

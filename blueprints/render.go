@@ -1,0 +1,130 @@
+package blueprints
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// Folders the rendered templates are written to, relative to the output directory.
+const (
+	N8nDir  = "n8n-templates"
+	MakeDir = "make-templates"
+)
+
+// encode renders v as indented JSON with a trailing newline. HTML escaping is off so the
+// JavaScript and mappings inside stay readable (`&&`, `<`).
+func encode(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// Render returns every generated file, keyed by its slash-separated path relative to the output
+// directory. The same settings always give the same bytes.
+func Render(s Settings) (map[string][]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, t := range Templates() {
+		b, err := encode(RenderN8n(t, s))
+		if err != nil {
+			return nil, fmt.Errorf("render %s for n8n: %w", t.Slug, err)
+		}
+		files[N8nDir+"/"+t.Slug+".json"] = b
+		if t.N8nOnly {
+			continue
+		}
+		b, err = encode(RenderMake(t, s))
+		if err != nil {
+			return nil, fmt.Errorf("render %s for Make: %w", t.Slug, err)
+		}
+		files[MakeDir+"/"+t.Slug+".blueprint.json"] = b
+	}
+	files[N8nDir+"/README.md"] = []byte(n8nReadme(s))
+	files[MakeDir+"/README.md"] = []byte(makeReadme(s))
+	return files, nil
+}
+
+// WriteFiles writes the rendered files below dir and returns their paths, sorted.
+func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
+	var paths []string
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(full, files[p], 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+// Command runs `companion templates …`. The only subcommand is render:
+//
+//	companion templates render --url http://companion:8080 --out DIR [--write-url …] [--lookup-url …]
+//	    [--credential companion] [--credential-id ID] [--token …] [--write-timeout-ms 10000]
+//	    [--error-workflow-id ID]
+//
+// args may start with "templates" (the word the main binary dispatched on) or with "render".
+func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "templates" {
+		args = args[1:]
+	}
+	if len(args) == 0 || args[0] != "render" {
+		fmt.Fprintln(stderr, "usage: companion templates render --url URL --out DIR [flags]")
+		return errors.New("templates: want the subcommand render")
+	}
+	d := DefaultSettings()
+	fs := flag.NewFlagSet("templates render", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	s := d
+	fs.StringVar(&s.ServiceURL, "url", d.ServiceURL, "companion's base URL as the workflows reach it")
+	out := fs.String("out", "", "directory to write n8n-templates/ and make-templates/ into (required)")
+	fs.StringVar(&s.WriteURL, "write-url", d.WriteURL, "the example write in the slot (POST, creates one record)")
+	fs.StringVar(&s.LookupURL, "lookup-url", d.LookupURL, "the example lookup of the lookup-reconcile template (GET ?reference=)")
+	fs.StringVar(&s.CredentialName, "credential", d.CredentialName, "name of the n8n Bearer Auth credential holding the companion token")
+	fs.StringVar(&s.CredentialID, "credential-id", d.CredentialID, "id of that credential in your n8n (optional)")
+	fs.StringVar(&s.Token, "token", d.Token, "what the Make blueprints put after \"Bearer \" (a placeholder by default)")
+	fs.IntVar(&s.WriteTimeoutMillis, "write-timeout-ms", d.WriteTimeoutMillis, "how long the write may take before it counts as a timeout (unknown)")
+	fs.StringVar(&s.ErrorWorkflowID, "error-workflow-id", d.ErrorWorkflowID, "id of the imported error workflow, set as the n8n workflows' error workflow")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *out == "" {
+		return errors.New("templates render: --out is required")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	files, err := Render(s)
+	if err != nil {
+		return err
+	}
+	paths, err := WriteFiles(*out, files)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		fmt.Fprintln(stdout, filepath.Join(*out, filepath.FromSlash(p)))
+	}
+	return nil
+}

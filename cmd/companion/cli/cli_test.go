@@ -1,0 +1,373 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/replaysafe/companion/cmd/companion/cli"
+)
+
+// lockedBuffer collects what the program writes; the logger and the test read it from different goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// program is one in-process run of companion.
+type program struct {
+	*cli.Main
+	out, err *lockedBuffer
+}
+
+func newProgram(env map[string]string) program {
+	p := program{Main: cli.NewMain(), out: &lockedBuffer{}, err: &lockedBuffer{}}
+	p.Stdout, p.Stderr = p.out, p.err
+	p.Getenv = func(k string) string { return env[k] }
+	return p
+}
+
+// start runs serve with args and stops it when the test ends.
+func start(t *testing.T, env map[string]string, args ...string) program {
+	t.Helper()
+	p := newProgram(env)
+	if err := p.Run(context.Background(), append([]string{"serve"}, args...)); err != nil {
+		t.Fatalf("serve %v: %v\n%s", args, err, p.err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func call(t *testing.T, p program, method, path, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+p.Addr()+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp.StatusCode, m
+}
+
+func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}
+	p := start(t, env)
+
+	startLine := p.err.String()
+	for _, want := range []string{"serving on http://" + p.Addr(), "sqlite " + filepath.Join(dir, "companion.db"), "auth off"} {
+		if !strings.Contains(startLine, want) {
+			t.Errorf("start line lacks %q:\n%s", want, startLine)
+		}
+	}
+	status, first := call(t, p, "POST", "/v1/before-write", "", `{"key":"k1","payload":{"a":1}}`)
+	if status != 200 || first["decision"] != "proceed" {
+		t.Fatalf("before-write: %d %v", status, first)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if !strings.Contains(p.err.String(), "companion stopped") {
+		t.Errorf("no stop line:\n%s", p.err)
+	}
+	if _, err := http.Get("http://" + p.Addr() + "/healthz"); err == nil {
+		t.Errorf("the service still answers after Close")
+	}
+
+	again := start(t, env)
+	status, replay := call(t, again, "POST", "/v1/before-write", "", `{"key":"k1","payload":{"a":1}}`)
+	if status != 200 || replay["decision"] != "skip" || replay["reason"] != "in_progress" || replay["idempotency_key"] != first["idempotency_key"] {
+		t.Fatalf("replay after restart: %d %v", status, replay)
+	}
+}
+
+func TestFlagsWinOverEnvironment(t *testing.T) {
+	envDir, flagDir := filepath.Join(t.TempDir(), "env"), filepath.Join(t.TempDir(), "flag")
+	p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:1", "COMPANION_DATA_DIR": envDir}, "--addr", "127.0.0.1:0", "--data-dir", flagDir)
+	if p.Addr() == "127.0.0.1:1" {
+		t.Fatalf("listening on the environment's address")
+	}
+	if _, err := os.Stat(filepath.Join(flagDir, "companion.db")); err != nil {
+		t.Fatalf("the ledger is not in the flag's data dir: %v", err)
+	}
+	if _, err := os.Stat(envDir); err == nil {
+		t.Fatalf("the environment's data dir was created")
+	}
+}
+
+func TestRefusesNonLoopbackWithoutTokens(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "192.0.2.1:0", "example.com:0"} {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+		err := p.Run(context.Background(), []string{"serve", "--addr", addr})
+		if err == nil {
+			p.Close()
+			t.Fatalf("%s: started without tokens", addr)
+		}
+		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") {
+			t.Errorf("%s: %v", addr, err)
+		}
+		if cli.ExitCode(err) != 1 {
+			t.Errorf("%s: exit code %d", addr, cli.ExitCode(err))
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+		err := p.Run(context.Background(), []string{"serve", "--addr", addr})
+		if err != nil && strings.Contains(err.Error(), "refusing") {
+			t.Errorf("%s refused: %v", addr, err)
+		}
+		p.Close()
+	}
+}
+
+func TestTokensFromEnvironmentFilesAndConfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	cfg := write("companion.yaml", `
+tokens:
+  - name: ops
+    tenant: acme
+    role: operator
+    secret_env: OPS_SECRET
+  - name: make
+    tenant: acme
+    role: workflow
+    secret_file: `+write("make.secret", "make-secret\n")+`
+  - name: n8n-globex
+    tenant: globex
+    role: workflow
+    secret_env: GLOBEX_SECRET
+`)
+	env := map[string]string{
+		"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "data"), "COMPANION_CONFIG": cfg,
+		"COMPANION_TOKENS_FILE": write("tokens", "n8n:acme:workflow:n8n-secret\n"),
+		"OPS_SECRET":            "ops-secret",
+		"GLOBEX_SECRET_FILE":    write("globex.secret", "globex-secret"),
+	}
+	p := start(t, env)
+	if !strings.Contains(p.err.String(), "auth on (4 token(s))") {
+		t.Errorf("start line: %s", p.err)
+	}
+	for i, secret := range []string{"n8n-secret", "make-secret", "ops-secret", "globex-secret"} {
+		if status, body := call(t, p, "POST", "/v1/before-write", secret, fmt.Sprintf(`{"key":"k-%d","payload":{}}`, i)); status != 200 {
+			t.Errorf("token %s: %d %v", secret, status, body)
+		}
+	}
+	if status, _ := call(t, p, "POST", "/v1/before-write", "", `{"key":"k","payload":{}}`); status != 401 {
+		t.Errorf("no token: %d", status)
+	}
+	if status, _ := call(t, p, "POST", "/v1/items/k-1/resolve", "make-secret", `{"outcome":"succeeded","evidence":"seen in the destination"}`); status != 403 {
+		t.Errorf("workflow token on resolve: %d", status)
+	}
+	if status, _ := call(t, p, "GET", "/v1/items/k-1", "globex-secret", ""); status != 404 {
+		t.Errorf("globex reads acme's item: %d", status)
+	}
+	if strings.Contains(p.err.String(), "-secret") {
+		t.Errorf("the log shows a secret:\n%s", p.err)
+	}
+}
+
+func TestConfigReachesTheLedger(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "companion.yaml")
+	if err := os.WriteFile(cfg, []byte(`
+defaults:
+  lease_seconds: 60
+destinations:
+  billing:
+    dedupe: key
+    max_attempts: 2
+    server_errors_not_committed: true
+    escalate_after: 30m
+    owner: U024BE7LH
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data")}, "--addr", "127.0.0.1:0", "--config", cfg)
+
+	_, billing := call(t, p, "POST", "/v1/before-write", "", `{"key":"b1","payload":{},"destination":"billing"}`)
+	_, other := call(t, p, "POST", "/v1/before-write", "", `{"key":"o1","payload":{}}`)
+	if billing["lease_expires_at"] == other["lease_expires_at"] && billing["lease_expires_at"] == nil {
+		t.Fatalf("no leases: %v %v", billing, other)
+	}
+	_, bItem := call(t, p, "GET", "/v1/items/b1", "", "")
+	_, oItem := call(t, p, "GET", "/v1/items/o1", "", "")
+	if bItem["dedupe"] != "key" || oItem["dedupe"] != "none" {
+		t.Fatalf("dedupe recorded: billing %v, default %v", bItem["dedupe"], oItem["dedupe"])
+	}
+	_, bRep := call(t, p, "POST", "/v1/after-write", "", `{"key":"b1","claim":"`+billing["claim"].(string)+`","outcome":"failed","http_status":500}`)
+	_, oRep := call(t, p, "POST", "/v1/after-write", "", `{"key":"o1","claim":"`+other["claim"].(string)+`","outcome":"failed","http_status":500}`)
+	if bRep["state"] != "failed" || oRep["state"] != "unknown" {
+		t.Fatalf("a 500 under the stronger contract: %v; under the default: %v", bRep["state"], oRep["state"])
+	}
+}
+
+func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
+	cases := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"unknown field", "destinations:\n  billing:\n    dedup: key\n", []string{"line 3", "unknown field dedup"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3", "unknown field slack"}},
+		{"bad dedupe word", "destinations:\n  billing:\n    dedupe: maybe\n", []string{"line 3", "destinations.billing.dedupe", `"maybe" is not one of key, lookup, none`}},
+		{"wrong type", "destinations:\n  billing:\n    max_attempts: many\n", []string{"line 3", "destinations.billing.max_attempts", "whole number"}},
+		{"lease out of range", "defaults:\n  lease_seconds: 2\n", []string{"line 2", "defaults.lease_seconds", "5-86400"}},
+		{"no attempts", "defaults:\n\n  max_attempts: 0\n", []string{"line 3", "defaults.max_attempts"}},
+		{"bad duration", "destinations:\n  crm:\n    escalate_after: soon\n", []string{"line 3", "destinations.crm.escalate_after"}},
+		{"flag as text", "destinations:\n  crm:\n    server_errors_not_committed: yes please\n", []string{"line 3", "server_errors_not_committed", "true or false"}},
+		{"inline secret", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret: hunter2\n", []string{"line 5", "tokens[0].secret", "secret_env"}},
+		{"unset secret env", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_env: NOT_SET\n", []string{"line 5", "tokens[0].secret_env", "NOT_SET"}},
+		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
+		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
+		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
+		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
+			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := filepath.Join(dir, "companion.yaml")
+			if err := os.WriteFile(cfg, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			p := newProgram(map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(dir, "data"), "HOME_SECRET": "x"})
+			err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
+			if err == nil {
+				p.Close()
+				t.Fatalf("started with a bad config")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			if !strings.Contains(err.Error(), cfg) {
+				t.Errorf("error does not name the file: %v", err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error shows the secret: %v", err)
+			}
+			if _, statErr := os.Stat(filepath.Join(dir, "data")); statErr == nil {
+				t.Errorf("the ledger was opened before the config was checked")
+			}
+		})
+	}
+}
+
+func TestUnusableDataDirStopsTheStart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "not-a-dir")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--data-dir", filepath.Join(file, "data")})
+	if err == nil {
+		p.Close()
+		t.Fatal("started on a data dir inside a file")
+	}
+	if !strings.Contains(err.Error(), "cannot open the ledger in data dir "+filepath.Join(file, "data")) {
+		t.Fatalf("error: %v", err)
+	}
+}
+
+func TestHelpVersionAndUsageMistakes(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		p := newProgram(nil)
+		err := p.Run(context.Background(), args)
+		p.Close()
+		return p.out.String(), err
+	}
+	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
+		out, err := run(args...)
+		if err != nil || !strings.Contains(out, "serve") || !strings.Contains(out, "version") || !strings.Contains(out, "before-write") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+	for _, args := range [][]string{{"serve", "--help"}, {"help", "serve"}, {"serve", "-h"}} {
+		out, err := run(args...)
+		if err != nil || !strings.Contains(out, "COMPANION_ADDR") || !strings.Contains(out, "COMPANION_DATA_DIR") || !strings.Contains(out, "COMPANION_CONFIG") {
+			t.Errorf("%v: %v\n%s", args, err, out)
+		}
+	}
+	if out, err := run("version", "--help"); err != nil || !strings.Contains(out, "usage: companion version") {
+		t.Errorf("version --help: %v\n%s", err, out)
+	}
+	if out, err := run("version"); err != nil || !strings.HasPrefix(out, "companion ") {
+		t.Errorf("version: %v %q", err, out)
+	}
+	for _, args := range [][]string{{"frobnicate"}, {"serve", "--nope"}, {"version", "extra"}, {"--addr", "no-port"}, {"help", "frobnicate"}} {
+		if _, err := run(args...); cli.ExitCode(err) != 2 {
+			t.Errorf("%v: exit code %d (%v), want 2", args, cli.ExitCode(err), err)
+		}
+	}
+}
+
+func TestTokenMistakesStopTheStart(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:x1", "COMPANION_TOKENS_FILE": file}, "not both"},
+		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE"}, "COMPANION_TOKENS: token 1"},
+		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE"}, `role "admin"`},
+		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE"}, "the same as token a's"},
+		"missing tokens file": {map[string]string{"COMPANION_TOKENS_FILE": filepath.Join(dir, "nope")}, "COMPANION_TOKENS_FILE"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.env["COMPANION_DATA_DIR"] = filepath.Join(t.TempDir(), "data")
+			p := newProgram(tc.env)
+			err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
+			if err == nil {
+				p.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "SECRETVALUE") {
+				t.Fatalf("error: %v", err)
+			}
+		})
+	}
+}

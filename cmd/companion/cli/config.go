@@ -1,0 +1,351 @@
+package cli
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
+)
+
+// fileConfig is the YAML configuration file (--config, COMPANION_CONFIG). Unknown fields are refused.
+// Further sections (slack, sweep, …) are added here as fields.
+type fileConfig struct {
+	// Defaults apply to every destination, and fill what a destination's own entry leaves out.
+	Defaults destinationConfig `yaml:"defaults"`
+	// Destinations by the name before-write requests give in "destination".
+	Destinations map[string]destinationConfig `yaml:"destinations"`
+	// Tokens are bearer tokens; their secrets come from the environment or a file, never from here.
+	Tokens []tokenConfig `yaml:"tokens"`
+}
+
+// destinationConfig is what the configuration says about one destination.
+type destinationConfig struct {
+	Dedupe                   field[string] `yaml:"dedupe"`
+	MaxAttempts              field[int]    `yaml:"max_attempts"`
+	LeaseSeconds             field[int]    `yaml:"lease_seconds"`
+	KeyRetentionSeconds      field[int]    `yaml:"key_retention_seconds"`
+	ServerErrorsNotCommitted field[bool]   `yaml:"server_errors_not_committed"`
+	Owner                    field[string] `yaml:"owner"`
+	EscalateTo               field[string] `yaml:"escalate_to"`
+	// EscalateAfter is a Go duration ("30m", "4h") or whole seconds.
+	EscalateAfter field[durationValue] `yaml:"escalate_after"`
+	CheckHint     field[string]        `yaml:"check_hint"`
+}
+
+// tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
+// variable holding it (or, when that is unset, <secret_env>_FILE naming a file), secret_file a file.
+type tokenConfig struct {
+	Name       field[string] `yaml:"name"`
+	Tenant     field[string] `yaml:"tenant"`
+	Role       field[string] `yaml:"role"`
+	SecretEnv  field[string] `yaml:"secret_env"`
+	SecretFile field[string] `yaml:"secret_file"`
+	// Secret is declared only to refuse it with a useful message.
+	Secret field[string] `yaml:"secret"`
+}
+
+// field is a configuration value with the line it came from, so that problems found after decoding
+// still name the line. A value of the wrong type is kept as a problem rather than failing the decoding,
+// so that the message can name the field.
+type field[T any] struct {
+	Value T
+	Line  int
+	Set   bool
+	bad   string
+}
+
+// UnmarshalYAML implements yaml.Unmarshaler.
+func (f *field[T]) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // "key:" with no value is absent
+	}
+	f.Line, f.Set = n.Line, true
+	if u, ok := any(&f.Value).(interface{ fromYAML(*yaml.Node) string }); ok {
+		f.bad = u.fromYAML(n)
+		return nil
+	}
+	if err := n.Decode(&f.Value); err != nil {
+		f.bad = "must be " + kindName(reflect.TypeFor[T]().Kind()) + ", not " + describe(n)
+	}
+	return nil
+}
+
+func kindName(k reflect.Kind) string {
+	switch k {
+	case reflect.Int:
+		return "a whole number"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "text"
+}
+
+func describe(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode {
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return map[yaml.Kind]string{yaml.MappingNode: "a mapping", yaml.SequenceNode: "a list"}[n.Kind]
+}
+
+// durationValue is a duration written as a Go duration or as whole seconds.
+type durationValue time.Duration
+
+func (d *durationValue) fromYAML(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!int" {
+		var s int64
+		if err := n.Decode(&s); err == nil {
+			*d = durationValue(time.Duration(s) * time.Second)
+			return ""
+		}
+	}
+	v, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return "must be a duration such as 30m or 4h, or whole seconds, not " + describe(n)
+	}
+	*d = durationValue(v)
+	return ""
+}
+
+// configProblems collects what is wrong with a configuration file, each with its line.
+type configProblems struct {
+	path string
+	list []string
+}
+
+func (p *configProblems) add(line int, name, problem string) {
+	p.list = append(p.list, fmt.Sprintf("line %d: %s: %s", line, name, problem))
+}
+
+func (p *configProblems) err() error {
+	if len(p.list) == 0 {
+		return nil
+	}
+	return fmt.Errorf("config %s:\n  %s", p.path, strings.Join(p.list, "\n  "))
+}
+
+// loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
+func loadConfig(path string, getenv func(string) string) (items.Config, []handlers.Token, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return items.Config{}, nil, fmt.Errorf("config: %w", err)
+	}
+	var fc fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		return items.Config{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+	}
+	probs := &configProblems{path: path}
+	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
+	names := make([]string, 0, len(fc.Destinations))
+	for name := range fc.Destinations {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		dc := fc.Destinations[name]
+		cfg.Destinations[name] = dc.destination("destinations."+name, probs)
+		// The ledger fills a destination's unset fields from the defaults, so false cannot undo a true there.
+		if f := dc.ServerErrorsNotCommitted; f.Set && !f.Value && cfg.Defaults.ServerErrorsNotCommitted {
+			probs.add(f.Line, "destinations."+name+".server_errors_not_committed",
+				"false cannot override true under defaults; set it per destination instead of under defaults")
+		}
+	}
+	var tokens []handlers.Token
+	for i, tc := range fc.Tokens {
+		if t, ok := tc.token(fmt.Sprintf("tokens[%d]", i), getenv, probs); ok {
+			tokens = append(tokens, t)
+		}
+	}
+	if err := probs.err(); err != nil {
+		return items.Config{}, nil, err
+	}
+	return cfg, tokens, nil
+}
+
+var (
+	unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
+	wrongKind    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`[^`]*` )?into (\\S+)$")
+)
+
+// yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7: unknown field
+// dedup") instead of Go's.
+func yamlProblems(err error) []string {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	kinds := map[string]string{"seq": "a list", "map": "a mapping", "str": "text", "int": "a number", "bool": "true or false"}
+	out := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		if m := unknownField.FindStringSubmatch(e); m != nil {
+			e = fmt.Sprintf("line %s: unknown field %s", m[1], m[2])
+		} else if m := wrongKind.FindStringSubmatch(e); m != nil {
+			want := "a mapping of names to settings"
+			if strings.HasPrefix(m[3], "[]") {
+				want = "a list"
+			}
+			got := kinds[m[2]]
+			if got == "" {
+				got = m[2]
+			}
+			e = fmt.Sprintf("line %s: expected %s, not %s", m[1], want, got)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+// check adds the type problem of a field, if any, and reports whether the field holds a usable value.
+func check[T any](f field[T], name string, probs *configProblems) bool {
+	if f.bad != "" {
+		probs.add(f.Line, name, f.bad)
+		return false
+	}
+	return f.Set
+}
+
+func (dc destinationConfig) destination(where string, probs *configProblems) items.Destination {
+	var d items.Destination
+	if check(dc.Dedupe, where+".dedupe", probs) {
+		if v := items.Dedupe(dc.Dedupe.Value); v.Valid() {
+			d.Dedupe = v
+		} else {
+			probs.add(dc.Dedupe.Line, where+".dedupe", fmt.Sprintf("%q is not one of key, lookup, none", dc.Dedupe.Value))
+		}
+	}
+	ints := []struct {
+		f        field[int]
+		name     string
+		min, max int
+		dst      *int
+	}{
+		{dc.MaxAttempts, "max_attempts", 1, 1000, &d.MaxAttempts},
+		{dc.LeaseSeconds, "lease_seconds", items.MinLeaseSeconds, items.MaxLeaseSeconds, &d.LeaseSeconds},
+		{dc.KeyRetentionSeconds, "key_retention_seconds", 1, 10 * 365 * 86400, &d.KeyRetentionSeconds},
+	}
+	for _, in := range ints {
+		if !check(in.f, where+"."+in.name, probs) {
+			continue
+		}
+		if in.f.Value < in.min || in.f.Value > in.max {
+			probs.add(in.f.Line, where+"."+in.name, fmt.Sprintf("must be %d-%d, not %d", in.min, in.max, in.f.Value))
+			continue
+		}
+		*in.dst = in.f.Value
+	}
+	if check(dc.ServerErrorsNotCommitted, where+".server_errors_not_committed", probs) {
+		d.ServerErrorsNotCommitted = dc.ServerErrorsNotCommitted.Value
+	}
+	for _, s := range []struct {
+		f    field[string]
+		name string
+		dst  *string
+	}{{dc.Owner, "owner", &d.Owner}, {dc.EscalateTo, "escalate_to", &d.EscalateTo}, {dc.CheckHint, "check_hint", &d.CheckHint}} {
+		if check(s.f, where+"."+s.name, probs) {
+			*s.dst = s.f.Value
+		}
+	}
+	if check(dc.EscalateAfter, where+".escalate_after", probs) {
+		if dc.EscalateAfter.Value < 0 {
+			probs.add(dc.EscalateAfter.Line, where+".escalate_after", "must not be negative")
+		}
+		d.EscalateAfter = time.Duration(dc.EscalateAfter.Value)
+	}
+	return d
+}
+
+func (tc tokenConfig) token(where string, getenv func(string) string, probs *configProblems) (handlers.Token, bool) {
+	ok := true
+	if tc.Secret.Set {
+		probs.add(tc.Secret.Line, where+".secret", "secrets are not written in the config file; name them with secret_env or secret_file")
+		ok = false
+	}
+	line := max(tc.Name.Line, tc.Tenant.Line, tc.Role.Line, tc.SecretEnv.Line, tc.SecretFile.Line)
+	t := handlers.Token{}
+	for _, s := range []struct {
+		f    field[string]
+		name string
+		dst  *string
+	}{{tc.Name, "name", &t.Name}, {tc.Tenant, "tenant", &t.Tenant}, {tc.Role, "role", (*string)(&t.Role)}} {
+		switch {
+		case check(s.f, where+"."+s.name, probs):
+			*s.dst = s.f.Value
+		case s.f.bad == "":
+			probs.add(line, where+"."+s.name, "is required")
+			ok = false
+		default:
+			ok = false
+		}
+	}
+	if r := handlers.Role(tc.Role.Value); tc.Role.Set && r != handlers.RoleWorkflow && r != handlers.RoleOperator {
+		probs.add(tc.Role.Line, where+".role", fmt.Sprintf("%q is not one of workflow, operator", tc.Role.Value))
+		ok = false
+	}
+	env, file := check(tc.SecretEnv, where+".secret_env", probs), check(tc.SecretFile, where+".secret_file", probs)
+	switch {
+	case env && file:
+		probs.add(tc.SecretFile.Line, where+".secret_file", "give secret_env or secret_file, not both")
+		return t, false
+	case env:
+		secret, err := secretFromEnv(tc.SecretEnv.Value, getenv)
+		if err != nil {
+			probs.add(tc.SecretEnv.Line, where+".secret_env", err.Error())
+			return t, false
+		}
+		t.Secret = secret
+	case file:
+		secret, err := secretFromFile(tc.SecretFile.Value)
+		if err != nil {
+			probs.add(tc.SecretFile.Line, where+".secret_file", err.Error())
+			return t, false
+		}
+		t.Secret = secret
+	default:
+		probs.add(line, where, "needs secret_env or secret_file")
+		return t, false
+	}
+	if !ok {
+		return t, false
+	}
+	if err := handlers.CheckTokens([]handlers.Token{t}); err != nil {
+		probs.add(line, where, err.Error())
+		return t, false
+	}
+	return t, true
+}
+
+// secretFromEnv reads the secret in the environment variable name, or, when that is unset, in the file
+// that name_FILE points to.
+func secretFromEnv(name string, getenv func(string) string) (string, error) {
+	if v := strings.TrimSpace(getenv(name)); v != "" {
+		return v, nil
+	}
+	if path := getenv(name + "_FILE"); path != "" {
+		return secretFromFile(path)
+	}
+	return "", fmt.Errorf("environment variable %s (or %s_FILE) is not set", name, name)
+}
+
+func secretFromFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("cannot read the secret: %w", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("the secret file %s is empty", path)
+	}
+	return s, nil
+}

@@ -1,0 +1,275 @@
+// Package cli is the companion command: its subcommands, flags, environment and configuration file,
+// and the wiring of the service. It lives outside package main so that tests can start the whole program
+// in-process: NewMain, Run, Wait, Close. Nothing below cmd/ reads the environment; this package reads it
+// only through Main.Getenv.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Version is the release, set at build time with -ldflags "-X github.com/replaysafe/companion/cmd/companion/cli.Version=v1.2.3".
+var Version = "dev"
+
+// ShutdownTimeout bounds a graceful stop: requests still running after it are cut off.
+const ShutdownTimeout = 20 * time.Second
+
+// Main is one run of the companion program.
+type Main struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads the environment. Tests give it a map instead of touching the process environment.
+	Getenv func(string) string
+
+	mu      sync.Mutex
+	daemons []daemon
+	addr    string
+}
+
+// daemon is what a long-running command leaves running when Run returns.
+type daemon struct {
+	name string
+	// done receives the error that stopped it before Close was called.
+	done <-chan error
+	// stop ends it gracefully within the context's deadline.
+	stop func(ctx context.Context) error
+}
+
+// NewMain returns a Main on the process's standard streams and environment.
+func NewMain() *Main {
+	return &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+// command is one subcommand. run does the work of a one-shot command and returns; a long-running
+// command starts, registers a daemon (m.keep) and returns once it serves.
+type command struct {
+	name    string
+	summary string
+	run     func(m *Main, ctx context.Context, args []string) error
+}
+
+// commands is the dispatch table. Further subcommands (receiver, templates, sweep, items, stats,
+// acceptance) are added here, each in its own file. A one-shot command does its work in run. A command
+// that serves until stopped starts in a goroutine under its own cancellable context and registers
+// itself with m.keep (done: its result; stop: cancel and wait), so that Wait and Close handle it as they
+// handle serve. The table is filled in init because help lists it.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"serve", "run the HTTP service (the default)", (*Main).serve},
+		{"version", "print the version", (*Main).version},
+		{"help", "show help for a command", (*Main).help},
+	}
+}
+
+func findCommand(name string) (command, bool) {
+	i := slices.IndexFunc(commands, func(c command) bool { return c.name == name })
+	if i < 0 {
+		return command{}, false
+	}
+	return commands[i], true
+}
+
+// UsageError is a mistake in the command line; the program exits with status 2.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// ExitCode is the process status for the error Run, Wait or Close returned: 0, 2 for usage mistakes,
+// 1 for anything else.
+func ExitCode(err error) int {
+	var ue *UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ue):
+		return 2
+	}
+	return 1
+}
+
+// Run runs the command named by args (serve when none is named, or when args start with a flag). A
+// long-running command returns once it is ready; Wait then blocks until it should stop.
+func (m *Main) Run(ctx context.Context, args []string) error {
+	if m.Getenv == nil {
+		m.Getenv = os.Getenv
+	}
+	if len(args) > 0 && isHelpFlag(args[0]) {
+		return m.help(ctx, nil) // "companion --help" is the program's help; "companion serve --help" is serve's
+	}
+	name := "serve"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	cmd, ok := findCommand(name)
+	if !ok {
+		return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
+	}
+	return cmd.run(m, ctx, args)
+}
+
+func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+// keep registers a long-running part that Wait watches and Close stops.
+func (m *Main) keep(d daemon) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.daemons = append(m.daemons, d)
+}
+
+// Addr returns the address the service listens on, once serve has started.
+func (m *Main) Addr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.addr
+}
+
+// Wait blocks until ctx ends (a signal) or a long-running part stops by itself, and returns that part's
+// error. It returns at once when nothing runs.
+func (m *Main) Wait(ctx context.Context) error {
+	m.mu.Lock()
+	ds := slices.Clone(m.daemons)
+	m.mu.Unlock()
+	if len(ds) == 0 {
+		return nil
+	}
+	stopped := make(chan error, len(ds))
+	for _, d := range ds {
+		if d.done == nil {
+			continue
+		}
+		go func() {
+			if err := <-d.done; err != nil {
+				stopped <- fmt.Errorf("%s: %w", d.name, err)
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-stopped:
+		return err
+	}
+}
+
+// Close stops what Run started, in reverse order, each within ShutdownTimeout: the HTTP server lets
+// running requests finish, then the store closes. It is safe to call more than once.
+func (m *Main) Close() error {
+	m.mu.Lock()
+	ds := m.daemons
+	m.daemons = nil
+	m.mu.Unlock()
+	var errs []error
+	for i := len(ds) - 1; i >= 0; i-- {
+		ctx, cancel := context.WithTimeout(context.Background(), ShutdownTimeout)
+		if err := ds[i].stop(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", ds[i].name, err))
+		}
+		cancel()
+	}
+	return errors.Join(errs...)
+}
+
+// flagSet is a subcommand's flags with what its help says.
+type flagSet struct {
+	*flag.FlagSet
+	name     string
+	synopsis string
+}
+
+// newFlags returns the flag set of a subcommand. Parsing prints nothing: help goes to Stdout on
+// request, mistakes come back as errors.
+func (m *Main) newFlags(name, synopsis string) *flagSet {
+	fs := flag.NewFlagSet("companion "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, name: name, synopsis: synopsis}
+}
+
+func (m *Main) usage(fs *flagSet) {
+	fmt.Fprintf(m.Stdout, "usage: companion %s [flags]\n\n%s\n", fs.name, fs.synopsis)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		fmt.Fprintln(m.Stdout, "\nflags:")
+		fs.SetOutput(m.Stdout)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
+}
+
+// parse parses args; it reports done when nothing more should happen: help was asked for (and
+// printed), or the arguments are wrong (the error says how).
+func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
+	err = fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		m.usage(fs)
+		return true, nil
+	case err != nil:
+		return true, usageErrorf("%s: %v (run \"companion %s --help\")", fs.name, err, fs.name)
+	case fs.NArg() > 0:
+		return true, usageErrorf("%s: unexpected argument %q (run \"companion %s --help\")", fs.name, fs.Arg(0), fs.name)
+	}
+	return false, nil
+}
+
+func (m *Main) version(_ context.Context, args []string) error {
+	fs := m.newFlags("version", "Prints the version of companion and of the Go toolchain that built it.")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+	fmt.Fprintf(m.Stdout, "companion %s (%s, %s/%s)\n", versionString(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	return nil
+}
+
+func versionString() string {
+	if Version != "dev" {
+		return Version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return Version
+}
+
+func (m *Main) help(_ context.Context, args []string) error {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, ok := findCommand(args[0])
+		if !ok {
+			return usageErrorf("unknown command %q; run \"companion help\" for the list", args[0])
+		}
+		return cmd.run(m, context.Background(), []string{"--help"})
+	}
+	fmt.Fprint(m.Stdout, `companion makes the external writes of n8n and Make workflows replay-safe: ask before each
+write (POST /v1/before-write), write with the returned idempotency key, report what happened
+(POST /v1/after-write). A durable per-item ledger makes sure one intended effect is never told
+"proceed" twice, and "we don't know" never turns into "not sent".
+
+usage: companion [command] [flags]
+
+commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(m.Stdout, "  %-11s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(m.Stdout, "\nRun \"companion <command> --help\" for a command's flags and environment.\n")
+	return nil
+}

@@ -1,0 +1,196 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+const serveSynopsis = `Runs the HTTP service: the before-write / after-write protocol over a durable per-item ledger.
+
+Each flag has an environment twin; a flag given on the command line wins over it.
+Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator), or
+from the file COMPANION_TOKENS_FILE names, and/or from "tokens:" in the config file. Without tokens
+the service runs open (tenant "default", role operator) and listens on loopback addresses only.
+SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.`
+
+// serveOptions are serve's settings from flags and environment.
+type serveOptions struct {
+	addr       string
+	dataDir    string
+	configPath string
+}
+
+// env returns the environment variable name, or def when it is unset or empty.
+func (m *Main) env(name, def string) string {
+	if v := m.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func (m *Main) serve(ctx context.Context, args []string) error {
+	fs := m.newFlags("serve", serveSynopsis)
+	var o serveOptions
+	fs.StringVar(&o.addr, "addr", m.env("COMPANION_ADDR", "127.0.0.1:8080"), "`host:port` to listen on (env COMPANION_ADDR)")
+	fs.StringVar(&o.dataDir, "data-dir", m.env("COMPANION_DATA_DIR", "./companion-data"), "`directory` of the embedded ledger (env COMPANION_DATA_DIR)")
+	fs.StringVar(&o.configPath, "config", m.env("COMPANION_CONFIG", ""), "YAML configuration `file` (env COMPANION_CONFIG)")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		return usageErrorf("--addr %q: %v", o.addr, err)
+	}
+	cfg, tokens, err := m.settings(o)
+	if err != nil {
+		return err
+	}
+	if len(tokens) == 0 && !loopback(o.addr) {
+		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
+			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), "+
+			"or listen on a loopback address such as 127.0.0.1:8080", o.addr)
+	}
+
+	log := m.logger()
+	store, where, err := m.openStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	ledger, err := items.NewLedger(ctx, store, cfg)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		store.Close()
+		return fmt.Errorf("cannot listen on %s: %w", o.addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handlers.New(handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		served <- err
+	}()
+	// Close stops these in reverse: first the server (running requests finish), then the store.
+	m.keep(daemon{name: "store", stop: func(context.Context) error {
+		err := store.Close()
+		log.Info("companion stopped", slog.String("store", where))
+		return err
+	}})
+	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
+
+	addr := ln.Addr().String()
+	m.mu.Lock()
+	m.addr = addr
+	m.mu.Unlock()
+	auth := "off (open mode: tenant default, role operator, loopback only)"
+	if len(tokens) > 0 {
+		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
+	}
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s", versionString(), addr, where, auth),
+		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0))
+	return nil
+}
+
+// settings combines the configuration file and the token sources.
+func (m *Main) settings(o serveOptions) (items.Config, []handlers.Token, error) {
+	var cfg items.Config
+	var fileTokens []handlers.Token
+	if o.configPath != "" {
+		var err error
+		if cfg, fileTokens, err = loadConfig(o.configPath, m.Getenv); err != nil {
+			return items.Config{}, nil, err
+		}
+	}
+	envTokens, err := m.envTokens()
+	if err != nil {
+		return items.Config{}, nil, err
+	}
+	tokens := append(envTokens, fileTokens...)
+	if err := handlers.CheckTokens(tokens); err != nil {
+		return items.Config{}, nil, fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
+	}
+	return cfg, tokens, nil
+}
+
+// envTokens reads COMPANION_TOKENS, or the file COMPANION_TOKENS_FILE names.
+func (m *Main) envTokens() ([]handlers.Token, error) {
+	v, file := m.Getenv("COMPANION_TOKENS"), m.Getenv("COMPANION_TOKENS_FILE")
+	source := "COMPANION_TOKENS"
+	switch {
+	case v != "" && file != "":
+		return nil, errors.New("set COMPANION_TOKENS or COMPANION_TOKENS_FILE, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("COMPANION_TOKENS_FILE: %w", err)
+		}
+		v, source = string(b), "COMPANION_TOKENS_FILE "+file
+	}
+	tokens, err := handlers.ParseTokens(v)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return tokens, nil
+}
+
+// loopback reports whether addr listens on a loopback interface only.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// openStore opens the store the ledger lives in. It is the one place the store is chosen: today the
+// embedded SQLite file in the data dir (the MongoDB store, selected by MONGODB_URI, joins here). It
+// returns a description for the start line.
+func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, string, error) {
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)
+	}
+	s, err := sqlitestore.Open(ctx, dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
+	}
+	return s, "sqlite " + s.Path(), nil
+}
+
+// logger writes JSON lines, or text when standard error is a terminal (a person is reading).
+func (m *Main) logger() *slog.Logger {
+	if f, ok := m.Stderr.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			return slog.New(slog.NewTextHandler(f, nil))
+		}
+	}
+	return slog.New(slog.NewJSONHandler(m.Stderr, nil))
+}

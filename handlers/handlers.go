@@ -1,0 +1,124 @@
+// Package handlers serves the ledger over HTTP: the v1 contract in shared/design/API.md.
+//
+// It is the only package that imports gin. Every request passes the same checks in the contract's order —
+// authentication (401), role (403), content type (415), body size (413), body (400), key (404), state
+// (409) — and every error leaves through one function (writeError) that maps codes to statuses in one
+// table. The ledger (items.Ledger) decides; this package only translates HTTP to domain calls and back.
+package handlers
+
+import (
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// MaxBodyBytes is the largest request body accepted; a larger one is refused with 413.
+const MaxBodyBytes = 1 << 20
+
+// Config is what the HTTP service needs.
+type Config struct {
+	// Ledger decides and records. Required.
+	Ledger *items.Ledger
+	// Tokens are the accepted bearer tokens. With none, the service answers 401 to every authenticated
+	// route unless Open is set.
+	Tokens []Token
+	// Open runs the service without tokens: every caller is tenant "default" with role operator and
+	// resolver name "local". It is ignored when Tokens are set. Whoever sets it must bind to loopback only.
+	Open bool
+	// Logger receives one line per request; slog.Default() when nil.
+	Logger *slog.Logger
+	// Routes are extra endpoints built outside this package (metrics, Slack actions, …). They are served
+	// with the same authentication, logging and error shape as the built-in ones.
+	Routes []Route
+}
+
+// Access says who may call a route.
+type Access int
+
+const (
+	// Public routes need no token (health, readiness).
+	Public Access = iota
+	// Workflow routes are open to both roles: workflow and operator.
+	Workflow
+	// Operator routes are open to the operator role only.
+	Operator
+)
+
+// Route is one extra endpoint. Its handler finds the caller with PrincipalFrom(r.Context()).
+type Route struct {
+	Method string
+	// Path uses gin's syntax: /v1/things/:id.
+	Path    string
+	Access  Access
+	Handler http.Handler
+}
+
+// server holds what the handlers share.
+type server struct {
+	ledger *items.Ledger
+	log    *slog.Logger
+	auth   authenticator
+}
+
+// endpoint is one built-in route.
+type endpoint struct {
+	method string
+	path   string
+	access Access
+	handle gin.HandlerFunc
+}
+
+// endpoints is the route table. New endpoints (batches, operator lists, stats) are added here, with
+// their handlers in a file per resource.
+func (s *server) endpoints() []endpoint {
+	return []endpoint{
+		{http.MethodGet, "/healthz", Public, s.healthz},
+		{http.MethodGet, "/readyz", Public, s.readyz},
+		{http.MethodPost, "/v1/before-write", Workflow, s.beforeWrite},
+		{http.MethodPost, "/v1/after-write", Workflow, s.afterWrite},
+		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
+		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
+		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
+	}
+}
+
+// New returns the HTTP service. It panics when cfg.Ledger is nil: that is a wiring mistake, not a
+// runtime condition.
+func New(cfg Config) http.Handler {
+	if cfg.Ledger == nil {
+		panic("handlers: Config.Ledger is required")
+	}
+	gin.SetMode(gin.ReleaseMode)
+	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+
+	r := gin.New()
+	// Keys arrive percent-encoded in paths and are decoded exactly once, so "a%2Fb" is the key "a/b"
+	// (refused as invalid) rather than a path with an extra segment.
+	r.UseEscapedPath = true
+	r.UnescapePathValues = true
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
+	r.HandleMethodNotAllowed = true
+	_ = r.SetTrustedProxies(nil) // nil never fails; the client address is the peer's
+	r.Use(s.logRequests, s.recoverPanics)
+	r.NoRoute(func(c *gin.Context) {
+		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
+	})
+	r.NoMethod(func(c *gin.Context) {
+		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
+	})
+
+	for _, e := range s.endpoints() {
+		r.Handle(e.method, e.path, s.authorize(e.access), e.handle)
+	}
+	for _, rt := range cfg.Routes {
+		r.Handle(rt.Method, rt.Path, s.authorize(rt.Access), gin.WrapH(rt.Handler))
+	}
+	return r
+}

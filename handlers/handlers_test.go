@@ -1,0 +1,143 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/handlers/handlerstest"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+// openSQLite opens a fresh SQLite ledger in a temporary directory.
+func openSQLite(t testing.TB) items.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatalf("open sqlite store: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestSQLite(t *testing.T) {
+	handlerstest.Exercise(t, func(t *testing.T) items.Store { return openSQLite(t) }, handlerstest.Options{})
+}
+
+func TestRequestLogLineNamesItemButNeverPayload(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	c := s.BeforeWrite(map[string]any{"key": "inv-9", "payload": map[string]any{"recipient": "jane@example.com", "iban": "DE89370400440532013000"}})
+	s.AfterWrite(map[string]any{"key": "inv-9", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x"})
+	s.Get("", "/v1/items/inv-9")
+
+	lines := strings.Split(strings.TrimSpace(s.Log.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want one line per request (3), got %d:\n%s", len(lines), s.Log)
+	}
+	var first map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &first); err != nil {
+		t.Fatalf("log line is not JSON: %v", err)
+	}
+	want := map[string]any{"method": "POST", "route": "/v1/before-write", "status": 200.0, "tenant": "acme",
+		"key": "inv-9", "decision": "proceed", "reason": "new", "state": "in_flight"}
+	for k, v := range want {
+		if first[k] != v {
+			t.Errorf("log field %s = %v, want %v (line %s)", k, first[k], v, lines[0])
+		}
+	}
+	if _, ok := first["latency_ms"].(float64); !ok {
+		t.Errorf("log line has no latency_ms: %s", lines[0])
+	}
+	if !strings.Contains(lines[2], `"status":401`) || !strings.Contains(lines[2], `"error":"unauthorized"`) {
+		t.Errorf("refused request line: %s", lines[2])
+	}
+	for _, secret := range []string{"jane@example.com", "DE89370400440532013000", handlerstest.WorkflowAcme} {
+		if strings.Contains(s.Log.String(), secret) {
+			t.Errorf("the log shows %q:\n%s", secret, s.Log)
+		}
+	}
+}
+
+func TestInternalErrorShowsNoDetail(t *testing.T) {
+	boom := handlers.Route{Method: http.MethodGet, Path: "/v1/boom", Access: handlers.Workflow,
+		Handler: http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("database password is hunter2") })}
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{Routes: []handlers.Route{boom}})
+	r := s.Get(handlerstest.WorkflowAcme, "/v1/boom")
+	handlerstest.Expect(t, r, http.StatusInternalServerError, items.CodeInternal, "")
+	if r.Str("error.message") != "internal error" || strings.Contains(string(r.Body), "hunter2") {
+		t.Fatalf("500 body: %s", r.Body)
+	}
+	if !strings.Contains(s.Log.String(), "hunter2") {
+		t.Fatalf("the log lacks the cause:\n%s", s.Log)
+	}
+	handlerstest.Expect(t, s.Get("", "/v1/boom"), http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+}
+
+func TestExtraRouteSeesCaller(t *testing.T) {
+	who := handlers.Route{Method: http.MethodGet, Path: "/v1/whoami", Access: handlers.Operator,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			p, _ := handlers.PrincipalFrom(r.Context())
+			_ = json.NewEncoder(w).Encode(p)
+		})}
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{Routes: []handlers.Route{who}})
+	if r := s.Get(handlerstest.OperatorAcme, "/v1/whoami"); r.Str("Name") != "op-acme" || r.Str("Tenant") != "acme" {
+		t.Fatalf("operator: %d %s", r.Status, r.Body)
+	}
+	handlerstest.Expect(t, s.Get(handlerstest.WorkflowAcme, "/v1/whoami"), http.StatusForbidden, handlers.CodeForbidden, "")
+}
+
+func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
+	ledger, err := items.NewLedger(context.Background(), openSQLite(t), items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(handlers.New(handlers.Config{Ledger: ledger, Logger: slog.New(slog.DiscardHandler)}))
+	defer srv.Close()
+	resp, err := http.Post(srv.URL+"/v1/before-write", "application/json", strings.NewReader(`{"key":"a","payload":{}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", resp.StatusCode)
+	}
+}
+
+func TestParseAndCheckTokens(t *testing.T) {
+	tokens, err := handlers.ParseTokens(" n8n:acme:workflow:s3cr:et ,\nops:acme:operator:other\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tokens) != 2 || tokens[0].Secret != "s3cr:et" || tokens[1].Role != handlers.RoleOperator {
+		t.Fatalf("parsed %+v", tokens)
+	}
+	if err := handlers.CheckTokens(tokens); err != nil {
+		t.Fatalf("good tokens refused: %v", err)
+	}
+	for name, bad := range map[string]string{
+		"three parts":   "a:acme:SECRETVALUE",
+		"bad role":      "a:acme:admin:SECRETVALUE",
+		"empty secret":  "a:acme:workflow:",
+		"bad tenant":    "a:ac me:workflow:SECRETVALUE",
+		"same name":     "a:acme:workflow:SECRETVALUE,a:acme:operator:y",
+		"shared secret": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE",
+		"no name":       ":acme:workflow:SECRETVALUE",
+	} {
+		tokens, err := handlers.ParseTokens(bad)
+		if err == nil {
+			err = handlers.CheckTokens(tokens)
+		}
+		switch {
+		case err == nil:
+			t.Errorf("%s: %q accepted", name, bad)
+		case strings.Contains(err.Error(), "SECRETVALUE"):
+			t.Errorf("%s: the error shows the secret: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// readyTimeout bounds a readiness probe: a store that cannot answer in this time is not ready.
+const readyTimeout = 2 * time.Second
+
+// healthz answers while the process serves requests.
+func (s *server) healthz(c *gin.Context) {
+	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+}
+
+// readyz answers 200 when the store can be read and written, 503 store_unavailable otherwise.
+func (s *server) readyz(c *gin.Context) {
+	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
+	defer cancel()
+	if err := s.ledger.Store().Ping(ctx); err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
