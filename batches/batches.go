@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/replaysafe/companion/items"
@@ -40,13 +39,18 @@ type Store interface {
 	BatchCounts(ctx context.Context, tenant, batchID string, now time.Time) (map[items.State]int, error)
 }
 
+// ErrNoBatchQueries is returned by Status when the service was built over a store that does not answer
+// the batch queries: a wiring mistake, not a condition of the request.
+var ErrNoBatchQueries = errors.New("batches: the ledger's store does not answer the batch queries")
+
 // Service decides, prepares and reports batches of items through the ledger.
 type Service struct {
 	ledger *items.Ledger
 	store  Store
 }
 
-// New returns the batch service over ledger. store is the ledger's store, seen through the batch queries.
+// New returns the batch service over ledger. store is the ledger's store, seen through the batch queries;
+// when it is nil (a store without them) every call but Status works, and Status returns ErrNoBatchQueries.
 func New(ledger *items.Ledger, store Store) *Service {
 	return &Service{ledger: ledger, store: store}
 }
@@ -195,18 +199,12 @@ func (s *Service) check(b Batch) ([]items.BeforeWriteParams, error) {
 	return ps, nil
 }
 
-// CheckBatchID returns an invalid_request error when id cannot be a batch id: 1-200 characters of UTF-8
-// text without control characters. Any other text is allowed because builders compose it from execution
-// ids and node names ("exec-1234:Send reminders").
+// CheckBatchID returns an invalid_request error when id cannot name a new batch: it must be 1-200
+// characters. Any text is allowed because builders compose it from execution ids and node names
+// ("exec-1234:Send reminders").
 func CheckBatchID(id string) error {
-	const rule = "must be 1-200 characters of text without control characters"
-	if id == "" || !utf8.ValidString(id) || utf8.RuneCountInString(id) > MaxBatchIDLength {
-		return items.Invalid("batch_id", rule)
-	}
-	for _, r := range id {
-		if unicode.IsControl(r) {
-			return items.Invalid("batch_id", rule)
-		}
+	if id == "" || utf8.RuneCountInString(id) > MaxBatchIDLength {
+		return items.Invalid("batch_id", fmt.Sprintf("must be 1-%d characters", MaxBatchIDLength))
 	}
 	return nil
 }

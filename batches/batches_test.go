@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -261,7 +262,7 @@ func TestBatchShapeIsChecked(t *testing.T) {
 		{"NoItems", batches.Batch{Tenant: tenant, BatchID: "b"}, "items"},
 		{"TooManyItems", batches.Batch{Tenant: tenant, BatchID: "b", Items: many}, "items"},
 		{"NoBatchID", batches.Batch{Tenant: tenant, Items: intents(t, "a")}, "batch_id"},
-		{"ControlCharacterInBatchID", batches.Batch{Tenant: tenant, BatchID: "exec\n1", Items: intents(t, "a")}, "batch_id"},
+		{"LongBatchID", batches.Batch{Tenant: tenant, BatchID: strings.Repeat("b", batches.MaxBatchIDLength+1), Items: intents(t, "a")}, "batch_id"},
 		{"NegativeBatchIndex", batches.Batch{Tenant: tenant, BatchID: "b", Items: negative}, "items[1].batch_index"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

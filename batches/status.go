@@ -3,15 +3,21 @@ package batches
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/replaysafe/companion/items"
 )
 
 // PageSize is how many items one page of a batch's status holds.
 const PageSize = 500
+
+// MaxStoredBatchIDLength is the longest batch id an item can hold: the single before-write accepts batch
+// ids up to this length, longer than a batch request's.
+const MaxStoredBatchIDLength = 500
 
 // StatusParams asks for one page of a batch's status.
 type StatusParams struct {
@@ -61,8 +67,12 @@ type Status struct {
 // unknown. Returns ErrNotFound when the tenant has no item registered by the batch, an invalid_request
 // *items.Error for a cursor this service did not issue, and ErrUnavailable.
 func (s *Service) Status(ctx context.Context, p StatusParams) (Status, error) {
-	if err := CheckBatchID(p.BatchID); err != nil {
-		return Status{}, err
+	// A single before-write may name a batch id longer than a batch request may: any of them can be looked up.
+	if p.BatchID == "" || utf8.RuneCountInString(p.BatchID) > MaxStoredBatchIDLength {
+		return Status{}, items.Invalid("batch_id", fmt.Sprintf("must be 1-%d characters", MaxStoredBatchIDLength))
+	}
+	if s.store == nil {
+		return Status{}, ErrNoBatchQueries
 	}
 	limit := p.Limit
 	if limit <= 0 || limit > PageSize {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -58,9 +59,10 @@ type Route struct {
 
 // server holds what the handlers share.
 type server struct {
-	ledger *items.Ledger
-	log    *slog.Logger
-	auth   authenticator
+	ledger  *items.Ledger
+	batches *batches.Service
+	log     *slog.Logger
+	auth    authenticator
 }
 
 // endpoint is one built-in route.
@@ -82,6 +84,10 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
 		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
+		{http.MethodPost, "/v1/batches/before-write", Workflow, s.batchBeforeWrite},
+		{http.MethodPost, "/v1/batches/prepare", Workflow, s.batchPrepare},
+		{http.MethodPost, "/v1/batches/after-write", Workflow, s.batchAfterWrite},
+		{http.MethodGet, "/v1/batches/:batch_id", Workflow, s.getBatch},
 	}
 }
 
@@ -92,7 +98,7 @@ func New(cfg Config) http.Handler {
 		panic("handlers: Config.Ledger is required")
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
+	s := &server{ledger: cfg.Ledger, batches: batchService(cfg.Ledger), log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
