@@ -84,6 +84,10 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
+// schema keeps items in a rowid table, not WITHOUT ROWID: an item's document (1 KiB and more) does not
+// fit in a b-tree cell, and in a WITHOUT ROWID table every key comparison on the way down the primary key
+// then read the row's overflow pages, which made a lookup cost a dozen preads and a batch of 500 claims
+// three times slower. Here the primary key is a small separate index and the document is read once.
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
@@ -106,7 +110,7 @@ CREATE TABLE IF NOT EXISTS items (
 	updated_at       INTEGER NOT NULL,
 	doc              TEXT NOT NULL,
 	PRIMARY KEY (tenant, key)
-) WITHOUT ROWID;
+);
 CREATE INDEX IF NOT EXISTS items_lease ON items (state, lease_expires_at);
 CREATE INDEX IF NOT EXISTS items_updated ON items (tenant, updated_at DESC, key);
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
