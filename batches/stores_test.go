@@ -2,12 +2,16 @@ package batches_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -21,11 +25,47 @@ type store interface {
 type storeKind struct {
 	name string
 	open func(t *testing.T) store
-	// concurrency is empty when the store can be trusted with concurrency tests, else why it cannot.
-	concurrency string
+}
+
+// ferret is the FerretDB server the MongoDB store's tests share, each test on its own database; nil when
+// the tests run against the real MongoDB named by mongotest.RealURIEnv.
+var ferret *mongotest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		if os.Getenv(mongotest.RealURIEnv) == "" {
+			dir, err := os.MkdirTemp("", "batches-test-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			if ferret, err = mongotest.StartIn(dir); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer ferret.Stop()
+		}
+		return m.Run()
+	}())
 }
 
 func storeKinds() []storeKind {
+	mongoKind := storeKind{name: "mongodb", open: func(t *testing.T) store {
+		uri, db := os.Getenv(mongotest.RealURIEnv), fmt.Sprintf("batches_test_%d", time.Now().UnixNano())
+		if ferret != nil {
+			uri, db = ferret.URI(), ferret.Database()
+		}
+		s, err := mongostore.Open(context.Background(), uri, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}}
+	if ferret != nil {
+		mongoKind.name = "ferretdb"
+	}
 	return []storeKind{
 		{name: "sqlite", open: func(t *testing.T) store {
 			s, err := sqlitestore.Open(context.Background(), t.TempDir())
@@ -35,6 +75,7 @@ func storeKinds() []storeKind {
 			t.Cleanup(func() { s.Close() })
 			return s
 		}},
+		mongoKind,
 	}
 }
 
