@@ -59,10 +59,12 @@ type Route struct {
 
 // server holds what the handlers share.
 type server struct {
-	ledger  *items.Ledger
+	// batches serves the batch endpoints (batches.go).
 	batches *batches.Service
-	log     *slog.Logger
-	auth    authenticator
+
+	ledger *items.Ledger
+	log    *slog.Logger
+	auth   authenticator
 }
 
 // endpoint is one built-in route.
@@ -81,13 +83,13 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodGet, "/readyz", Public, s.readyz},
 		{http.MethodPost, "/v1/before-write", Workflow, s.beforeWrite},
 		{http.MethodPost, "/v1/after-write", Workflow, s.afterWrite},
-		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
-		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
-		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
 		{http.MethodPost, "/v1/batches/before-write", Workflow, s.batchBeforeWrite},
 		{http.MethodPost, "/v1/batches/prepare", Workflow, s.batchPrepare},
 		{http.MethodPost, "/v1/batches/after-write", Workflow, s.batchAfterWrite},
 		{http.MethodGet, "/v1/batches/:batch_id", Workflow, s.getBatch},
+		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
+		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
+		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
 	}
 }
 
@@ -98,7 +100,7 @@ func New(cfg Config) http.Handler {
 		panic("handlers: Config.Ledger is required")
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &server{ledger: cfg.Ledger, batches: batchService(cfg.Ledger), log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
+	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -120,6 +122,7 @@ func New(cfg Config) http.Handler {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
 	})
 
+	s.batches = batchService(cfg.Ledger)
 	for _, e := range s.endpoints() {
 		r.Handle(e.method, e.path, s.authorize(e.access), e.handle)
 	}
