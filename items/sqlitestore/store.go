@@ -45,7 +45,9 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 	path := filepath.Join(dataDir, FileName)
 	dsn := func(txlock string) string {
 		q := url.Values{}
-		for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(on)"} {
+		// temp_store(memory): statement journals (an UPDATE, or a trigger, inside a batch's transaction) stay
+		// in memory instead of a temporary file written page by page, a third of a batch's time with triggers.
+		for _, p := range []string{"journal_mode(WAL)", "synchronous(FULL)", "busy_timeout(10000)", "foreign_keys(on)", "temp_store(memory)"} {
 			q.Add("_pragma", p)
 		}
 		if txlock != "" {
