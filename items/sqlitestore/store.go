@@ -335,5 +335,12 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close implements items.Store. A WAL checkpoint runs as the last connection closes.
 func (s *Store) Close() error {
+	// Prepared statements are finalized first: a connection with live statements would not close, and
+	// would not checkpoint.
+	for _, st := range []*sql.Stmt{s.insertItem, s.updateItem} {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
 	return errors.Join(s.r.Close(), s.w.Close())
 }
