@@ -134,6 +134,11 @@ func (s *server) batchBeforeWrite(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
+	answers := make([]items.Answer, len(res.Items))
+	for i, a := range res.Items {
+		answers[i] = a.Answer
+	}
+	s.observeDecisions(c.Request.Context(), b.Tenant, b.Items, answers)
 	c.JSON(http.StatusOK, res)
 }
 

@@ -267,6 +267,25 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	get(op, "/v1/items?state=bogus") // 400
 	get(op, "/v1/stats")
 	get(op, "/metrics")
+	bw := post(wf, "/v1/batches/before-write", map[string]any{"batch_id": "exec-2:Send", "items": []any{
+		map[string]any{"key": "b-1", "payload": payload, "reference": "QT-b1"},
+		map[string]any{"key": "inv-1", "payload": payload},
+		map[string]any{"workflow": "wf", "object": "b2", "action": "send", "sequence": "0", "payload": payload, "batch_index": 7},
+	}})
+	post(wf, "/v1/batches/before-write", map[string]any{"batch_id": "exec-2:Send", "items": []any{map[string]any{"key": "b-1"}}}) // 400
+	post(wf, "/v1/batches/prepare", map[string]any{"batch_id": "exec-3", "items": []any{map[string]any{"key": "p-1", "payload": payload}}})
+	claims, _ := bw.At("items").([]any)
+	if len(claims) != 3 {
+		t.Fatalf("batch before-write: %s", bw.Body)
+	}
+	post(wf, "/v1/batches/after-write", map[string]any{"items": []any{
+		map[string]any{"key": "b-1", "claim": claims[0].(map[string]any)["claim"], "outcome": "succeeded", "external_id": "x-9"},
+		map[string]any{"key": "missing", "claim": "c_x", "outcome": "succeeded"},
+		map[string]any{"key": "b-1", "claim": "c_other", "outcome": "succeeded"},
+	}})
+	get(wf, "/v1/batches/"+url.PathEscape("exec-2:Send"))
+	get(wf, "/v1/batches/exec-3")
+	get(wf, "/v1/batches/nope") // 404
 	do(slackRequest(evidenceSubmission("crm-1", "succeeded", "found Q-9 in the CRM by hand, id 77"), time.Now(), slackSecret))
 	do(slackRequest(evidenceSubmission("crm-1", "succeeded", "x"), time.Now(), slackSecret))
 	do(slackRequest(evidenceSubmission("crm-1", "succeeded", "found Q-9"), time.Now(), "wrong")) // 401

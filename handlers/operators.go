@@ -168,19 +168,33 @@ func (s *server) observeRequests(c *gin.Context) {
 }
 
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's
-// counters (a conflict changes no item, so the item cannot remember it). A counter that cannot be kept
-// is logged: the answer to the workflow matters more.
+// counters (a conflict changes no item, so the item cannot remember it).
 func (s *server) observeDecision(ctx context.Context, p items.BeforeWriteParams, a items.Answer) {
-	s.metricsOf.ObserveDecision(a.Decision, a.Reason)
-	if a.Decision != items.Conflict || s.operators == nil {
+	s.observeDecisions(ctx, p.Tenant, []items.BeforeWriteParams{p}, []items.Answer{a})
+}
+
+// observeDecisions counts the decisions of a batch (answers[i] answers ps[i]), keeping its fingerprint
+// conflicts with one counter update per destination. A counter that cannot be kept is logged: the answer
+// to the workflow matters more.
+func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items.BeforeWriteParams, answers []items.Answer) {
+	conflicts := map[string]int{}
+	for i, a := range answers {
+		s.metricsOf.ObserveDecision(a.Decision, a.Reason)
+		if a.Decision == items.Conflict && i < len(ps) {
+			dest := ps[i].Destination
+			if dest == "" {
+				dest = "default"
+			}
+			conflicts[dest]++
+		}
+	}
+	if s.operators == nil {
 		return
 	}
-	dest := p.Destination
-	if dest == "" {
-		dest = "default"
-	}
-	if err := s.operators.AddCounter(ctx, p.Tenant, dest, items.CounterFingerprintConflicts, 1); err != nil {
-		s.log.WarnContext(ctx, "fingerprint conflict not counted", "tenant", p.Tenant, "key", p.Key, "error", err)
+	for dest, n := range conflicts {
+		if err := s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n); err != nil {
+			s.log.WarnContext(ctx, "fingerprint conflicts not counted", "tenant", tenant, "destination", dest, "conflicts", n, "error", err)
+		}
 	}
 }
 

@@ -255,3 +255,33 @@ func TestOpenMetricsShowEveryTenant(t *testing.T) {
 		t.Errorf("open metrics: in_flight %v, want 1", got)
 	}
 }
+
+func TestBatchDecisionsAreCounted(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	c := svc.Claim("ok", map[string]any{"destination": "crm"})
+	svc.AfterWrite(map[string]any{"key": "ok", "claim": c.Str("claim"), "outcome": "succeeded"})
+	r := svc.Post(handlerstest.WorkflowAcme, "/v1/batches/before-write", map[string]any{"batch_id": "exec-9", "items": []any{
+		map[string]any{"key": "b-1", "payload": map[string]any{"n": 1}},
+		map[string]any{"key": "b-2", "payload": map[string]any{"n": 2}},
+		map[string]any{"key": "ok", "payload": map[string]any{"n": 3}, "destination": "crm"},
+		map[string]any{"key": "ok", "payload": map[string]any{"n": 4}, "destination": "crm"},
+	}})
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if r.Num("counts.conflict") != 2 || r.Num("counts.proceed") != 2 {
+		t.Fatalf("batch counts: %s", r.Body)
+	}
+	m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
+	for name, want := range map[string]float64{
+		"companion_decisions_total{decision=proceed,reason=new}":                   3,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}": 2,
+		"companion_fingerprint_conflicts_total":                                    2,
+	} {
+		if m[name] != want {
+			t.Errorf("%s = %v, want %v", name, m[name], want)
+		}
+	}
+	if got := svc.Get(handlerstest.OperatorAcme, "/v1/stats").Num("destinations.crm.fingerprint_conflicts"); got != 2 {
+		t.Errorf("crm's fingerprint conflicts = %v, want 2", got)
+	}
+}
