@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -33,6 +34,18 @@ type Config struct {
 	// Routes are extra endpoints built outside this package (metrics, Slack actions, …). They are served
 	// with the same authentication, logging and error shape as the built-in ones.
 	Routes []Route
+	// Operators serves the operator list (GET /v1/items), GET /v1/stats and GET /metrics, and keeps the
+	// fingerprint-conflict counter. Without it those routes answer 404.
+	Operators OperatorStore
+	// Metrics counts decisions and request durations for GET /metrics. Default: NewMetrics().
+	Metrics *Metrics
+	// MetricsOpen serves GET /metrics without a token, with every tenant's measures together.
+	MetricsOpen bool
+	// Resolver settles items for POST /v1/items/{key}/resolve: the alert dispatcher, so that the Slack
+	// messages about the item follow. Default: the ledger.
+	Resolver Resolver
+	// SlackActions answers POST /v1/slack/actions; nil when Slack is not configured (the route answers 404).
+	SlackActions SlackActions
 }
 
 // Access says who may call a route.
@@ -58,9 +71,18 @@ type Route struct {
 
 // server holds what the handlers share.
 type server struct {
+	// batches serves the batch endpoints (batches.go).
+	batches *batches.Service
+
 	ledger *items.Ledger
 	log    *slog.Logger
 	auth   authenticator
+	// Operators' surface (operators.go).
+	operators     OperatorStore
+	metricsOf     *Metrics
+	metricsAccess Access
+	resolver      Resolver
+	slack         SlackActions
 }
 
 // endpoint is one built-in route.
@@ -79,9 +101,18 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodGet, "/readyz", Public, s.readyz},
 		{http.MethodPost, "/v1/before-write", Workflow, s.beforeWrite},
 		{http.MethodPost, "/v1/after-write", Workflow, s.afterWrite},
+		{http.MethodPost, "/v1/batches/before-write", Workflow, s.batchBeforeWrite},
+		{http.MethodPost, "/v1/batches/prepare", Workflow, s.batchPrepare},
+		{http.MethodPost, "/v1/batches/after-write", Workflow, s.batchAfterWrite},
+		{http.MethodGet, "/v1/batches/:batch_id", Workflow, s.getBatch},
 		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
 		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
+		{http.MethodGet, "/v1/items", Operator, s.listItems},
+		{http.MethodGet, "/v1/stats", Operator, s.stats},
+		{http.MethodGet, "/metrics", s.metricsAccess, s.metrics},
+		{http.MethodGet, "/openapi.json", Public, s.openAPI},
+		{http.MethodPost, "/v1/slack/actions", Public, s.slackActions},
 	}
 }
 
@@ -92,9 +123,19 @@ func New(cfg Config) http.Handler {
 		panic("handlers: Config.Ledger is required")
 	}
 	gin.SetMode(gin.ReleaseMode)
-	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open)}
+	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open),
+		operators: cfg.Operators, metricsOf: cfg.Metrics, metricsAccess: Operator, resolver: cfg.Resolver, slack: cfg.SlackActions}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.metricsOf == nil {
+		s.metricsOf = NewMetrics()
+	}
+	if cfg.MetricsOpen {
+		s.metricsAccess = Public
+	}
+	if s.resolver == nil {
+		s.resolver = cfg.Ledger
 	}
 
 	r := gin.New()
@@ -106,7 +147,7 @@ func New(cfg Config) http.Handler {
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	_ = r.SetTrustedProxies(nil) // nil never fails; the client address is the peer's
-	r.Use(s.logRequests, s.recoverPanics)
+	r.Use(s.logRequests, s.observeRequests, s.recoverPanics)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
 	})
@@ -114,6 +155,7 @@ func New(cfg Config) http.Handler {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
 	})
 
+	s.batches = batchService(cfg.Ledger)
 	for _, e := range s.endpoints() {
 		r.Handle(e.method, e.path, s.authorize(e.access), e.handle)
 	}

@@ -76,6 +76,7 @@ func (s *server) beforeWrite(c *gin.Context) {
 		return
 	}
 	noteItem(c, p.Key, ans.Decision, ans.Reason, ans.State)
+	s.observeDecision(c.Request.Context(), p, ans)
 	c.JSON(http.StatusOK, ans)
 }
 
@@ -250,7 +251,7 @@ func (s *server) resolve(c *gin.Context) {
 	}
 	who := principal(c)
 	noteItem(c, key, "", "", "")
-	it, reason, err := s.ledger.Resolve(c.Request.Context(), items.ResolveParams{Tenant: who.Tenant, Key: key,
+	it, reason, err := s.resolver.Resolve(c.Request.Context(), items.ResolveParams{Tenant: who.Tenant, Key: key,
 		Outcome: req.Outcome, Evidence: req.Evidence, ExternalID: string(req.ExternalID), By: who.Name})
 	if err != nil {
 		s.writeError(c, err)

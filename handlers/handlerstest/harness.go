@@ -88,6 +88,8 @@ type ServiceConfig struct {
 	Open bool
 	// Routes are extra routes.
 	Routes []handlers.Route
+	// Configure, when set, changes the handlers' configuration last (operator store, Slack, metrics).
+	Configure func(*handlers.Config)
 }
 
 // NewService starts the service over store on a loopback listener; it stops when the test ends.
@@ -103,6 +105,9 @@ func NewService(t testing.TB, store items.Store, cfg ServiceConfig) *Service {
 	hc := handlers.Config{Ledger: ledger, Logger: slog.New(slog.NewJSONHandler(&logBuf, nil)), Open: cfg.Open, Routes: cfg.Routes}
 	if !cfg.Open {
 		hc.Tokens = Tokens
+	}
+	if cfg.Configure != nil {
+		cfg.Configure(&hc)
 	}
 	srv := httptest.NewServer(handlers.New(hc))
 	t.Cleanup(srv.Close)

@@ -14,6 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 )
@@ -27,6 +28,8 @@ type fileConfig struct {
 	Destinations map[string]destinationConfig `yaml:"destinations"`
 	// Tokens are bearer tokens; their secrets come from the environment or a file, never from here.
 	Tokens []tokenConfig `yaml:"tokens"`
+	// Alerts routes the alerts of items that need a person (sweep.go).
+	Alerts alertsConfig `yaml:"alerts"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -135,16 +138,16 @@ func (p *configProblems) err() error {
 }
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
-func loadConfig(path string, getenv func(string) string) (items.Config, []handlers.Token, error) {
+func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, nil, fmt.Errorf("config: %w", err)
+		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return items.Config{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
 	}
 	probs := &configProblems{path: path}
 	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
@@ -168,10 +171,11 @@ func loadConfig(path string, getenv func(string) string) (items.Config, []handle
 			tokens = append(tokens, t)
 		}
 	}
+	routing := fc.Alerts.routing(probs)
 	if err := probs.err(); err != nil {
-		return items.Config{}, nil, err
+		return items.Config{}, alerts.Routing{}, nil, err
 	}
-	return cfg, tokens, nil
+	return cfg, routing, tokens, nil
 }
 
 var (

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -23,13 +25,21 @@ Each flag has an environment twin; a flag given on the command line wins over it
 Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator), or
 from the file COMPANION_TOKENS_FILE names, and/or from "tokens:" in the config file. Without tokens
 the service runs open (tenant "default", role operator) and listens on loopback addresses only.
-SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.`
+SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.
+
+The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
+that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
+(each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
+else to the log. Slack's buttons call POST /v1/slack/actions.`
 
 // serveOptions are serve's settings from flags and environment.
 type serveOptions struct {
 	addr       string
 	dataDir    string
 	configPath string
+	sweepEvery string
+	// metricsOpen serves GET /metrics without a token.
+	metricsOpen bool
 }
 
 // env returns the environment variable name, or def when it is unset or empty.
@@ -46,14 +56,25 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&o.addr, "addr", m.env("COMPANION_ADDR", "127.0.0.1:8080"), "`host:port` to listen on (env COMPANION_ADDR)")
 	fs.StringVar(&o.dataDir, "data-dir", m.env("COMPANION_DATA_DIR", "./companion-data"), "`directory` of the embedded ledger (env COMPANION_DATA_DIR)")
 	fs.StringVar(&o.configPath, "config", m.env("COMPANION_CONFIG", ""), "YAML configuration `file` (env COMPANION_CONFIG)")
+	fs.StringVar(&o.sweepEvery, "sweep-every", m.env("COMPANION_SWEEP_EVERY", alerts.DefaultSweepEvery),
+		"cron `schedule` of the sweeper and the alerts, five fields or a descriptor such as \"@every 30s\" (env COMPANION_SWEEP_EVERY)")
+	fs.BoolVar(&o.metricsOpen, "metrics-open", m.env("COMPANION_METRICS_OPEN", "") == "true",
+		"serve GET /metrics without a token, every tenant together (env COMPANION_METRICS_OPEN=true)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
 
+	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
+		return usageErrorf("--sweep-every: %v", err)
+	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr %q: %v", o.addr, err)
 	}
-	cfg, tokens, err := m.settings(o)
+	cfg, routing, tokens, err := m.settings(o)
+	if err != nil {
+		return err
+	}
+	slackCfg, err := m.slackSettings()
 	if err != nil {
 		return err
 	}
@@ -73,13 +94,20 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
+	alertSvc, err := newAlertServices(ledger, routing, slackCfg, log)
+	if err != nil {
+		store.Close()
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
 		return fmt.Errorf("cannot listen on %s: %w", o.addr, err)
 	}
+	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen}
+	alertSvc.handlersConfig(&hc)
 	srv := &http.Server{
-		Handler:           handlers.New(handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log}),
+		Handler:           handlers.New(hc),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       60 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -100,6 +128,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		log.Info("companion stopped", slog.String("store", where))
 		return err
 	}})
+	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
 	addr := ln.Addr().String()
@@ -110,30 +139,33 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s", versionString(), addr, where, auth),
-		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0))
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
+		o.sweepEvery, alertSvc.where),
+		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0),
+		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
 	return nil
 }
 
 // settings combines the configuration file and the token sources.
-func (m *Main) settings(o serveOptions) (items.Config, []handlers.Token, error) {
+func (m *Main) settings(o serveOptions) (items.Config, alerts.Routing, []handlers.Token, error) {
 	var cfg items.Config
+	var routing alerts.Routing
 	var fileTokens []handlers.Token
 	if o.configPath != "" {
 		var err error
-		if cfg, fileTokens, err = loadConfig(o.configPath, m.Getenv); err != nil {
-			return items.Config{}, nil, err
+		if cfg, routing, fileTokens, err = loadConfig(o.configPath, m.Getenv); err != nil {
+			return items.Config{}, alerts.Routing{}, nil, err
 		}
 	}
 	envTokens, err := m.envTokens()
 	if err != nil {
-		return items.Config{}, nil, err
+		return items.Config{}, alerts.Routing{}, nil, err
 	}
 	tokens := append(envTokens, fileTokens...)
 	if err := handlers.CheckTokens(tokens); err != nil {
-		return items.Config{}, nil, fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
+		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
 	}
-	return cfg, tokens, nil
+	return cfg, routing, tokens, nil
 }
 
 // envTokens reads COMPANION_TOKENS, or the file COMPANION_TOKENS_FILE names.
@@ -170,10 +202,22 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// openStore opens the store the ledger lives in. It is the one place the store is chosen: today the
-// embedded SQLite file in the data dir (the MongoDB store, selected by MONGODB_URI, joins here). It
-// returns a description for the start line.
+// openStore opens the store the ledger lives in. It is the one place the store is chosen: MongoDB when
+// MONGODB_URI (or MONGODB_URI_FILE) is set, else the embedded SQLite file in the data dir. It returns a
+// description for the start line, without credentials.
 func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, string, error) {
+	if m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != "" {
+		uri, err := secretFromEnv("MONGODB_URI", m.Getenv)
+		if err != nil {
+			return nil, "", err
+		}
+		db := m.env("MONGODB_DATABASE", mongostore.DefaultDatabase)
+		s, err := mongostore.Open(ctx, uri, db)
+		if err != nil {
+			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
+		}
+		return s, fmt.Sprintf("mongodb %s database %s", mongostore.Redacted(uri), db), nil
+	}
 	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)

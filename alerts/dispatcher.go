@@ -1,0 +1,438 @@
+package alerts
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// Defaults of the dispatcher's configuration.
+const (
+	// DefaultDispatchPageSize is how many pending items the dispatcher reads per query.
+	DefaultDispatchPageSize = 200
+	// DefaultMaxGroups bounds the messages one dispatch sends; the rest wait for the next.
+	DefaultMaxGroups = 50
+	// DefaultClaimTimeout is how long a claimed group stays with its dispatcher: past it (the dispatcher
+	// died between claiming and recording), another dispatcher may send it.
+	DefaultClaimTimeout = 2 * time.Minute
+	// DefaultRefreshTimeout bounds a message update made after a button press.
+	DefaultRefreshTimeout = 10 * time.Second
+)
+
+// Outbox is the alert outbox the dispatcher works on. Every method returns ErrUnavailable when the store
+// cannot be reached.
+type Outbox interface {
+	// PendingAlertItems returns items that need a person and whose alert has not gone out, by (tenant, key)
+	// after the given reference.
+	PendingAlertItems(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error)
+	// AddAlerts records pending alerts, except those that exist for the same item, attempt and cause; it
+	// returns how many it added.
+	AddAlerts(ctx context.Context, as []items.Alert) (int, error)
+	// AlertGroups returns the groups with alerts claimable at now (pending, or due for escalation).
+	AlertGroups(ctx context.Context, now time.Time, limit int) ([]items.AlertGroup, error)
+	// ClaimAlerts takes a group's claimable alerts in one guarded update; a concurrent claim gets none.
+	ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error)
+	// FinishAlerts records a claimed group's delivery and releases the claim.
+	FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error)
+	// ReleaseAlerts gives up a claim without sending.
+	ReleaseAlerts(ctx context.Context, claim string) error
+	// CloseAlert closes one alert; CloseItemAlerts every open alert about an item.
+	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
+	CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error)
+	// RequestEscalation makes an item's sent alerts due for escalation now.
+	RequestEscalation(ctx context.Context, tenant, key, by string, now time.Time) (int, error)
+	// ItemAlerts returns the alerts about an item; MessageAlerts those a message carried.
+	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
+	MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error)
+}
+
+// DispatcherConfig configures a Dispatcher.
+type DispatcherConfig struct {
+	// Ledger gives the items, the destinations' configuration and the clock. Required.
+	Ledger *items.Ledger
+	// Outbox is the alert outbox. Required.
+	Outbox Outbox
+	// Routing decides who gets each alert.
+	Routing Routing
+	// Notifier delivers messages. Default: the log (LogNotifier).
+	Notifier Notifier
+	// PageSize, MaxGroups, ClaimTimeout and RefreshTimeout default to the Default… constants.
+	PageSize       int
+	MaxGroups      int
+	ClaimTimeout   time.Duration
+	RefreshTimeout time.Duration
+	// Logger gets one line per dispatch that sent or changed something. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Dispatcher sends the alert outbox: one message per owner, tenant and batch, each group claimed before it
+// is sent, so several dispatchers (one per replica) never send the same alert.
+type Dispatcher struct {
+	cfg  DispatcherConfig
+	log  Notifier
+	kick chan struct{}
+	wg   sync.WaitGroup
+}
+
+// NewDispatcher validates cfg and returns a dispatcher.
+func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
+	if cfg.Ledger == nil || cfg.Outbox == nil {
+		return nil, errors.New("alerts: dispatcher needs a ledger and an outbox")
+	}
+	if err := cfg.Routing.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.PageSize == 0 {
+		cfg.PageSize = DefaultDispatchPageSize
+	}
+	if cfg.MaxGroups == 0 {
+		cfg.MaxGroups = DefaultMaxGroups
+	}
+	if cfg.ClaimTimeout == 0 {
+		cfg.ClaimTimeout = DefaultClaimTimeout
+	}
+	if cfg.RefreshTimeout == 0 {
+		cfg.RefreshTimeout = DefaultRefreshTimeout
+	}
+	if cfg.PageSize < 1 || cfg.MaxGroups < 1 || cfg.ClaimTimeout < time.Second || cfg.RefreshTimeout <= 0 {
+		return nil, fmt.Errorf("alerts: dispatcher page size, max groups, claim timeout (at least 1s) and refresh timeout must be positive")
+	}
+	log := LogNotifier{Logger: cfg.Logger}
+	if cfg.Notifier == nil {
+		cfg.Notifier = log
+	}
+	return &Dispatcher{cfg: cfg, log: log, kick: make(chan struct{}, 1)}, nil
+}
+
+// DispatchCounts says what one dispatch did.
+type DispatchCounts struct {
+	// Queued counts the alerts added to the outbox.
+	Queued int `json:"queued"`
+	// Messages counts the messages delivered; Alerted the alerts they carried for the first time and
+	// Escalated those they carried to an escalate_to owner.
+	Messages  int `json:"messages"`
+	Alerted   int `json:"alerted"`
+	Escalated int `json:"escalated"`
+	// Closed counts alerts closed unsent: their item was settled meanwhile.
+	Closed int `json:"closed"`
+	// Failed counts the groups whose delivery failed; they are tried again at the next dispatch.
+	Failed int `json:"failed"`
+}
+
+// Changed reports whether the dispatch did anything.
+func (c DispatchCounts) Changed() bool {
+	return c.Queued+c.Messages+c.Alerted+c.Escalated+c.Closed+c.Failed > 0
+}
+
+// RunOnce adds an alert to the outbox for each item that newly needs a person, then delivers the claimable
+// groups (pending alerts, and sent alerts whose escalation is due). It returns what it did and the first
+// error that stopped it; a failed delivery does not stop it (the group is tried again next time).
+func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
+	var counts DispatchCounts
+	err := d.enqueue(ctx, &counts)
+	if err == nil {
+		err = d.deliver(ctx, &counts)
+	}
+	if counts.Changed() {
+		d.cfg.Logger.InfoContext(ctx, "alerts dispatched", "queued", counts.Queued, "messages", counts.Messages,
+			"alerted", counts.Alerted, "escalated", counts.Escalated, "closed", counts.Closed, "failed", counts.Failed)
+	}
+	if err != nil {
+		d.cfg.Logger.ErrorContext(ctx, "alert dispatch stopped", "error", err)
+	}
+	return counts, err
+}
+
+func (d *Dispatcher) target(it *items.Item) Target {
+	return d.cfg.Routing.Route(it, d.cfg.Ledger.Config().Destination(it.Destination))
+}
+
+// enqueue adds one outbox record per item, attempt and cause; the outbox ignores repeats, so several
+// dispatchers may enqueue at once.
+func (d *Dispatcher) enqueue(ctx context.Context, counts *DispatchCounts) error {
+	var after items.ItemRef
+	now := d.cfg.Ledger.Now()
+	for {
+		found, err := d.cfg.Outbox.PendingAlertItems(ctx, after, d.cfg.PageSize)
+		if err != nil {
+			return err
+		}
+		batch := make([]items.Alert, len(found))
+		for i, it := range found {
+			t := d.target(it)
+			batch[i] = items.Alert{Tenant: it.Tenant, Key: it.Key, Attempt: it.Attempt,
+				Cause: it.NeedsPersonCause, Owner: t.Owner, EscalateTo: t.EscalateTo, EscalateAfter: t.EscalateAfter,
+				BatchID: it.BatchID, Destination: it.Destination, Status: items.AlertPending, CreatedAt: now}
+		}
+		added, err := d.cfg.Outbox.AddAlerts(ctx, batch)
+		if err != nil {
+			return err
+		}
+		counts.Queued += added
+		if len(found) < d.cfg.PageSize {
+			return nil
+		}
+		after = items.ItemRef{Tenant: found[len(found)-1].Tenant, Key: found[len(found)-1].Key}
+	}
+}
+
+func (d *Dispatcher) deliver(ctx context.Context, counts *DispatchCounts) error {
+	groups, err := d.cfg.Outbox.AlertGroups(ctx, d.cfg.Ledger.Now(), d.cfg.MaxGroups)
+	if err != nil {
+		return err
+	}
+	for _, g := range groups {
+		if err := d.deliverGroup(ctx, g, counts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func newClaimToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // crypto/rand does not fail on supported platforms
+	return "d_" + hex.EncodeToString(b)
+}
+
+// deliverGroup claims a group, drops the alerts whose item was settled meanwhile, sends one message, and
+// records where it landed. A delivery failure releases the claim and is counted, not returned.
+func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, counts *DispatchCounts) error {
+	now := d.cfg.Ledger.Now()
+	claim := newClaimToken()
+	claimed, err := d.cfg.Outbox.ClaimAlerts(ctx, items.AlertClaim{Group: g, Claim: claim, Now: now, Until: now.Add(d.cfg.ClaimTimeout)})
+	if err != nil || len(claimed) == 0 {
+		return err // another dispatcher took the group, or there is nothing left in it
+	}
+	var live []items.Alert
+	found := map[items.ItemRef]*items.Item{}
+	for _, a := range claimed {
+		it, err := d.cfg.Ledger.Store().Get(ctx, a.Tenant, a.Key)
+		if err != nil && !errors.Is(err, items.ErrNotFound) {
+			_ = d.cfg.Outbox.ReleaseAlerts(ctx, claim)
+			return err
+		}
+		if !stillNeeded(it, a) {
+			if _, err := d.cfg.Outbox.CloseAlert(ctx, a, now); err != nil {
+				return err
+			}
+			counts.Closed++
+			continue
+		}
+		found[a.Ref()] = it
+		live = append(live, a)
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	msg := d.message(g, live, found, now)
+	notifier := d.cfg.Notifier
+	if g.Owner == "" {
+		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
+		notifier = d.log
+	}
+	ref, err := notifier.Post(ctx, g.Owner, msg)
+	if err != nil {
+		counts.Failed++
+		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
+			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+		return d.cfg.Outbox.ReleaseAlerts(ctx, claim)
+	}
+	n, err := d.cfg.Outbox.FinishAlerts(ctx, items.AlertDelivery{Claim: claim, Channel: ref.Channel, TS: ref.TS, At: now, Escalation: g.Escalation})
+	if err != nil {
+		return err
+	}
+	counts.Messages++
+	status := items.AlertSent
+	if g.Escalation {
+		counts.Escalated += n
+		status = items.AlertEscalated
+	} else {
+		counts.Alerted += n
+	}
+	to := g.Owner
+	if ref.Channel == "log" {
+		to = "the log"
+		if g.Owner != "" {
+			to = g.Owner + " (in the log)"
+		}
+	}
+	originals := map[MessageRef]bool{}
+	marks := make([]items.AlertMark, len(live))
+	for i, a := range live {
+		marks[i] = items.AlertMark{Key: a.Key, Attempt: a.Attempt, Cause: a.Cause}
+		if g.Escalation && a.TS != "" {
+			originals[MessageRef{Channel: a.Channel, TS: a.TS}] = true
+		}
+	}
+	if _, err := d.cfg.Ledger.RecordAlerts(ctx, g.Tenant, marks, status, to); err != nil {
+		return err
+	}
+	// The first message shows where its items went.
+	for ref := range originals {
+		if err := d.Refresh(ctx, ref); err != nil {
+			d.cfg.Logger.WarnContext(ctx, "alert message update failed", "channel", ref.Channel, "ts", ref.TS, "error", err)
+		}
+	}
+	return nil
+}
+
+// message builds the message of a group from its alerts (ordered by key) and their items.
+func (d *Dispatcher) message(g items.AlertGroup, alerts []items.Alert, found map[items.ItemRef]*items.Item, now time.Time) Message {
+	m := Message{Tenant: g.Tenant, Owner: g.Owner, BatchID: g.BatchID, Escalation: g.Escalation}
+	m.Query, m.Command = groupQuery(g)
+	for i, a := range alerts {
+		if i >= MaxListedItems {
+			m.More = len(alerts) - MaxListedItems
+			break
+		}
+		it := found[a.Ref()]
+		if it == nil {
+			m.Lines = append(m.Lines, Line{Tenant: a.Tenant, Key: a.Key, Destination: a.Destination, Cause: a.Cause, Note: "no longer in the ledger"})
+			continue
+		}
+		open := a.Status != items.AlertClosed && stillNeeded(it, a)
+		m.Lines = append(m.Lines, newLine(it, a, d.target(it).CheckHint, open, now))
+	}
+	return m
+}
+
+// Refresh rebuilds a delivered message from the current state of its items and replaces it: settled
+// items lose their buttons and say who settled them and how.
+func (d *Dispatcher) Refresh(ctx context.Context, ref MessageRef) error {
+	if ref.TS == "" {
+		return nil
+	}
+	alerts, err := d.cfg.Outbox.MessageAlerts(ctx, ref.Channel, ref.TS)
+	if err != nil || len(alerts) == 0 {
+		return err
+	}
+	a0 := alerts[0]
+	g := items.AlertGroup{Tenant: a0.Tenant, Owner: a0.Owner, BatchID: a0.BatchID}
+	if a0.EscalationChannel == ref.Channel && a0.EscalationTS == ref.TS {
+		g.Owner, g.Escalation = a0.EscalateTo, true
+	}
+	found := map[items.ItemRef]*items.Item{}
+	for i, a := range alerts {
+		if i >= MaxListedItems {
+			break
+		}
+		it, err := d.cfg.Ledger.Store().Get(ctx, a.Tenant, a.Key)
+		if err != nil && !errors.Is(err, items.ErrNotFound) {
+			return err
+		}
+		found[a.Ref()] = it
+	}
+	notifier := d.cfg.Notifier
+	if ref.Channel == "log" {
+		notifier = d.log
+	}
+	return notifier.Update(ctx, ref, d.message(g, alerts, found, d.cfg.Ledger.Now()))
+}
+
+// Resolve settles an item on a person's evidence: the ledger's Resolve, then the item's open alerts are
+// closed and the messages that carried them updated (in the background, so a Slack request is answered
+// in time). The operator API and the Slack modal both resolve through here. Errors are the ledger's.
+func (d *Dispatcher) Resolve(ctx context.Context, p items.ResolveParams) (*items.Item, items.Reason, error) {
+	it, reason, err := d.cfg.Ledger.Resolve(ctx, p)
+	if err != nil || reason != items.ReasonRecorded {
+		return it, reason, err
+	}
+	d.settled(p.Tenant, p.Key)
+	return it, reason, nil
+}
+
+// settled closes the open alerts about an item that no longer needs a person and updates their messages,
+// in the background.
+func (d *Dispatcher) settled(tenant, key string) {
+	d.background(func(ctx context.Context) {
+		alerts, err := d.cfg.Outbox.ItemAlerts(ctx, tenant, key)
+		if err == nil {
+			_, err = d.cfg.Outbox.CloseItemAlerts(ctx, tenant, key, d.cfg.Ledger.Now())
+		}
+		if err != nil {
+			d.cfg.Logger.WarnContext(ctx, "closing alerts failed", "tenant", tenant, "key", key, "error", err)
+			return
+		}
+		refs := map[MessageRef]bool{}
+		for _, a := range alerts {
+			refs[MessageRef{Channel: a.Channel, TS: a.TS}] = true
+			refs[MessageRef{Channel: a.EscalationChannel, TS: a.EscalationTS}] = true
+		}
+		for ref := range refs {
+			if err := d.Refresh(ctx, ref); err != nil {
+				d.cfg.Logger.WarnContext(ctx, "alert message update failed", "channel", ref.Channel, "ts", ref.TS, "error", err)
+			}
+		}
+	})
+}
+
+// EscalateResult says what an escalation request did.
+type EscalateResult struct {
+	// Requested counts the alerts made due for escalation now.
+	Requested int
+	// Already lists where the item's alerts escalated before (a repeated click).
+	Already []string
+	// NoTarget is true when no alert about the item has an escalate_to owner.
+	NoTarget bool
+}
+
+// Escalate makes the item's sent alerts due for escalation now, naming who asked, and wakes the
+// dispatcher loop. A repeated request changes nothing.
+func (d *Dispatcher) Escalate(ctx context.Context, tenant, key, by string) (EscalateResult, error) {
+	var res EscalateResult
+	n, err := d.cfg.Outbox.RequestEscalation(ctx, tenant, key, by, d.cfg.Ledger.Now())
+	if err != nil {
+		return res, err
+	}
+	res.Requested = n
+	if n > 0 {
+		d.Kick()
+		return res, nil
+	}
+	alerts, err := d.cfg.Outbox.ItemAlerts(ctx, tenant, key)
+	if err != nil {
+		return res, err
+	}
+	res.NoTarget = true
+	for _, a := range alerts {
+		if a.EscalateTo != "" {
+			res.NoTarget = false
+			if a.Status == items.AlertEscalated || a.EscalatedBy != "" {
+				res.Already = append(res.Already, a.EscalateTo)
+			}
+		}
+	}
+	return res, nil
+}
+
+// Kick asks the dispatcher loop (Run) for a dispatch now, without waiting for the schedule.
+func (d *Dispatcher) Kick() {
+	select {
+	case d.kick <- struct{}{}:
+	default: // a dispatch is already asked for
+	}
+}
+
+// background runs f with its own bounded context, so work started by a request outlives the request but
+// not the process: Wait waits for all of it.
+func (d *Dispatcher) background(f func(ctx context.Context)) {
+	d.wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), d.cfg.RefreshTimeout)
+		defer cancel()
+		f(ctx)
+	})
+}
+
+// Wait waits for the message updates started in the background.
+func (d *Dispatcher) Wait() { d.wg.Wait() }

@@ -1,0 +1,282 @@
+package alerts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/slack-go/slack"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// The identifiers Slack sends back; they are part of the contract with the Slack app.
+const (
+	// ActionResolveCommitted, ActionResolveNotCommitted and ActionEscalate are the action ids of an item's
+	// three buttons.
+	ActionResolveCommitted    = "resolve_committed"
+	ActionResolveNotCommitted = "resolve_not_committed"
+	ActionEscalate            = "escalate"
+	// CallbackResolveEvidence is the callback id of the evidence modal.
+	CallbackResolveEvidence = "resolve_evidence"
+	// BlockEvidence/ActionEvidenceText and BlockExternalID/ActionExternalIDText are the modal's inputs.
+	BlockEvidence        = "evidence"
+	ActionEvidenceText   = "evidence_text"
+	BlockExternalID      = "external_id"
+	ActionExternalIDText = "external_id_text"
+)
+
+// DefaultSlackAPIURL is Slack's Web API.
+const DefaultSlackAPIURL = "https://slack.com/api/"
+
+// SlackConfig configures the Slack notifier and the interactivity endpoint.
+type SlackConfig struct {
+	// BotToken authenticates the Web API calls (chat.postMessage, chat.update, views.open). Required.
+	BotToken string
+	// SigningSecret verifies the interactivity requests Slack sends. Required.
+	SigningSecret string
+	// APIURL is the Web API's base URL. Default DefaultSlackAPIURL; tests and proxies set their own.
+	APIURL string
+	// HTTPClient makes the calls. Default: a client with a 10 s timeout.
+	HTTPClient *http.Client
+}
+
+// Slack delivers alert messages to Slack and opens the evidence modal.
+type Slack struct {
+	client *slack.Client
+	http   *http.Client
+	secret string
+}
+
+// NewSlack validates cfg and returns the Slack notifier.
+func NewSlack(cfg SlackConfig) (*Slack, error) {
+	if cfg.BotToken == "" || cfg.SigningSecret == "" {
+		return nil, errors.New("alerts: Slack needs both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET")
+	}
+	if cfg.APIURL == "" {
+		cfg.APIURL = DefaultSlackAPIURL
+	}
+	if !strings.HasSuffix(cfg.APIURL, "/") {
+		cfg.APIURL += "/" // slack-go appends method names to it
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
+	}
+	c := slack.New(cfg.BotToken, slack.OptionAPIURL(cfg.APIURL), slack.OptionHTTPClient(cfg.HTTPClient))
+	return &Slack{client: c, http: cfg.HTTPClient, secret: cfg.SigningSecret}, nil
+}
+
+// Post implements Notifier with chat.postMessage. An owner that is a user id gets a direct message from
+// the app; a channel id gets a channel message.
+func (s *Slack) Post(ctx context.Context, owner string, m Message) (MessageRef, error) {
+	channel, ts, err := s.client.PostMessageContext(ctx, owner, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...))
+	if err != nil {
+		return MessageRef{}, fmt.Errorf("slack chat.postMessage to %s: %w", owner, err)
+	}
+	return MessageRef{Channel: channel, TS: ts}, nil
+}
+
+// Update implements Notifier with chat.update.
+func (s *Slack) Update(ctx context.Context, ref MessageRef, m Message) error {
+	if _, _, _, err := s.client.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...)); err != nil {
+		return fmt.Errorf("slack chat.update %s/%s: %w", ref.Channel, ref.TS, err)
+	}
+	return nil
+}
+
+// ButtonValue is the value of an item's buttons: which item they act on.
+type ButtonValue struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// ResolveMetadata is the evidence modal's private_metadata: the item and the outcome the owner chose, in
+// the resolve endpoint's words (succeeded or not_committed).
+type ResolveMetadata struct {
+	Tenant  string `json:"tenant"`
+	Key     string `json:"key"`
+	Outcome string `json:"outcome"`
+}
+
+// Blocks renders a message as Slack blocks: a title, one section per listed item with its three buttons
+// while it is open (or a note saying how it was settled), and "and N more" with the query that lists all.
+func Blocks(m Message) []slack.Block {
+	blocks := []slack.Block{slack.NewSectionBlock(mrkdwn("*"+escape(m.Text())+"*"), nil, nil)}
+	for i, l := range m.Lines {
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(lineText(l)), nil, nil))
+		if l.Note != "" {
+			blocks = append(blocks, slack.NewContextBlock(fmt.Sprintf("note_%d", i), mrkdwn(noteText(l))))
+		}
+		if !l.Open {
+			continue
+		}
+		value, _ := json.Marshal(ButtonValue{Tenant: l.Tenant, Key: l.Key})
+		blocks = append(blocks, slack.NewActionBlock(fmt.Sprintf("item_%d", i),
+			slack.NewButtonBlockElement(ActionResolveCommitted, string(value), plain("Committed")).WithStyle(slack.StylePrimary),
+			slack.NewButtonBlockElement(ActionResolveNotCommitted, string(value), plain("Not committed")),
+			slack.NewButtonBlockElement(ActionEscalate, string(value), plain("Escalate")).WithStyle(slack.StyleDanger),
+		))
+	}
+	if m.More > 0 {
+		blocks = append(blocks, slack.NewContextBlock("more", mrkdwn(fmt.Sprintf("and %d more: `%s` or `%s`", m.More, escape(m.Command), escape(m.Query)))))
+	}
+	return blocks
+}
+
+func lineText(l Line) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "`%s`", l.Key)
+	if l.Reference != "" {
+		fmt.Fprintf(&b, " · ref *%s*", escape(l.Reference))
+	}
+	fmt.Fprintf(&b, " · %s · %s · attempts %d", escape(l.Destination), l.State, l.Attempts)
+	if l.LastErrorClass != "" {
+		fmt.Fprintf(&b, " · last error %s", escape(l.LastErrorClass))
+	}
+	fmt.Fprintf(&b, " · waiting %s", age(l.Age))
+	fmt.Fprintf(&b, "\nwhy: %s", causeText(l.Cause))
+	if l.CheckHint != "" && l.Open {
+		fmt.Fprintf(&b, "\ncheck: %s", escape(l.CheckHint))
+	}
+	return b.String()
+}
+
+// noteText says in Slack's words what happened to an item since the alert.
+func noteText(l Line) string {
+	switch {
+	case l.Resolution != nil:
+		r := l.Resolution
+		t := fmt.Sprintf(":white_check_mark: Resolved as *%s* by %s: %s", outcomeWord(r.Outcome), mention(r.By), escape(r.Evidence))
+		if r.ExternalID != "" {
+			t += fmt.Sprintf(" (external id `%s`)", escape(r.ExternalID))
+		}
+		return t
+	case l.EscalatedTo != "":
+		t := ":arrow_upper_right: Escalated to " + mention(l.EscalatedTo)
+		if l.EscalatedBy != "" {
+			t += " by " + mention(l.EscalatedBy)
+		}
+		return t
+	}
+	return escape(l.Note)
+}
+
+// causeText says in the seeds' words why an item needs a person.
+func causeText(cause string) string {
+	switch cause {
+	case items.CauseNoDedupe:
+		return "the outcome is unknown and the destination can neither dedupe nor be searched"
+	case items.CauseLookupFailed:
+		return "the outcome is unknown and the lookup by reference failed"
+	case items.CauseAttemptsExhausted:
+		return "the write failed and no attempts are left"
+	case items.CauseAwaitingOwner:
+		return "the outcome is unknown and cannot be checked automatically"
+	case items.CauseDuplicateEffect:
+		return "a second success with another external id was reported: a duplicate effect may exist"
+	case items.CauseStale:
+		return "unresolved for longer than the destination's escalate_after, with nobody acting"
+	}
+	return cause
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// mention renders a Slack id (or a "slack:<user id>" resolver name) as a mention Slack shows by name;
+// any other name stays text.
+func mention(name string) string {
+	id := strings.TrimPrefix(name, "slack:")
+	if len(id) >= 3 && strings.Trim(id[1:], "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") == "" {
+		switch id[0] {
+		case 'U', 'W':
+			return "<@" + id + ">"
+		case 'C', 'G':
+			return "<#" + id + ">"
+		}
+	}
+	return escape(name)
+}
+
+// escape applies Slack's three escapes to text shown in mrkdwn.
+func escape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
+
+func mrkdwn(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.MarkdownType, s, false, false)
+}
+func plain(s string) *slack.TextBlockObject {
+	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
+}
+
+// ResolveModal returns the evidence modal for an item and the outcome the owner chose.
+func ResolveModal(meta ResolveMetadata, it *items.Item, checkHint string) slack.ModalViewRequest {
+	word := "committed"
+	if meta.Outcome == items.ResolveNotCommitted {
+		word = "not committed"
+	}
+	md, _ := json.Marshal(meta)
+	intro := fmt.Sprintf("Mark `%s` as *%s*.", meta.Key, word)
+	if it != nil {
+		if it.Reference != "" {
+			intro += fmt.Sprintf("\nReference *%s* at %s.", escape(it.Reference), escape(it.Destination))
+		} else {
+			intro += fmt.Sprintf("\nDestination %s.", escape(it.Destination))
+		}
+	}
+	if checkHint != "" {
+		intro += "\nCheck: " + escape(checkHint)
+	}
+	intro += "\nWrite what you checked and what you saw; it is kept with the item."
+	evidence := slack.NewPlainTextInputBlockElement(plain("e.g. found invoice INV-88 for QT-2026-0417 in the billing tool, sent 18:03"), ActionEvidenceText)
+	evidence.Multiline = true
+	evidence.MinLength = items.MinEvidenceLength
+	evidence.MaxLength = 2000
+	externalID := slack.NewPlainTextInputBlockElement(plain("the destination's id for the record, if you found one"), ActionExternalIDText)
+	externalID.MaxLength = 500
+	return slack.ModalViewRequest{
+		Type:            slack.VTModal,
+		CallbackID:      CallbackResolveEvidence,
+		Title:           plain("Resolve with evidence"),
+		Submit:          plain("Resolve"),
+		Close:           plain("Cancel"),
+		PrivateMetadata: string(md),
+		Blocks: slack.Blocks{BlockSet: []slack.Block{
+			slack.NewSectionBlock(mrkdwn(intro), nil, nil),
+			slack.NewInputBlock(BlockEvidence, plain("Evidence"), plain("At least 10 characters: where you looked and what you found."), evidence),
+			slack.NewInputBlock(BlockExternalID, plain("External id"), nil, externalID).WithOptional(true),
+		}},
+	}
+}
+
+// OpenResolveModal opens the evidence modal with views.open; triggerID comes from the button press and
+// is valid for three seconds.
+func (s *Slack) OpenResolveModal(ctx context.Context, triggerID string, view slack.ModalViewRequest) error {
+	if _, err := s.client.OpenViewContext(ctx, triggerID, view); err != nil {
+		return fmt.Errorf("slack views.open: %w", err)
+	}
+	return nil
+}
+
+// Ephemeral answers the person who pressed a button, through the press's response_url, without
+// changing the message.
+func (s *Slack) Ephemeral(ctx context.Context, responseURL, text string) error {
+	if responseURL == "" {
+		return nil
+	}
+	return slack.PostWebhookCustomHTTPContext(ctx, responseURL, s.http, &slack.WebhookMessage{Text: text, ResponseType: "ephemeral"})
+}

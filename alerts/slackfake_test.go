@@ -1,0 +1,223 @@
+package alerts_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/alerts"
+)
+
+// fakeSlack is a local HTTP server speaking the part of Slack's Web API the notifier uses
+// (chat.postMessage, chat.update, views.open) and a response_url endpoint. It records every call.
+type fakeSlack struct {
+	srv *httptest.Server
+
+	mu         sync.Mutex
+	posts      []slackMessage
+	updates    []slackMessage
+	views      []slackView
+	ephemerals []string
+	seq        int
+	failPosts  int           // answer this many chat.postMessage calls with ok:false
+	delay      time.Duration // wait this long before answering chat.postMessage
+}
+
+// slackMessage is one chat.postMessage or chat.update call.
+type slackMessage struct {
+	Channel string
+	TS      string
+	Text    string
+	Blocks  []map[string]any
+}
+
+// slackView is one views.open call.
+type slackView struct {
+	TriggerID string         `json:"trigger_id"`
+	View      map[string]any `json:"view"`
+}
+
+func newFakeSlack(t *testing.T) *fakeSlack {
+	f := &fakeSlack{}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
+	mux.HandleFunc("/api/chat.update", f.update)
+	mux.HandleFunc("/api/views.open", f.viewsOpen)
+	mux.HandleFunc("/respond/", f.respond)
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fakeSlack) apiURL() string      { return f.srv.URL + "/api/" }
+func (f *fakeSlack) responseURL() string { return f.srv.URL + "/respond/1" }
+
+func (f *fakeSlack) notifier(t *testing.T) *alerts.Slack {
+	t.Helper()
+	s, err := alerts.NewSlack(alerts.SlackConfig{BotToken: "xoxb-test", SigningSecret: signingSecret, APIURL: f.apiURL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func answer(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func readMessage(r *http.Request) (slackMessage, error) {
+	if err := r.ParseForm(); err != nil {
+		return slackMessage{}, err
+	}
+	m := slackMessage{Channel: r.PostForm.Get("channel"), TS: r.PostForm.Get("ts"), Text: r.PostForm.Get("text")}
+	if b := r.PostForm.Get("blocks"); b != "" {
+		if err := json.Unmarshal([]byte(b), &m.Blocks); err != nil {
+			return m, err
+		}
+	}
+	if r.PostForm.Get("token") != "xoxb-test" && r.Header.Get("Authorization") != "Bearer xoxb-test" {
+		return m, fmt.Errorf("no bot token")
+	}
+	return m, nil
+}
+
+func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
+	m, err := readMessage(r)
+	if err != nil {
+		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
+		return
+	}
+	f.mu.Lock()
+	delay := f.delay
+	if f.failPosts > 0 {
+		f.failPosts--
+		f.mu.Unlock()
+		answer(w, map[string]any{"ok": false, "error": "ratelimited"})
+		return
+	}
+	f.mu.Unlock()
+	time.Sleep(delay)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	// A message to a user id lands in the app's direct-message conversation with that user.
+	channel := m.Channel
+	if strings.HasPrefix(channel, "U") {
+		channel = "D" + channel[1:]
+	}
+	m.Channel, m.TS = channel, fmt.Sprintf("1764439200.%06d", f.seq)
+	f.posts = append(f.posts, m)
+	answer(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
+}
+
+func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {
+	m, err := readMessage(r)
+	if err != nil || m.TS == "" {
+		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updates = append(f.updates, m)
+	answer(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
+}
+
+func (f *fakeSlack) viewsOpen(w http.ResponseWriter, r *http.Request) {
+	var v slackView
+	if err := json.NewDecoder(r.Body).Decode(&v); err != nil || r.Header.Get("Authorization") != "Bearer xoxb-test" {
+		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.views = append(f.views, v)
+	answer(w, map[string]any{"ok": true, "view": map[string]any{"id": "V1"}})
+}
+
+func (f *fakeSlack) respond(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var m struct {
+		Text         string `json:"text"`
+		ResponseType string `json:"response_type"`
+	}
+	_ = json.Unmarshal(b, &m)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ephemerals = append(f.ephemerals, m.ResponseType+": "+m.Text)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (f *fakeSlack) Posts() []slackMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]slackMessage(nil), f.posts...)
+}
+
+func (f *fakeSlack) Updates() []slackMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]slackMessage(nil), f.updates...)
+}
+
+func (f *fakeSlack) Views() []slackView {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]slackView(nil), f.views...)
+}
+
+func (f *fakeSlack) Ephemerals() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.ephemerals...)
+}
+
+// buttons returns the buttons of a message: action id and value per actions block.
+func (m slackMessage) buttons() [][2]string {
+	var out [][2]string
+	for _, b := range m.Blocks {
+		if b["type"] != "actions" {
+			continue
+		}
+		for _, el := range b["elements"].([]any) {
+			e := el.(map[string]any)
+			out = append(out, [2]string{e["action_id"].(string), e["value"].(string)})
+		}
+	}
+	return out
+}
+
+// texts joins the text of all blocks of a message.
+func (m slackMessage) texts() string {
+	var b strings.Builder
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if s, ok := x["text"].(string); ok {
+				b.WriteString(s + "\n")
+			}
+			for k, c := range x {
+				if k != "text" || !isString(c) {
+					walk(c)
+				}
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	for _, bl := range m.Blocks {
+		walk(bl)
+	}
+	return b.String()
+}
+
+func isString(v any) bool { _, ok := v.(string); return ok }

@@ -1,0 +1,569 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+func init() {
+	commands = append(commands,
+		command{"items", "list, show and resolve items (operator API; items list|show|resolve)", (*Main).items},
+		command{"stats", "show the post-release measures (operator API)", (*Main).stats},
+	)
+}
+
+const clientEnv = `It talks to a running service: COMPANION_URL (default http://127.0.0.1:8080) and COMPANION_TOKEN
+(an operator token; not needed when the service runs open on loopback). --json prints the API's JSON.`
+
+// apiClient calls the operator API of a running service.
+type apiClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+func (m *Main) client() (*apiClient, error) {
+	base := strings.TrimRight(m.env("COMPANION_URL", "http://127.0.0.1:8080"), "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL", base)
+	}
+	return &apiClient{base: base, token: m.Getenv("COMPANION_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// apiError is an error answer of the API, in its one error shape.
+type apiError struct {
+	Status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// do sends a request and returns the body of a 2xx answer; any other answer is an *apiError.
+func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach companion at %s (COMPANION_URL): %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error apiError `json:"error"`
+		}
+		if json.Unmarshal(b, &e) != nil || e.Error.Code == "" {
+			e.Error = apiError{Code: "http_error", Message: strings.TrimSpace(string(b))}
+		}
+		e.Error.Status = resp.StatusCode
+		return nil, &e.Error
+	}
+	return b, nil
+}
+
+// apiItem is what the CLI shows of an item.
+type apiItem struct {
+	Key              string    `json:"key"`
+	State            string    `json:"state"`
+	Attempt          int       `json:"attempt"`
+	Destination      string    `json:"destination"`
+	Dedupe           string    `json:"dedupe"`
+	Reference        string    `json:"reference"`
+	BatchID          string    `json:"batch_id"`
+	BatchIndex       *int      `json:"batch_index"`
+	Owner            string    `json:"owner"`
+	NeedsPerson      bool      `json:"needs_person"`
+	NeedsPersonCause string    `json:"needs_person_cause"`
+	AlertStatus      string    `json:"alert_status"`
+	Cause            string    `json:"cause"`
+	ExternalID       string    `json:"external_id"`
+	FailureClass     string    `json:"failure_class"`
+	FailureMessage   string    `json:"failure_message"`
+	HTTPStatus       int       `json:"http_status"`
+	IdempotencyKey   string    `json:"idempotency_key"`
+	UpdatedAt        time.Time `json:"updated_at"`
+	CreatedAt        time.Time `json:"created_at"`
+	Reason           string    `json:"reason"`
+	Attempts         []struct {
+		Number       int        `json:"number"`
+		ExecutionID  string     `json:"execution_id"`
+		StartedAt    time.Time  `json:"started_at"`
+		EndedAt      *time.Time `json:"ended_at"`
+		Outcome      string     `json:"outcome"`
+		FailureClass string     `json:"failure_class"`
+		HTTPStatus   int        `json:"http_status"`
+	} `json:"attempts"`
+	History []struct {
+		At      time.Time `json:"at"`
+		Kind    string    `json:"kind"`
+		Attempt int       `json:"attempt"`
+		From    string    `json:"from"`
+		To      string    `json:"to"`
+		Reason  string    `json:"reason"`
+		Outcome string    `json:"outcome"`
+		By      string    `json:"by"`
+		Note    string    `json:"note"`
+	} `json:"history"`
+	Resolution *struct {
+		Outcome    string    `json:"outcome"`
+		Evidence   string    `json:"evidence"`
+		ExternalID string    `json:"external_id"`
+		By         string    `json:"by"`
+		At         time.Time `json:"at"`
+	} `json:"resolution"`
+}
+
+const itemsSynopsis = `Lists, shows and resolves items through the operator API.
+
+  companion items list [--state unknown,failed] [--needs-person] [--destination D] [--workflow W]
+                       [--batch B] [--owner O] [--older-than 4h] [--limit N] [--cursor C] [--all] [--json]
+  companion items show KEY [--json]
+  companion items resolve KEY --outcome succeeded|not_committed --evidence "what you checked and found"
+                       [--external-id ID] [--json]
+
+` + clientEnv
+
+func (m *Main) items(ctx context.Context, args []string) error {
+	if len(args) == 0 || isHelpFlag(args[0]) {
+		fmt.Fprintf(m.Stdout, "usage: companion items list|show|resolve [flags]\n\n%s\n", itemsSynopsis)
+		return nil
+	}
+	switch args[0] {
+	case "list":
+		return m.itemsList(ctx, args[1:])
+	case "show":
+		return m.itemsShow(ctx, args[1:])
+	case "resolve":
+		return m.itemsResolve(ctx, args[1:])
+	}
+	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
+}
+
+// keyAndFlags splits "KEY --flag …" (the key may come before or after the flags).
+func keyAndFlags(args []string) (string, []string) {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return args[0], args[1:]
+	}
+	return "", args
+}
+
+// optionalBool is a flag that is unset, true or false: --needs-person, --needs-person=false.
+type optionalBool struct{ v *bool }
+
+func (o *optionalBool) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*o.v)
+}
+
+func (o *optionalBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	o.v = &b
+	return nil
+}
+
+func (o *optionalBool) IsBoolFlag() bool { return true }
+
+// seconds reads a duration as Go writes it (90m, 4h) or as whole seconds.
+func seconds(s string) (int64, error) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n >= 0 {
+		return n, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q is not a duration such as 90m or 4h, or whole seconds", s)
+	}
+	return int64(d / time.Second), nil
+}
+
+func (m *Main) itemsList(ctx context.Context, args []string) error {
+	fs := m.newFlags("items list", itemsSynopsis)
+	var needs optionalBool
+	state := fs.String("state", "", "only these `states`, separated by commas (unknown,failed)")
+	fs.Var(&needs, "needs-person", "only items that need a person (--needs-person=false: the others)")
+	destination := fs.String("destination", "", "only this `destination`")
+	workflow := fs.String("workflow", "", "only this `workflow` (the key's first part)")
+	batch := fs.String("batch", "", "only the items of this `batch id`")
+	owner := fs.String("owner", "", "only items of this `owner` (named by the request, or alerted)")
+	olderThan := fs.String("older-than", "", "only items unchanged for this `duration` (90m, 4h, or seconds)")
+	limit := fs.Int("limit", 100, "items per page, 1-500")
+	cursor := fs.String("cursor", "", "continue after a previous page's next `cursor`")
+	all := fs.Bool("all", false, "follow the cursor to the last page")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+	q := url.Values{}
+	for name, v := range map[string]string{"state": *state, "destination": *destination, "workflow": *workflow,
+		"batch_id": *batch, "owner": *owner, "cursor": *cursor} {
+		if v != "" {
+			q.Set(name, v)
+		}
+	}
+	if needs.v != nil {
+		q.Set("needs_person", strconv.FormatBool(*needs.v))
+	}
+	if *olderThan != "" {
+		n, err := seconds(*olderThan)
+		if err != nil {
+			return usageErrorf("items list --older-than: %v", err)
+		}
+		q.Set("older_than", strconv.FormatInt(n, 10))
+	}
+	q.Set("limit", strconv.Itoa(*limit))
+	c, err := m.client()
+	if err != nil {
+		return err
+	}
+	var listed []apiItem
+	var raw []json.RawMessage
+	next := ""
+	for {
+		b, err := c.do(ctx, http.MethodGet, "/v1/items?"+q.Encode(), nil)
+		if err != nil {
+			return err
+		}
+		var page struct {
+			Items      []json.RawMessage `json:"items"`
+			NextCursor string            `json:"next_cursor"`
+		}
+		if err := json.Unmarshal(b, &page); err != nil {
+			return fmt.Errorf("unexpected answer from %s: %w", c.base, err)
+		}
+		for _, r := range page.Items {
+			var it apiItem
+			if err := json.Unmarshal(r, &it); err != nil {
+				return fmt.Errorf("unexpected answer from %s: %w", c.base, err)
+			}
+			listed = append(listed, it)
+		}
+		raw = append(raw, page.Items...)
+		next = page.NextCursor
+		if !*all || next == "" {
+			break
+		}
+		q.Set("cursor", next)
+	}
+	if *asJSON {
+		if raw == nil {
+			raw = []json.RawMessage{}
+		}
+		return writeJSON(m.Stdout, map[string]any{"items": raw, "next_cursor": next})
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPT\tDESTINATION\tREFERENCE\tNEEDS PERSON\tCHANGED")
+	for _, it := range listed {
+		needs := "-"
+		if it.NeedsPerson {
+			needs = it.NeedsPersonCause
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s ago\n", it.Key, it.State, it.Attempt, it.Destination, dash(it.Reference), needs,
+			ago(now.Sub(it.UpdatedAt)))
+	}
+	tw.Flush()
+	fmt.Fprintf(m.Stdout, "%d item(s)", len(listed))
+	if next != "" {
+		fmt.Fprintf(m.Stdout, "; more with --cursor %s (or --all)", next)
+	}
+	fmt.Fprintln(m.Stdout)
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func ago(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func (m *Main) itemsShow(ctx context.Context, args []string) error {
+	key, rest := keyAndFlags(args)
+	fs := m.newFlags("items show", itemsSynopsis)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if done, err := m.parse(fs, rest); done {
+		return err
+	}
+	if key == "" {
+		return usageErrorf("items show: give the item's KEY")
+	}
+	c, err := m.client()
+	if err != nil {
+		return err
+	}
+	b, err := c.do(ctx, http.MethodGet, "/v1/items/"+url.PathEscape(key), nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return m.printJSON(b)
+	}
+	return m.printItem(b)
+}
+
+// printJSON prints an answer of the API, indented.
+func (m *Main) printJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	return writeJSON(m.Stdout, v)
+}
+
+// printItem prints an item for a person: its fields, attempts and history.
+func (m *Main) printItem(b []byte) error {
+	var it apiItem
+	if err := json.Unmarshal(b, &it); err != nil {
+		return fmt.Errorf("unexpected answer: %w", err)
+	}
+	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+	row := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", name, value)
+		}
+	}
+	row("key", it.Key)
+	row("state", it.State+parens(it.Cause))
+	row("attempt", strconv.Itoa(it.Attempt))
+	row("destination", it.Destination+parens("dedupe "+dash(it.Dedupe)))
+	row("reference", it.Reference)
+	if it.BatchID != "" {
+		idx := ""
+		if it.BatchIndex != nil {
+			idx = fmt.Sprintf(" #%d", *it.BatchIndex)
+		}
+		row("batch", it.BatchID+idx)
+	}
+	row("owner", it.Owner)
+	if it.NeedsPerson {
+		row("needs person", it.NeedsPersonCause+parens("alert "+dash(it.AlertStatus)))
+	}
+	row("external id", it.ExternalID)
+	lastError := it.FailureClass
+	if it.HTTPStatus != 0 {
+		lastError = fmt.Sprintf("http %d", it.HTTPStatus)
+	}
+	if it.FailureMessage != "" {
+		lastError += ": " + it.FailureMessage
+	}
+	row("last error", lastError)
+	row("idempotency key", it.IdempotencyKey)
+	row("created", it.CreatedAt.Format(time.RFC3339))
+	row("changed", it.UpdatedAt.Format(time.RFC3339))
+	if r := it.Resolution; r != nil {
+		row("resolved", fmt.Sprintf("%s by %s at %s", r.Outcome, r.By, r.At.Format(time.RFC3339)))
+		row("evidence", r.Evidence)
+		row("resolved external id", r.ExternalID)
+	}
+	tw.Flush()
+	if len(it.Attempts) > 0 {
+		fmt.Fprintln(m.Stdout, "\nattempts:")
+		tw = tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  #\tSTARTED\tOUTCOME\tERROR\tEXECUTION")
+		for _, a := range it.Attempts {
+			class := a.FailureClass
+			if a.HTTPStatus != 0 {
+				class = fmt.Sprintf("http %d", a.HTTPStatus)
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\t%s\n", a.Number, a.StartedAt.Format(time.RFC3339), dash(a.Outcome), dash(class), dash(a.ExecutionID))
+		}
+		tw.Flush()
+	}
+	if len(it.History) > 0 {
+		fmt.Fprintln(m.Stdout, "\nhistory:")
+		for _, h := range it.History {
+			line := fmt.Sprintf("  %s  %s", h.At.Format(time.RFC3339), h.Kind)
+			if h.From != "" || h.To != "" {
+				line += fmt.Sprintf(" %s→%s", dash(h.From), dash(h.To))
+			}
+			for _, part := range []string{h.Reason, h.Outcome} {
+				if part != "" {
+					line += " " + part
+				}
+			}
+			if h.By != "" {
+				line += " by " + h.By
+			}
+			if h.Note != "" {
+				line += ": " + h.Note
+			}
+			fmt.Fprintln(m.Stdout, line)
+		}
+	}
+	return nil
+}
+
+func parens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func (m *Main) itemsResolve(ctx context.Context, args []string) error {
+	key, rest := keyAndFlags(args)
+	fs := m.newFlags("items resolve", itemsSynopsis)
+	outcome := fs.String("outcome", "", "`succeeded` (the effect exists) or not_committed (it certainly does not)")
+	evidence := fs.String("evidence", "", "what you checked and what you found (at least 10 characters)")
+	externalID := fs.String("external-id", "", "the destination's `id` of the record, when you found it")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if done, err := m.parse(fs, rest); done {
+		return err
+	}
+	switch {
+	case key == "":
+		return usageErrorf("items resolve: give the item's KEY")
+	case !slices.Contains([]string{"succeeded", "not_committed"}, *outcome):
+		return usageErrorf("items resolve: --outcome must be succeeded or not_committed")
+	case strings.TrimSpace(*evidence) == "":
+		return usageErrorf("items resolve: --evidence is required: say where you looked and what you found")
+	}
+	c, err := m.client()
+	if err != nil {
+		return err
+	}
+	body := map[string]any{"outcome": *outcome, "evidence": *evidence}
+	if *externalID != "" {
+		body["external_id"] = *externalID
+	}
+	b, err := c.do(ctx, http.MethodPost, "/v1/items/"+url.PathEscape(key)+"/resolve", body)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return m.printJSON(b)
+	}
+	var it apiItem
+	if err := json.Unmarshal(b, &it); err != nil {
+		return fmt.Errorf("unexpected answer: %w", err)
+	}
+	what := "resolved"
+	if it.Reason == "unchanged" {
+		what = "already resolved so"
+	}
+	fmt.Fprintf(m.Stdout, "%s %s as %s: now %s\n", what, it.Key, *outcome, it.State)
+	return nil
+}
+
+const statsSynopsis = `Shows the post-release measures of the token's tenant, in total and per destination: items per
+state, items needing a person, the oldest unresolved age, retries, fingerprint conflicts, same-key
+recoveries, manual resolutions and duplicate effects.
+
+` + clientEnv
+
+// apiMeasures are the measures GET /v1/stats answers.
+type apiMeasures struct {
+	Items                      int            `json:"items"`
+	States                     map[string]int `json:"states"`
+	NeedsPerson                int            `json:"needs_person"`
+	EnteredUnknown             int            `json:"entered_unknown"`
+	OldestUnresolvedAgeSeconds int64          `json:"oldest_unresolved_age_seconds"`
+	Retries                    int            `json:"retries"`
+	RetriesPerOperation        float64        `json:"retries_per_operation"`
+	FingerprintConflicts       int            `json:"fingerprint_conflicts"`
+	SameKeyRecoveries          int            `json:"same_key_recoveries"`
+	ManualResolutions          int            `json:"manual_resolutions"`
+	DuplicateEffects           int            `json:"duplicate_effects"`
+}
+
+func (m *Main) stats(ctx context.Context, args []string) error {
+	fs := m.newFlags("stats", statsSynopsis)
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+	c, err := m.client()
+	if err != nil {
+		return err
+	}
+	b, err := c.do(ctx, http.MethodGet, "/v1/stats", nil)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return m.printJSON(b)
+	}
+	var st struct {
+		apiMeasures
+		Tenant       string                 `json:"tenant"`
+		At           time.Time              `json:"at"`
+		Destinations map[string]apiMeasures `json:"destinations"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return errors.New("unexpected answer from /v1/stats")
+	}
+	fmt.Fprintf(m.Stdout, "tenant %s at %s\n\n", st.Tenant, st.At.Format(time.RFC3339))
+	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\t")
+	line := func(name string, m apiMeasures) {
+		oldest := "-"
+		if m.OldestUnresolvedAgeSeconds > 0 {
+			oldest = ago(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
+			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
+			m.ManualResolutions, m.DuplicateEffects)
+	}
+	for _, name := range slices.Sorted(maps.Keys(st.Destinations)) {
+		line(name, st.Destinations[name])
+	}
+	line("all", st.apiMeasures)
+	return tw.Flush()
+}

@@ -1,0 +1,253 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/replaysafe/companion/cmd/companion/cli"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
+)
+
+// run runs one command of the CLI and returns what it printed.
+func run(t *testing.T, env map[string]string, args ...string) (string, error) {
+	t.Helper()
+	p := newProgram(env)
+	err := p.Run(context.Background(), args)
+	p.Close()
+	return p.out.String(), err
+}
+
+func TestOperatorCommandsOverTheAPI(t *testing.T) {
+	dir := t.TempDir()
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir,
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret,anna:acme:operator:op-secret", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	if !strings.Contains(svc.err.String(), "alerts log only") {
+		t.Errorf("the start line does not say that alerts go to the log:\n%s", svc.err)
+	}
+	for _, key := range []string{"inv-1", "inv-2"} {
+		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+	}
+	call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"inv-3","payload":{"n":1}}`)
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret"}
+
+	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "KEY") || !strings.Contains(lines[1], "inv-2") ||
+		!strings.Contains(lines[1], "unknown_no_dedupe") || !strings.Contains(lines[1], "QT-inv-2") || lines[3] != "2 item(s)" {
+		t.Fatalf("items list:\n%s", out)
+	}
+	out, err = run(t, env, "items", "list", "--limit", "1", "--json")
+	var page struct {
+		Items      []map[string]any `json:"items"`
+		NextCursor string           `json:"next_cursor"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &page) != nil || len(page.Items) != 1 || page.NextCursor == "" {
+		t.Fatalf("items list --json: %v\n%s", err, out)
+	}
+	out, err = run(t, env, "items", "list", "--limit", "1", "--all", "--state", "unknown,in_flight")
+	if err != nil || !strings.Contains(out, "3 item(s)\n") {
+		t.Fatalf("items list --all: %v\n%s", err, out)
+	}
+
+	out, err = run(t, env, "items", "show", "inv-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"state", "unknown (timeout)", "QT-inv-1", "needs person", "unknown_no_dedupe", "idempotency key", "ik_",
+		"attempts:", "history:", "claimed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("items show lacks %q:\n%s", want, out)
+		}
+	}
+
+	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
+	if err != nil || out != "resolved inv-1 as succeeded: now succeeded\n" {
+		t.Fatalf("items resolve: %v %q", err, out)
+	}
+	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
+	if err != nil || !strings.HasPrefix(out, "already resolved so inv-1") {
+		t.Fatalf("repeated resolve: %v %q", err, out)
+	}
+	_, err = run(t, env, "items", "resolve", "inv-3", "--outcome", "succeeded", "--evidence", "it is there, I saw it")
+	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || cli.ExitCode(err) != 1 {
+		t.Fatalf("resolving an item in flight: %v", err)
+	}
+	_, err = run(t, env, "items", "resolve", "inv-2", "--outcome", "maybe", "--evidence", "x")
+	if cli.ExitCode(err) != 2 {
+		t.Fatalf("bad outcome: %v (exit %d), want a usage error", err, cli.ExitCode(err))
+	}
+	_, err = run(t, env, "items", "show", "nope")
+	if err == nil || !strings.Contains(err.Error(), "not_found (HTTP 404)") {
+		t.Fatalf("show a missing key: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") {
+		t.Fatalf("stats with a workflow token: %v", err)
+	}
+
+	out, err = run(t, env, "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "all") {
+			all = strings.Join(strings.Fields(l), " ")
+		}
+	}
+	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates
+	if !strings.HasPrefix(all, "all 3 1 1 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 1 0") {
+		t.Fatalf("stats total line %q:\n%s", all, out)
+	}
+	out, err = run(t, env, "stats", "--json")
+	var st map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["manual_resolutions"] != 1.0 {
+		t.Fatalf("stats --json: %v\n%s", err, out)
+	}
+
+	_, err = run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "cannot reach companion at http://127.0.0.1:1") {
+		t.Fatalf("unreachable service: %v", err)
+	}
+}
+
+func TestSweepOnceSendsDueAlertsToTheLog(t *testing.T) {
+	dir := t.TempDir()
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir, "COMPANION_SWEEP_EVERY": "@every 1h"})
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1}}`)
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown"}`)
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The service swept at its start, before the item needed a person; this sweep sends its alert.
+	p := newProgram(map[string]string{"COMPANION_DATA_DIR": dir})
+	err := p.Run(context.Background(), []string{"sweep", "--once"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := p.out.String()
+	if !strings.Contains(out, "alerts to log only") || !strings.Contains(out, "1 message(s) with 1 alert(s)") {
+		t.Fatalf("sweep --once printed:\n%s", out)
+	}
+	if !strings.Contains(p.err.String(), "1 item(s) need a person") {
+		t.Fatalf("the alert is not in the log:\n%s", p.err)
+	}
+	p = newProgram(map[string]string{"COMPANION_DATA_DIR": dir})
+	if err := p.Run(context.Background(), []string{"sweep", "--once", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	var counts struct {
+		Alerts struct{ Messages int } `json:"alerts"`
+	}
+	if err := json.Unmarshal([]byte(p.out.String()), &counts); err != nil || counts.Alerts.Messages != 0 {
+		t.Fatalf("a second sweep: %v %s", err, p.out)
+	}
+	if _, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep"); cli.ExitCode(err) != 2 {
+		t.Fatalf("sweep without --once: %v", err)
+	}
+}
+
+func TestAlertsConfigAndSlackSettings(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("alerts:\n  default_owner: C0OPS\n  routes:\n    - workflow: \"billing-*\"\n      owner: U0ANNA\n      escalate_after: 2h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "d1"), "COMPANION_CONFIG": good,
+		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET_FILE": writeSecret(t, dir, "signing"), "SLACK_API_URL": "http://127.0.0.1:1/api/"})
+	if !strings.Contains(svc.err.String(), "alerts Slack http://127.0.0.1:1/api/") {
+		t.Errorf("start line does not name Slack:\n%s", svc.err)
+	}
+	status, _ := call(t, svc, "POST", "/v1/slack/actions", "", "")
+	if status != 415 {
+		t.Errorf("the Slack endpoint answered %d to a request without a form, want 415", status)
+	}
+
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		yaml string
+		want []string
+	}{
+		{"bad glob", nil, "alerts:\n  routes:\n    - workflow: \"[\"\n      owner: U1\n", []string{"line 3", "alerts.routes[0].workflow", "glob"}},
+		{"empty route", nil, "alerts:\n  routes:\n    - workflow: billing\n", []string{"line 3", "alerts.routes[0]", "names no owner"}},
+		{"bad escalate_after", nil, "alerts:\n  routes:\n    - owner: U1\n      escalate_after: soon\n", []string{"line 4", "escalate_after"}},
+		{"only a token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "", []string{"SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"}},
+		{"bad schedule", map[string]string{"COMPANION_SWEEP_EVERY": "every minute"}, "", []string{"--sweep-every"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(cfg, []byte(tc.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "d"), "COMPANION_ADDR": "127.0.0.1:0"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			p := newProgram(env)
+			err := p.Run(context.Background(), nil)
+			if err == nil {
+				p.Close()
+				t.Fatal("started")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+			if errors.Is(err, context.Canceled) {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func writeSecret(t *testing.T, dir, value string) string {
+	t.Helper()
+	f := filepath.Join(dir, "secret-"+value)
+	if err := os.WriteFile(f, []byte(value+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// The operator surface works the same on the MongoDB store: the list, the stats and a sweep.
+func TestOperatorCommandsOnMongoDB(t *testing.T) {
+	srv := mongotest.Start(t)
+	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "unused"),
+		"MONGODB_URI": srv.URI(), "MONGODB_DATABASE": "companion_ops_test", "COMPANION_SWEEP_EVERY": "@every 1h"}
+	svc := start(t, env)
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1},"batch_id":"exec-1"}`)
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown"}`)
+
+	p := newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.out.String(); !strings.Contains(out, "swept mongodb ") || !strings.Contains(out, "1 message(s) with 1 alert(s)") {
+		t.Fatalf("sweep --once on MongoDB:\n%s", out)
+	}
+	client := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
+	out, err := run(t, client, "items", "list", "--needs-person", "--batch", "exec-1")
+	if err != nil || !strings.Contains(out, "inv-1") || !strings.Contains(out, "1 item(s)") {
+		t.Fatalf("items list on MongoDB: %v\n%s", err, out)
+	}
+	out, err = run(t, client, "items", "show", "inv-1")
+	if err != nil || !strings.Contains(out, "(alert sent)") {
+		t.Fatalf("items show on MongoDB: %v\n%s", err, out)
+	}
+	out, err = run(t, client, "stats", "--json")
+	var st map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["needs_person"] != 1.0 {
+		t.Fatalf("stats on MongoDB: %v\n%s", err, out)
+	}
+}

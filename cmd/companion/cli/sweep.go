@@ -1,0 +1,255 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path"
+	"slices"
+	"time"
+
+	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+func init() {
+	commands = append(commands,
+		command{"sweep", "sweep the ledger and send due alerts once (--once)", (*Main).sweep},
+	)
+}
+
+// alertsConfig is the "alerts" section of the configuration file: who gets the alerts of items that need
+// a person. Destinations add their own owner, escalate_to, escalate_after and check_hint.
+type alertsConfig struct {
+	DefaultOwner field[string] `yaml:"default_owner"`
+	Routes       []routeConfig `yaml:"routes"`
+}
+
+// routeConfig is one route: items whose workflow matches the glob (and destination, when given) go to
+// owner.
+type routeConfig struct {
+	Workflow      field[string]        `yaml:"workflow"`
+	Destination   field[string]        `yaml:"destination"`
+	Owner         field[string]        `yaml:"owner"`
+	EscalateTo    field[string]        `yaml:"escalate_to"`
+	EscalateAfter field[durationValue] `yaml:"escalate_after"`
+	CheckHint     field[string]        `yaml:"check_hint"`
+}
+
+func (ac alertsConfig) routing(probs *configProblems) alerts.Routing {
+	var r alerts.Routing
+	if check(ac.DefaultOwner, "alerts.default_owner", probs) {
+		r.DefaultOwner = ac.DefaultOwner.Value
+	}
+	for i, rc := range ac.Routes {
+		where := fmt.Sprintf("alerts.routes[%d]", i)
+		var rt alerts.Route
+		for _, s := range []struct {
+			f    field[string]
+			name string
+			dst  *string
+		}{{rc.Workflow, "workflow", &rt.Workflow}, {rc.Destination, "destination", &rt.Destination}, {rc.Owner, "owner", &rt.Owner},
+			{rc.EscalateTo, "escalate_to", &rt.EscalateTo}, {rc.CheckHint, "check_hint", &rt.CheckHint}} {
+			if check(s.f, where+"."+s.name, probs) {
+				*s.dst = s.f.Value
+			}
+		}
+		if _, err := path.Match(rt.Workflow, ""); err != nil {
+			probs.add(rc.Workflow.Line, where+".workflow", fmt.Sprintf("%q is not a valid glob (* ? [...])", rt.Workflow))
+		}
+		if check(rc.EscalateAfter, where+".escalate_after", probs) {
+			if rc.EscalateAfter.Value < 0 {
+				probs.add(rc.EscalateAfter.Line, where+".escalate_after", "must not be negative")
+			}
+			rt.EscalateAfter = time.Duration(rc.EscalateAfter.Value)
+		}
+		if rt.Owner == "" && rt.EscalateTo == "" && rt.CheckHint == "" && rt.EscalateAfter == 0 {
+			line := max(rc.Workflow.Line, rc.Destination.Line)
+			probs.add(line, where, "names no owner, escalate_to, escalate_after or check_hint")
+		}
+		r.Routes = append(r.Routes, rt)
+	}
+	return r
+}
+
+// slackSettings reads SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (each also as a file through _FILE) and
+// SLACK_API_URL. It returns nil when neither secret is set: alerts then go to the log.
+func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
+	set := func(name string) bool { return m.Getenv(name) != "" || m.Getenv(name+"_FILE") != "" }
+	token, secret := set("SLACK_BOT_TOKEN"), set("SLACK_SIGNING_SECRET")
+	switch {
+	case !token && !secret:
+		return nil, nil
+	case !token || !secret:
+		return nil, errors.New("Slack needs both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or their _FILE forms); only one is set")
+	}
+	cfg := &alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
+	var err error
+	if cfg.BotToken, err = secretFromEnv("SLACK_BOT_TOKEN", m.Getenv); err != nil {
+		return nil, fmt.Errorf("SLACK_BOT_TOKEN: %w", err)
+	}
+	if cfg.SigningSecret, err = secretFromEnv("SLACK_SIGNING_SECRET", m.Getenv); err != nil {
+		return nil, fmt.Errorf("SLACK_SIGNING_SECRET: %w", err)
+	}
+	return cfg, nil
+}
+
+// operatorStore is what the sweeper, the alert outbox and the operator endpoints need from the store.
+// Every store of the module provides it.
+type operatorStore interface {
+	items.Store
+	alerts.SweepStore
+	alerts.Outbox
+	handlers.OperatorStore
+}
+
+var (
+	_ operatorStore = (*sqlitestore.Store)(nil)
+	_ operatorStore = (*mongostore.Store)(nil)
+)
+
+// alertServices are the sweeper, the dispatcher and (with Slack) the interactivity handler.
+type alertServices struct {
+	sweeper    *alerts.Sweeper
+	dispatcher *alerts.Dispatcher
+	actions    *alerts.Actions
+	// where says where alerts go, for the start line.
+	where string
+}
+
+// newAlertServices builds the alert services over the ledger's store.
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, log *slog.Logger) (*alertServices, error) {
+	store, ok := ledger.Store().(operatorStore)
+	if !ok {
+		return nil, fmt.Errorf("the store %T cannot keep the alert outbox", ledger.Store())
+	}
+	sw, err := alerts.NewSweeper(alerts.SweeperConfig{Ledger: ledger, Store: store, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	out := &alertServices{sweeper: sw, where: "log only (no SLACK_BOT_TOKEN / SLACK_SIGNING_SECRET; the operator API lists the items)"}
+	var notifier alerts.Notifier
+	var slack *alerts.Slack
+	if slackCfg != nil {
+		if slack, err = alerts.NewSlack(*slackCfg); err != nil {
+			return nil, err
+		}
+		notifier = slack
+		out.where = "Slack " + slackCfg.APIURL
+	}
+	if out.dispatcher, err = alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: ledger, Outbox: store, Routing: routing,
+		Notifier: notifier, Logger: log}); err != nil {
+		return nil, err
+	}
+	if slack != nil {
+		if out.actions, err = alerts.NewActions(alerts.ActionsConfig{Slack: slack, Dispatcher: out.dispatcher, Logger: log}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// handlersConfig adds the operator surface to the HTTP service's configuration.
+func (a *alertServices) handlersConfig(hc *handlers.Config) {
+	hc.Operators = hc.Ledger.Store().(operatorStore)
+	hc.Resolver = a.dispatcher
+	if a.actions != nil {
+		hc.SlackActions = a.actions
+	}
+}
+
+// runSweeps runs the sweeper and the dispatcher on the schedule until Close.
+func (m *Main) runSweeps(a *alertServices, spec string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- alerts.Run(ctx, spec, a.sweeper, a.dispatcher)
+	}()
+	m.keep(daemon{name: "sweeper", done: done, stop: func(stopCtx context.Context) error {
+		cancel()
+		select {
+		case <-finished:
+			return nil
+		case <-stopCtx.Done():
+			return stopCtx.Err()
+		}
+	}})
+}
+
+const sweepSynopsis = `Sweeps the ledger once and sends the alerts that are due, then exits: records expired leases as
+unknown, marks the items that need a person, and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
+and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its --sweep-every schedule;
+this command is for cron jobs and for trying a configuration. It opens the same ledger as serve.`
+
+func (m *Main) sweep(ctx context.Context, args []string) error {
+	fs := m.newFlags("sweep", sweepSynopsis)
+	var o serveOptions
+	var once, asJSON bool
+	fs.BoolVar(&once, "once", false, "sweep once and exit (required)")
+	fs.BoolVar(&asJSON, "json", false, "print what the sweep did as JSON")
+	fs.StringVar(&o.dataDir, "data-dir", m.env("COMPANION_DATA_DIR", "./companion-data"), "`directory` of the embedded ledger (env COMPANION_DATA_DIR)")
+	fs.StringVar(&o.configPath, "config", m.env("COMPANION_CONFIG", ""), "YAML configuration `file` (env COMPANION_CONFIG)")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+	if !once {
+		return usageErrorf("sweep: give --once (serve sweeps on its own schedule, --sweep-every)")
+	}
+	cfg, routing, _, err := m.settings(o)
+	if err != nil {
+		return err
+	}
+	slackCfg, err := m.slackSettings()
+	if err != nil {
+		return err
+	}
+	store, where, err := m.openStore(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	ledger, err := items.NewLedger(ctx, store, cfg)
+	if err != nil {
+		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
+	}
+	log := m.logger()
+	a, err := newAlertServices(ledger, routing, slackCfg, log)
+	if err != nil {
+		return err
+	}
+	swept, err := a.sweeper.RunOnce(ctx)
+	if err != nil {
+		return fmt.Errorf("sweep: %w", err)
+	}
+	sent, err := a.dispatcher.RunOnce(ctx)
+	a.dispatcher.Wait()
+	if err != nil {
+		return fmt.Errorf("alerts: %w", err)
+	}
+	if asJSON {
+		return json.NewEncoder(m.Stdout).Encode(map[string]any{"sweep": swept, "alerts": sent})
+	}
+	fmt.Fprintf(m.Stdout, "swept %s: %d lease(s) expired, %d item(s) newly need a person", where, swept.Expired, sum(swept.NeedsPerson))
+	for _, cause := range slices.Sorted(maps.Keys(swept.NeedsPerson)) {
+		fmt.Fprintf(m.Stdout, " (%s %d)", cause, swept.NeedsPerson[cause])
+	}
+	fmt.Fprintf(m.Stdout, "\nalerts to %s: %d queued, %d message(s) with %d alert(s), %d escalated, %d closed unsent, %d failed delivery\n",
+		a.where, sent.Queued, sent.Messages, sent.Alerted, sent.Escalated, sent.Closed, sent.Failed)
+	return nil
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,243 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/items"
+)
+
+// OperatorStore is what the operator endpoints read beside the ledger. Every method returns
+// ErrUnavailable when the store cannot be read.
+type OperatorStore interface {
+	// ListItems returns one page of a tenant's items, newest change first. Returns an invalid_request
+	// error for a cursor it did not issue.
+	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	// Stats measures a tenant's items at now; the empty tenant measures every tenant together.
+	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
+	// AddCounter adds to a named counter of a tenant and destination (fingerprint conflicts).
+	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
+}
+
+// Resolver settles an item on a person's evidence. The alert dispatcher is one (it also closes the
+// item's alerts and updates their messages); the ledger is the default.
+type Resolver interface {
+	Resolve(ctx context.Context, p items.ResolveParams) (*items.Item, items.Reason, error)
+}
+
+// SlackActions answers Slack's interactivity requests (alerts.Actions).
+type SlackActions interface {
+	Handle(ctx context.Context, header http.Header, body []byte) (alerts.Reply, error)
+}
+
+// listQuery names the query parameters of GET /v1/items; any other is refused, so that a misspelt
+// filter ("needs-person") cannot silently list everything.
+var listQuery = map[string]bool{"state": true, "needs_person": true, "destination": true, "workflow": true,
+	"batch_id": true, "owner": true, "older_than": true, "limit": true, "cursor": true}
+
+// listParams reads the filters of GET /v1/items.
+func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, error) {
+	var ps problems
+	q := c.Request.URL.Query()
+	p := items.ListParams{Tenant: tenant, Limit: items.DefaultListLimit}
+	for name, vs := range q {
+		switch {
+		case !listQuery[name]:
+			ps.add(name, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, owner, older_than, limit, cursor")
+		case len(vs) > 1:
+			ps.add(name, "is given more than once")
+		case len(vs[0]) > 500:
+			ps.add(name, "must be at most 500 characters")
+		}
+	}
+	if v := q.Get("state"); v != "" {
+		for st := range strings.SplitSeq(v, ",") {
+			if state := items.State(strings.TrimSpace(st)); state.Valid() {
+				p.States = append(p.States, state)
+			} else {
+				ps.add("state", "must be one or more of prepared, in_flight, succeeded, failed, unknown, separated by commas")
+			}
+		}
+	}
+	if v := q.Get("needs_person"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			ps.add("needs_person", "must be true or false")
+		}
+		p.NeedsPerson = &b
+	}
+	if v := q.Get("older_than"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 100*365*86400 {
+			ps.add("older_than", "must be whole seconds, 0 or more")
+		}
+		at := s.ledger.Now().Add(-time.Duration(n) * time.Second)
+		p.ChangedBefore = &at
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > items.MaxListLimit {
+			ps.add("limit", fmt.Sprintf("must be 1-%d", items.MaxListLimit))
+		}
+		p.Limit = n
+	}
+	p.Destination, p.Workflow, p.BatchID, p.Owner, p.Cursor = q.Get("destination"), q.Get("workflow"), q.Get("batch_id"), q.Get("owner"), q.Get("cursor")
+	return p, ps.err()
+}
+
+// listView is the answer of GET /v1/items.
+type listView struct {
+	Items      []ItemView `json:"items"`
+	NextCursor string     `json:"next_cursor"`
+}
+
+func (s *server) listItems(c *gin.Context) {
+	if s.operators == nil {
+		s.writeError(c, errNoOperatorStore)
+		return
+	}
+	p, err := s.listParams(c, principal(c).Tenant)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	page, err := s.operators.ListItems(c.Request.Context(), p)
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	out := listView{Items: make([]ItemView, len(page.Items)), NextCursor: page.NextCursor}
+	for i, it := range page.Items {
+		out.Items[i] = ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key)}
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+// errNoOperatorStore answers the operator routes of a service built without an operator store (a
+// wiring mistake the tests of other packages may make on purpose).
+var errNoOperatorStore = &items.Error{Code: items.CodeNotFound, Message: "this service has no operator store"}
+
+func (s *server) stats(c *gin.Context) {
+	if s.operators == nil {
+		s.writeError(c, errNoOperatorStore)
+		return
+	}
+	st, err := s.operators.Stats(c.Request.Context(), principal(c).Tenant, s.ledger.Now())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, st)
+}
+
+// metrics serves the Prometheus text format: the process's measures and the ledger's for the caller's
+// tenant (every tenant together when the endpoint is open).
+func (s *server) metrics(c *gin.Context) {
+	if s.operators == nil || s.metricsOf == nil {
+		s.writeError(c, errNoOperatorStore)
+		return
+	}
+	tenant := ""
+	if p, ok := PrincipalFrom(c.Request.Context()); ok {
+		tenant = p.Tenant
+	}
+	st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
+	if err != nil {
+		s.writeError(c, err)
+		return
+	}
+	promhttp.HandlerFor(s.metricsOf.gatherer(st), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
+}
+
+// observeRequests records each request's duration by route pattern.
+func (s *server) observeRequests(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	s.metricsOf.ObserveRequest(c.Request.Method, routeOf(c), c.Writer.Status(), time.Since(start))
+}
+
+// observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's
+// counters (a conflict changes no item, so the item cannot remember it).
+func (s *server) observeDecision(ctx context.Context, p items.BeforeWriteParams, a items.Answer) {
+	s.observeDecisions(ctx, p.Tenant, []items.BeforeWriteParams{p}, []items.Answer{a})
+}
+
+// observeDecisions counts the decisions of a batch (answers[i] answers ps[i]), keeping its fingerprint
+// conflicts with one counter update per destination. A counter that cannot be kept is logged: the answer
+// to the workflow matters more.
+func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items.BeforeWriteParams, answers []items.Answer) {
+	conflicts := map[string]int{}
+	for i, a := range answers {
+		s.metricsOf.ObserveDecision(a.Decision, a.Reason)
+		if a.Decision == items.Conflict && i < len(ps) {
+			dest := ps[i].Destination
+			if dest == "" {
+				dest = "default"
+			}
+			conflicts[dest]++
+		}
+	}
+	if s.operators == nil {
+		return
+	}
+	for dest, n := range conflicts {
+		if err := s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n); err != nil {
+			s.log.WarnContext(ctx, "fingerprint conflicts not counted", "tenant", tenant, "destination", dest, "conflicts", n, "error", err)
+		}
+	}
+}
+
+func (s *server) openAPI(c *gin.Context) {
+	c.Data(http.StatusOK, "application/json", openAPIDocument)
+}
+
+// slackActions answers POST /v1/slack/actions. Slack's signature authenticates it, not a token: a bad
+// signature or an old timestamp is 401 and nothing is read further.
+func (s *server) slackActions(c *gin.Context) {
+	if s.slack == nil {
+		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "Slack is not configured (SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET)"})
+		return
+	}
+	if mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		s.writeError(c, &items.Error{Code: CodeUnsupportedMediaType, Message: "Slack sends application/x-www-form-urlencoded"})
+		return
+	}
+	if c.Request.ContentLength > MaxBodyBytes {
+		s.writeError(c, &items.Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxBodyBytes+1))
+	if err != nil || len(body) > MaxBodyBytes {
+		s.writeError(c, &items.Error{Code: CodePayloadTooLarge, Message: fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes)})
+		return
+	}
+	reply, err := s.slack.Handle(c.Request.Context(), c.Request.Header, body)
+	switch {
+	case errors.Is(err, alerts.ErrStaleRequest):
+		s.writeError(c, &items.Error{Code: CodeUnauthorized, Message: "the request's timestamp is missing or older than five minutes", Err: err})
+		return
+	case errors.Is(err, alerts.ErrUnverified):
+		s.writeError(c, &items.Error{Code: CodeUnauthorized, Message: "the request is not signed with the Slack signing secret", Err: err})
+		return
+	case err != nil:
+		s.writeError(c, err)
+		return
+	}
+	// An empty body acknowledges (and closes the modal); a JSON body carries the modal's errors.
+	if reply.Body == nil {
+		c.Data(http.StatusOK, "text/plain; charset=utf-8", nil)
+		return
+	}
+	c.Data(http.StatusOK, "application/json", reply.Body)
+}

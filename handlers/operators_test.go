@@ -1,0 +1,287 @@
+package handlers_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/handlers/handlerstest"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+// operatorService is the service with the operator surface, over a fresh SQLite ledger.
+func operatorService(t *testing.T, ledger items.Config, configure func(*handlers.Config)) (*handlerstest.Service, *sqlitestore.Store) {
+	t.Helper()
+	store := openSQLite(t).(*sqlitestore.Store)
+	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{Ledger: ledger, Configure: func(c *handlers.Config) {
+		c.Operators = store
+		if configure != nil {
+			configure(c)
+		}
+	}})
+	return svc, store
+}
+
+func keysIn(r handlerstest.Response) []string {
+	var out []string
+	list, _ := r.At("items").([]any)
+	for _, it := range list {
+		out = append(out, it.(map[string]any)["key"].(string))
+	}
+	return out
+}
+
+func TestListItemsFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	for i := range 5 {
+		c := svc.Claim(fmt.Sprintf("inv-%d", i), map[string]any{"batch_id": "exec-1:Send", "destination": "billing"})
+		if i < 2 {
+			svc.AfterWrite(map[string]any{"key": fmt.Sprintf("inv-%d", i), "claim": c.Str("claim"), "outcome": "unknown"})
+		}
+		svc.Clock.Advance(time.Minute)
+	}
+	svc.Claim("other", nil)
+
+	get := func(query string) handlerstest.Response {
+		t.Helper()
+		r := svc.Get(handlerstest.OperatorAcme, "/v1/items"+query)
+		handlerstest.Expect(t, r, http.StatusOK, "", "")
+		return r
+	}
+	if got := fmt.Sprint(keysIn(get(""))); got != "[other inv-4 inv-3 inv-2 inv-1 inv-0]" {
+		t.Errorf("list = %s, want newest change first", got)
+	}
+	if got := fmt.Sprint(keysIn(get("?needs_person=true&batch_id=" + url.QueryEscape("exec-1:Send")))); got != "[inv-1 inv-0]" {
+		t.Errorf("needs_person in the batch = %s", got)
+	}
+	if got := fmt.Sprint(keysIn(get("?state=in_flight&destination=billing&older_than=60"))); got != "[inv-4 inv-3 inv-2]" {
+		t.Errorf("in flight at billing, unchanged for a minute = %s", got)
+	}
+	r := get("?needs_person=true")
+	first := r.At("items").([]any)[0].(map[string]any)
+	if first["needs_person_cause"] != items.CauseNoDedupe || !strings.HasPrefix(first["idempotency_key"].(string), "ik_") {
+		t.Errorf("listed item %v lacks its cause or idempotency key", first)
+	}
+
+	var all []string
+	cursor, pages := "", 0
+	for {
+		r := get("?limit=2&cursor=" + url.QueryEscape(cursor))
+		all = append(all, keysIn(r)...)
+		pages++
+		if cursor = r.Str("next_cursor"); cursor == "" || pages > 5 {
+			break
+		}
+	}
+	if fmt.Sprint(all) != "[other inv-4 inv-3 inv-2 inv-1 inv-0]" || pages != 3 {
+		t.Errorf("pages of 2 gave %v in %d pages", all, pages)
+	}
+	if got := svc.Get(handlerstest.OperatorGlobex, "/v1/items"); len(keysIn(got)) != 0 {
+		t.Errorf("another tenant lists %v", keysIn(got))
+	}
+}
+
+func TestListItemsRefusals(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	for _, c := range []struct {
+		token, query string
+		status       int
+		code         items.Code
+		field        string
+	}{
+		{"", "", http.StatusUnauthorized, handlers.CodeUnauthorized, ""},
+		{handlerstest.WorkflowAcme, "", http.StatusForbidden, handlers.CodeForbidden, ""},
+		{handlerstest.OperatorAcme, "?needs-person=true", http.StatusBadRequest, items.CodeInvalid, "needs-person"},
+		{handlerstest.OperatorAcme, "?state=lost", http.StatusBadRequest, items.CodeInvalid, "state"},
+		{handlerstest.OperatorAcme, "?needs_person=maybe", http.StatusBadRequest, items.CodeInvalid, "needs_person"},
+		{handlerstest.OperatorAcme, "?limit=0", http.StatusBadRequest, items.CodeInvalid, "limit"},
+		{handlerstest.OperatorAcme, "?limit=501", http.StatusBadRequest, items.CodeInvalid, "limit"},
+		{handlerstest.OperatorAcme, "?older_than=1h", http.StatusBadRequest, items.CodeInvalid, "older_than"},
+		{handlerstest.OperatorAcme, "?cursor=abc", http.StatusBadRequest, items.CodeInvalid, "cursor"},
+		{handlerstest.OperatorAcme, "?state=unknown&state=failed", http.StatusBadRequest, items.CodeInvalid, "state"},
+		{handlerstest.WorkflowAcme, "/../stats", http.StatusForbidden, handlers.CodeForbidden, ""},
+	} {
+		path := "/v1/items" + c.query
+		if strings.HasPrefix(c.query, "/") {
+			path = "/v1/stats"
+		}
+		handlerstest.Expect(t, svc.Get(c.token, path), c.status, c.code, c.field)
+	}
+}
+
+// metricValues parses a Prometheus text answer into "name{labels}" → value.
+func metricValues(t *testing.T, body []byte) map[string]float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("metrics are not in Prometheus text format: %v\n%s", err, body)
+	}
+	out := map[string]float64{}
+	for name, f := range families {
+		for _, m := range f.Metric {
+			var labels []string
+			for _, l := range m.Label {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			key := name
+			if len(labels) > 0 {
+				key += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.Gauge != nil:
+				out[key] = m.Gauge.GetValue()
+			case m.Counter != nil:
+				out[key] = m.Counter.GetValue()
+			case m.Histogram != nil:
+				out[key+"_count"] = float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return out
+}
+
+func TestStatsAndMetricsMatchTheLedger(t *testing.T) {
+	t.Parallel()
+	svc, store := operatorService(t, items.Config{Destinations: map[string]items.Destination{"billing": {Dedupe: items.DedupeKey}}}, nil)
+	aw := func(body map[string]any) {
+		t.Helper()
+		if r := svc.AfterWrite(body); r.Status != http.StatusOK {
+			t.Fatalf("after-write %v: %d %s", body, r.Status, r.Body)
+		}
+	}
+	// A scripted day: one plain success, one unknown nobody can check, one recovered by a same-key
+	// retry, one duplicate effect, one key reused with another payload, one resolved by hand, one in flight.
+	c := svc.Claim("ok", nil)
+	aw(map[string]any{"key": "ok", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-1"})
+	c = svc.Claim("lost", nil)
+	aw(map[string]any{"key": "lost", "claim": c.Str("claim"), "outcome": "unknown", "error": map[string]any{"class": "timeout"}})
+	c = svc.Claim("recovered", map[string]any{"destination": "billing"})
+	aw(map[string]any{"key": "recovered", "claim": c.Str("claim"), "outcome": "failed", "http_status": 503})
+	c = svc.Claim("recovered", map[string]any{"destination": "billing"})
+	aw(map[string]any{"key": "recovered", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-2"})
+	c = svc.Claim("twice", map[string]any{"destination": "billing"})
+	aw(map[string]any{"key": "twice", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-3"})
+	aw(map[string]any{"key": "twice", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-4"})
+	if r := svc.BeforeWrite(map[string]any{"key": "ok", "payload": map[string]any{"invoice": "other"}}); r.Str("decision") != "conflict" {
+		t.Fatalf("reused key: %s", r.Body)
+	}
+	if r := svc.BeforeWrite(map[string]any{"key": "ok", "payload": map[string]any{"invoice": "ok", "amount": 120.5}}); r.Str("reason") != "succeeded" {
+		t.Fatalf("repeat of a success: %s", r.Body)
+	}
+	c = svc.Claim("resolved", nil)
+	aw(map[string]any{"key": "resolved", "claim": c.Str("claim"), "outcome": "unknown"})
+	r := svc.Post(handlerstest.OperatorAcme, "/v1/items/resolved/resolve", map[string]any{"outcome": "not_committed",
+		"evidence": "nothing in the destination's log between 18:00 and 18:05"})
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	svc.Claim("flying", nil)
+	svc.Clock.Advance(90 * time.Second)
+
+	stats := svc.Get(handlerstest.OperatorAcme, "/v1/stats")
+	handlerstest.Expect(t, stats, http.StatusOK, "", "")
+	want := map[string]float64{
+		"items": 6, "states.succeeded": 3, "states.unknown": 1, "states.failed": 1, "states.in_flight": 1, "states.prepared": 0,
+		"needs_person": 2, "oldest_unresolved_age_seconds": 90, "retries": 1, "fingerprint_conflicts": 1,
+		"same_key_recoveries": 1, "manual_resolutions": 1, "duplicate_effects": 1, "entered_unknown": 3,
+		"destinations.billing.items": 2, "destinations.billing.retries": 1, "destinations.default.fingerprint_conflicts": 1,
+		"destinations.default.needs_person": 1,
+	}
+	for path, v := range want {
+		if got := stats.Num(path); got != v {
+			t.Errorf("stats %s = %v, want %v", path, got, v)
+		}
+	}
+	// The store says the same as the API.
+	direct, err := store.Stats(context.Background(), "acme", svc.Clock.Now())
+	if err != nil || direct.Items != 6 || direct.NeedsPerson != 2 {
+		t.Errorf("store stats %+v (%v)", direct, err)
+	}
+
+	mr := svc.Get(handlerstest.OperatorAcme, "/metrics")
+	handlerstest.Expect(t, mr, http.StatusOK, "", "")
+	if ct := mr.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("metrics content type %q", ct)
+	}
+	m := metricValues(t, mr.Body)
+	for name, v := range map[string]float64{
+		"companion_items{state=succeeded}": 3, "companion_items{state=unknown}": 1, "companion_items{state=failed}": 1,
+		"companion_items{state=in_flight}": 1, "companion_items{state=prepared}": 0,
+		"companion_needs_person": 2, "companion_oldest_unresolved_age_seconds": 90, "companion_retries_total": 1,
+		"companion_fingerprint_conflicts_total": 1, "companion_same_key_recoveries_total": 1,
+		"companion_manual_resolutions_total": 1, "companion_duplicate_effects_total": 1,
+		"companion_decisions_total{decision=proceed,reason=new}":                                       6,
+		"companion_decisions_total{decision=proceed,reason=retry_same_key}":                            1,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}":                     1,
+		"companion_decisions_total{decision=skip,reason=succeeded}":                                    1,
+		"companion_http_request_duration_seconds{method=POST,route=/v1/before-write,status=200}_count": 9,
+	} {
+		if got, ok := m[name]; !ok || got != v {
+			t.Errorf("metric %s = %v (present %v), want %v", name, got, ok, v)
+		}
+	}
+	for _, name := range []string{"companion_items", "companion_needs_person", "companion_retries_total"} {
+		if !strings.Contains(string(mr.Body), "# HELP "+name+" ") {
+			t.Errorf("metric %s has no help text", name)
+		}
+	}
+
+	// Another tenant's operator sees its own (empty) ledger; a workflow token sees nothing.
+	other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body)
+	if other["companion_items{state=succeeded}"] != 0 || other["companion_needs_person"] != 0 {
+		t.Errorf("globex's metrics show acme's items: %v", other["companion_items{state=succeeded}"])
+	}
+	handlerstest.Expect(t, svc.Get(handlerstest.WorkflowAcme, "/metrics"), http.StatusForbidden, handlers.CodeForbidden, "")
+	handlerstest.Expect(t, svc.Get("", "/metrics"), http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+}
+
+func TestOpenMetricsShowEveryTenant(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, func(c *handlers.Config) { c.MetricsOpen = true })
+	svc.Claim("a", nil)
+	r := svc.Get("", "/metrics")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if got := metricValues(t, r.Body)["companion_items{state=in_flight}"]; got != 1 {
+		t.Errorf("open metrics: in_flight %v, want 1", got)
+	}
+}
+
+func TestBatchDecisionsAreCounted(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	c := svc.Claim("ok", map[string]any{"destination": "crm"})
+	svc.AfterWrite(map[string]any{"key": "ok", "claim": c.Str("claim"), "outcome": "succeeded"})
+	r := svc.Post(handlerstest.WorkflowAcme, "/v1/batches/before-write", map[string]any{"batch_id": "exec-9", "items": []any{
+		map[string]any{"key": "b-1", "payload": map[string]any{"n": 1}},
+		map[string]any{"key": "b-2", "payload": map[string]any{"n": 2}},
+		map[string]any{"key": "ok", "payload": map[string]any{"n": 3}, "destination": "crm"},
+		map[string]any{"key": "ok", "payload": map[string]any{"n": 4}, "destination": "crm"},
+	}})
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if r.Num("counts.conflict") != 2 || r.Num("counts.proceed") != 2 {
+		t.Fatalf("batch counts: %s", r.Body)
+	}
+	m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
+	for name, want := range map[string]float64{
+		"companion_decisions_total{decision=proceed,reason=new}":                   3,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}": 2,
+		"companion_fingerprint_conflicts_total":                                    2,
+	} {
+		if m[name] != want {
+			t.Errorf("%s = %v, want %v", name, m[name], want)
+		}
+	}
+	if got := svc.Get(handlerstest.OperatorAcme, "/v1/stats").Num("destinations.crm.fingerprint_conflicts"); got != 2 {
+		t.Errorf("crm's fingerprint conflicts = %v, want 2", got)
+	}
+}

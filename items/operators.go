@@ -1,0 +1,208 @@
+package items
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"time"
+)
+
+// This file holds the vocabulary of the operator surface, the sweeper and the alert outbox: the query
+// parameters and records the stores return for them. The interfaces that use them are declared by their
+// consumers (alerts, handlers), each as narrow as it needs.
+
+// ItemRef names one item.
+type ItemRef struct {
+	Tenant string `json:"tenant"`
+	Key    string `json:"key"`
+}
+
+// Less orders references by tenant, then key: the order the sweeper pages in.
+func (r ItemRef) Less(o ItemRef) bool {
+	if r.Tenant != o.Tenant {
+		return r.Tenant < o.Tenant
+	}
+	return r.Key < o.Key
+}
+
+// MaxListLimit is the largest page of the operator's item list; DefaultListLimit is used when none is asked.
+const (
+	MaxListLimit     = 500
+	DefaultListLimit = 100
+)
+
+// ListParams filters and pages the operator's list of items. Empty fields do not filter.
+type ListParams struct {
+	Tenant string
+	// States keeps items in any of these states.
+	States []State
+	// NeedsPerson keeps items that do (true) or do not (false) need a person.
+	NeedsPerson *bool
+	Destination string
+	Workflow    string
+	BatchID     string
+	// Owner keeps items whose per-request owner is Owner, or about which an alert went to Owner.
+	Owner string
+	// ChangedBefore keeps items whose last change is at or before it (the API's older_than).
+	ChangedBefore *time.Time
+	// Limit is the page size, 1 to MaxListLimit.
+	Limit int
+	// Cursor continues a previous page; empty for the first.
+	Cursor string
+}
+
+// ItemPage is one page of the operator's item list, newest change first. NextCursor is empty on the last page.
+type ItemPage struct {
+	Items      []*Item `json:"items"`
+	NextCursor string  `json:"next_cursor"`
+}
+
+// ListCursor is the position after the last item of a page: the list is ordered by last change
+// (descending), then key. Encoded, it is the API's opaque cursor.
+type ListCursor struct {
+	UpdatedAt time.Time `json:"u"`
+	Key       string    `json:"k"`
+}
+
+// Encode returns the cursor as an opaque URL-safe string.
+func (c ListCursor) Encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeListCursor reads a cursor made by Encode. Returns an invalid_request error naming "cursor" when s
+// was not made by Encode.
+func DecodeListCursor(s string) (ListCursor, error) {
+	var c ListCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Key == "" || c.UpdatedAt.IsZero() {
+		return ListCursor{}, Invalid("cursor", "is not a cursor this service returned")
+	}
+	return c, nil
+}
+
+// Measures are the seeds' post-release measures ("What to measure after release") over a set of items.
+type Measures struct {
+	// Items counts all items; States counts them per state (every state is present).
+	Items  int           `json:"items"`
+	States map[State]int `json:"states"`
+	// NeedsPerson counts items waiting for their owner.
+	NeedsPerson int `json:"needs_person"`
+	// EnteredUnknown counts items whose outcome was unknown at some point.
+	EnteredUnknown int `json:"entered_unknown"`
+	// OldestUnresolvedAgeSeconds is the age of the oldest item that is unknown or needs a person, measured
+	// from when it started needing a person (else from its last change); 0 when there is none.
+	OldestUnresolvedAgeSeconds int64 `json:"oldest_unresolved_age_seconds"`
+	// Retries counts attempts beyond each item's first; RetriesPerOperation divides them by the items that
+	// had at least one attempt.
+	Retries             int     `json:"retries"`
+	RetriesPerOperation float64 `json:"retries_per_operation"`
+	// FingerprintConflicts counts before-writes answered conflict/fingerprint_mismatch.
+	FingerprintConflicts int `json:"fingerprint_conflicts"`
+	// SameKeyRecoveries counts items that succeeded after a same-key retry (the receiver's idempotency key
+	// recovered them).
+	SameKeyRecoveries int `json:"same_key_recoveries"`
+	// ManualResolutions counts resolutions by a person (operator API or Slack).
+	ManualResolutions int `json:"manual_resolutions"`
+	// DuplicateEffects counts items flagged with a duplicate effect.
+	DuplicateEffects int `json:"duplicate_effects"`
+}
+
+// NewMeasures returns empty measures with every state present.
+func NewMeasures() Measures {
+	m := Measures{States: make(map[State]int, len(States))}
+	for _, s := range States {
+		m.States[s] = 0
+	}
+	return m
+}
+
+// Stats are the measures of one tenant, in total and per destination.
+type Stats struct {
+	Tenant string `json:"tenant"`
+	// At is when the measures were taken.
+	At time.Time `json:"at"`
+	Measures
+	Destinations map[string]Measures `json:"destinations"`
+}
+
+// Counter names kept by stores beside the items: measures of answers that change no item.
+const (
+	// CounterFingerprintConflicts counts conflict/fingerprint_mismatch answers per tenant and destination.
+	CounterFingerprintConflicts = "fingerprint_conflicts"
+)
+
+// Alert statuses beyond the item's (AlertPending, AlertSent, AlertEscalated).
+const (
+	// AlertClosed: the item was settled or no longer needs a person for this cause; nothing more is sent.
+	AlertClosed = "closed"
+)
+
+// Event kinds recorded by the alert dispatcher.
+const (
+	// EventAlerted: an alert about the item went to its owner.
+	EventAlerted = "alerted"
+)
+
+// Alert is one record of the alert outbox: an item needs a person for a cause, and its owner is to be told
+// once. An item gets at most one alert per attempt and cause.
+type Alert struct {
+	Tenant  string `json:"tenant"`
+	Key     string `json:"key"`
+	Attempt int    `json:"attempt"`
+	Cause   string `json:"cause"`
+	// Owner is who the alert goes to (a Slack user or channel id); EscalateTo who gets it when it escalates.
+	Owner         string        `json:"owner"`
+	EscalateTo    string        `json:"escalate_to,omitempty"`
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	BatchID       string        `json:"batch_id,omitempty"`
+	Destination   string        `json:"destination"`
+	// Status is pending, sent, escalated or closed.
+	Status string `json:"status"`
+	// Channel and TS locate the message that carried the alert (TS is Slack's message timestamp).
+	Channel string `json:"channel,omitempty"`
+	TS      string `json:"ts,omitempty"`
+	// EscalateAt is when a sent alert escalates; nil when it never does.
+	EscalateAt *time.Time `json:"escalate_at,omitempty"`
+	// EscalatedBy is who asked for the escalation; empty when the clock did.
+	EscalatedBy       string     `json:"escalated_by,omitempty"`
+	EscalationChannel string     `json:"escalation_channel,omitempty"`
+	EscalationTS      string     `json:"escalation_ts,omitempty"`
+	CreatedAt         time.Time  `json:"created_at"`
+	SentAt            *time.Time `json:"sent_at,omitempty"`
+	EscalatedAt       *time.Time `json:"escalated_at,omitempty"`
+	ClosedAt          *time.Time `json:"closed_at,omitempty"`
+}
+
+// Ref returns the item the alert is about.
+func (a Alert) Ref() ItemRef { return ItemRef{Tenant: a.Tenant, Key: a.Key} }
+
+// AlertGroup is what one message is about: one owner, one tenant and one batch. Escalation groups collect
+// sent alerts whose escalation is due, for their escalate_to owner.
+type AlertGroup struct {
+	Tenant     string `json:"tenant"`
+	Owner      string `json:"owner"`
+	BatchID    string `json:"batch_id"`
+	Escalation bool   `json:"escalation"`
+}
+
+// AlertClaim is a dispatcher's claim on a group of alerts: until Until, no other dispatcher takes them.
+type AlertClaim struct {
+	Group AlertGroup
+	// Claim is the dispatcher's token; the alerts it takes carry it until finished or released.
+	Claim string
+	Now   time.Time
+	Until time.Time
+}
+
+// AlertDelivery records where a claimed group's message landed.
+type AlertDelivery struct {
+	Claim   string
+	Channel string
+	TS      string
+	At      time.Time
+	// Escalation is true when the message was an escalation (the alerts become escalated).
+	Escalation bool
+}
