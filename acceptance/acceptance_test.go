@@ -206,7 +206,7 @@ func TestCommandJSON(t *testing.T) {
 	}
 	h := res.Header
 	if h.ServiceVersion == "" || !strings.HasPrefix(h.Store, "sqlite") || len(h.ConfigurationHash) != 16 ||
-		h.RetrySettings == "" || h.Timestamp.IsZero() || h.ReceiverMode.Dedupe != "key" {
+		h.RetrySettings == "" || h.Timestamp.IsZero() || h.ReceiverMode.Dedupe != "key" || h.Settings != acceptance.DefaultSettings() {
 		t.Errorf("header incomplete: %+v", h)
 	}
 	if res.Passed != 2 || res.Failed != 0 || len(res.Cases) != 2 || res.Cases[0].ID != "1" || res.Cases[1].ID != "4" {

@@ -82,14 +82,38 @@ type Settings struct {
 	// LeaseSeconds is sent with every before-write (the contract's minimum is 5), so that the lease cases
 	// take seconds, not minutes.
 	LeaseSeconds int `json:"lease_seconds"`
-	// WriteTimeout is the HTTP step's timeout for a write to the destination.
-	WriteTimeout time.Duration `json:"write_timeout"`
+	// WriteTimeout is the HTTP step's timeout for a write to the destination (write_timeout_ms in JSON).
+	WriteTimeout time.Duration `json:"-"`
 	// DelayMs is how long the receiver holds its answer for commit_then_delay: longer than WriteTimeout.
 	DelayMs int `json:"delay_ms"`
 	// RetryAfterSeconds is the Retry-After of the injected 429.
 	RetryAfterSeconds int `json:"retry_after_seconds"`
 	// Triggers is the number of simultaneous duplicate triggers of the concurrency case.
 	Triggers int `json:"triggers"`
+}
+
+// settingsJSON is Settings as JSON, with the timeout in milliseconds.
+type settingsJSON struct {
+	plainSettings
+	WriteTimeoutMs int64 `json:"write_timeout_ms"`
+}
+
+type plainSettings Settings
+
+// MarshalJSON writes the write timeout as write_timeout_ms.
+func (s Settings) MarshalJSON() ([]byte, error) {
+	return json.Marshal(settingsJSON{plainSettings(s), s.WriteTimeout.Milliseconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Settings) UnmarshalJSON(b []byte) error {
+	var v settingsJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Settings(v.plainSettings)
+	s.WriteTimeout = time.Duration(v.WriteTimeoutMs) * time.Millisecond
+	return nil
 }
 
 // DefaultSettings are the settings of a normal run.
