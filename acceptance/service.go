@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -306,10 +305,4 @@ func (s *Service) call(ctx context.Context, method, path, token string, in, out 
 		return fmt.Errorf("%s %s: the answer is not the contract's JSON: %w", method, path, err)
 	}
 	return nil
-}
-
-// isAPIError reports whether err is an error answer with the given status.
-func isAPIError(err error, status int) bool {
-	e, ok := errors.AsType[*APIError](err)
-	return ok && e.Status == status
 }

@@ -76,8 +76,6 @@ type outcome struct {
 	seen *Seen
 	// report is the after-write or reconcile answer; nil when none was sent.
 	report *Report
-	// payload is what was sent (or would have been).
-	payload json.RawMessage
 }
 
 // maxFollowSeconds is the longest retry_after a pass waits out by itself.
@@ -92,7 +90,7 @@ func (cr *caseRun) pass(ctx context.Context, it *item, s step) (outcome, error) 
 	if s.payload != nil {
 		body = s.payload
 	}
-	out := outcome{payload: body}
+	var out outcome
 	var ans Answer
 	var answers []string
 	for {
