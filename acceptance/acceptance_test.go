@@ -289,7 +289,7 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 	if want := fmt.Sprintf("%d passed, 0 failed\n", len(acceptance.Cases())); !strings.HasSuffix(out, want) {
 		t.Errorf("the last line is not %q", want)
 	}
-	for _, want := range []string{"service        http://" + serve.Addr(), "store not reported by the service", "dedupe key, keys kept forever"} {
+	for _, want := range []string{"service        http://" + serve.Addr(), "version dev, store sqlite", "dedupe key, keys kept forever"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the header lacks %q", want)
 		}

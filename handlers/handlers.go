@@ -46,6 +46,10 @@ type Config struct {
 	Resolver Resolver
 	// SlackActions answers POST /v1/slack/actions; nil when Slack is not configured (the route answers 404).
 	SlackActions SlackActions
+	// Version and StoreKind ("sqlite", "mongodb") are reported by GET /healthz, so that a client (the
+	// acceptance suite) can record what it ran against. Neither carries a path or an address.
+	Version   string
+	StoreKind string
 }
 
 // Access says who may call a route.
@@ -83,6 +87,8 @@ type server struct {
 	metricsAccess Access
 	resolver      Resolver
 	slack         SlackActions
+	// health is what GET /healthz reports besides its status.
+	version, storeKind string
 }
 
 // endpoint is one built-in route.
@@ -124,7 +130,8 @@ func New(cfg Config) http.Handler {
 	}
 	gin.SetMode(gin.ReleaseMode)
 	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open),
-		operators: cfg.Operators, metricsOf: cfg.Metrics, metricsAccess: Operator, resolver: cfg.Resolver, slack: cfg.SlackActions}
+		operators: cfg.Operators, metricsOf: cfg.Metrics, metricsAccess: Operator, resolver: cfg.Resolver, slack: cfg.SlackActions,
+		version: cfg.Version, storeKind: cfg.StoreKind}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

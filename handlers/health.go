@@ -13,7 +13,14 @@ const readyTimeout = 2 * time.Second
 
 // healthz answers while the process serves requests.
 func (s *server) healthz(c *gin.Context) {
-	c.JSON(http.StatusOK, gin.H{"status": "ok"})
+	body := gin.H{"status": "ok"}
+	if s.version != "" {
+		body["version"] = s.version
+	}
+	if s.storeKind != "" {
+		body["store"] = s.storeKind
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 // readyz answers 200 when the store can be read and written, 503 store_unavailable otherwise.

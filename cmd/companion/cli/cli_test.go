@@ -92,6 +92,9 @@ func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 			t.Errorf("start line lacks %q:\n%s", want, startLine)
 		}
 	}
+	if status, health := call(t, p, "GET", "/healthz", "", ""); status != 200 || health["store"] != "sqlite" || health["version"] == "" || health["version"] == nil {
+		t.Errorf("/healthz = %d %v, want the version and store sqlite", status, health)
+	}
 	status, first := call(t, p, "POST", "/v1/before-write", "", `{"key":"k1","payload":{"a":1}}`)
 	if status != 200 || first["decision"] != "proceed" {
 		t.Fatalf("before-write: %d %v", status, first)

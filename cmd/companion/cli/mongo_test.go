@@ -37,6 +37,9 @@ func TestServeOnMongoDB(t *testing.T) {
 	if status != 200 || replay["decision"] != "skip" || replay["reason"] != "in_progress" || replay["idempotency_key"] != first["idempotency_key"] {
 		t.Fatalf("replay after restart: %d %v", status, replay)
 	}
+	if status, health := call(t, again, "GET", "/healthz", "", ""); status != 200 || health["store"] != "mongodb" {
+		t.Errorf("/healthz = %d %v, want store mongodb", status, health)
+	}
 	if status, _ := call(t, again, "GET", "/readyz", "", ""); status != 200 {
 		t.Errorf("/readyz = %d, want 200", status)
 	}

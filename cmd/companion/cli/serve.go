@@ -104,7 +104,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot listen on %s: %w", o.addr, err)
 	}
-	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen}
+	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
+		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
 	srv := &http.Server{
 		Handler:           handlers.New(hc),
