@@ -75,12 +75,8 @@ func hasMember(raw json.RawMessage, name string) bool {
 // and returns the batch, or an invalid_request error naming every problem (the first in the message).
 // Nothing is decided before the whole body is known to be valid.
 func decodeBatch(c *gin.Context) (batches.Batch, error) {
-	body, err := readBody(c)
-	if err != nil {
-		return batches.Batch{}, err
-	}
 	var req batchRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		return batches.Batch{}, err
 	}
@@ -157,13 +153,8 @@ func (s *server) batchPrepare(c *gin.Context) {
 }
 
 func (s *server) batchAfterWrite(c *gin.Context) {
-	body, err := readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
 	var req batchReportsRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		s.writeError(c, err)
 		return

@@ -117,6 +117,15 @@ func (p problems) err() error {
 	return &items.Error{Code: items.CodeInvalid, Message: msg, Fields: p}
 }
 
+// decodeRequest reads the request body (415, 413) and decodes it strictly into dst (400), as decodeStrict.
+func decodeRequest(c *gin.Context, dst any) (problems, error) {
+	body, err := readBody(c)
+	if err != nil {
+		return problems{}, err
+	}
+	return decodeStrict(body, "", dst)
+}
+
 // decodeStrict decodes the JSON object body into dst, a pointer to a request struct. It refuses
 // malformed JSON, anything but an object, a member name given twice, and members dst does not declare
 // (at the top level; nested objects such as error are lenient), each as a 400 naming the field with

@@ -53,13 +53,8 @@ func (r *beforeWriteRequest) params(tenant, prefix string, ps *problems) items.B
 }
 
 func (s *server) beforeWrite(c *gin.Context) {
-	body, err := readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
 	var req beforeWriteRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -125,13 +120,8 @@ func (r *afterWriteRequest) params(tenant, prefix string, ps *problems) items.Af
 }
 
 func (s *server) afterWrite(c *gin.Context) {
-	body, err := readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
 	var req afterWriteRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -160,13 +150,8 @@ type reconcileRequest struct {
 }
 
 func (s *server) reconcile(c *gin.Context) {
-	body, err := readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
 	var req reconcileRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
@@ -233,13 +218,8 @@ type resolveRequest struct {
 }
 
 func (s *server) resolve(c *gin.Context) {
-	body, err := readBody(c)
-	if err != nil {
-		s.writeError(c, err)
-		return
-	}
 	var req resolveRequest
-	ps, err := decodeStrict(body, "", &req)
+	ps, err := decodeRequest(c, &req)
 	if err != nil {
 		s.writeError(c, err)
 		return
