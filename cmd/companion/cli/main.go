@@ -134,6 +134,27 @@ func (m *Main) keep(d daemon) {
 	m.daemons = append(m.daemons, d)
 }
 
+// keepRunning runs fn in a goroutine as a long-running part named name: Wait sees it end, Close cancels
+// its context and waits for it.
+func (m *Main) keepRunning(ctx context.Context, name string, fn func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		done <- fn(ctx)
+	}()
+	m.keep(daemon{name: name, done: done, stop: func(stopCtx context.Context) error {
+		cancel()
+		select {
+		case <-finished:
+			return nil
+		case <-stopCtx.Done():
+			return stopCtx.Err()
+		}
+	}})
+}
+
 // Addr returns the address the service listens on, once serve has started.
 func (m *Main) Addr() string {
 	m.mu.Lock()

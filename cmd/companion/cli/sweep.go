@@ -166,22 +166,9 @@ func (a *alertServices) handlersConfig(hc *handlers.Config) {
 
 // runSweeps runs the sweeper and the dispatcher on the schedule until Close.
 func (m *Main) runSweeps(a *alertServices, spec string) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		done <- alerts.Run(ctx, spec, a.sweeper, a.dispatcher)
-	}()
-	m.keep(daemon{name: "sweeper", done: done, stop: func(stopCtx context.Context) error {
-		cancel()
-		select {
-		case <-finished:
-			return nil
-		case <-stopCtx.Done():
-			return stopCtx.Err()
-		}
-	}})
+	m.keepRunning(context.Background(), "sweeper", func(ctx context.Context) error {
+		return alerts.Run(ctx, spec, a.sweeper, a.dispatcher)
+	})
 }
 
 const sweepSynopsis = `Sweeps the ledger once and sends the alerts that are due, then exits: records expired leases as

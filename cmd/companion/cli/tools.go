@@ -21,22 +21,9 @@ func (m *Main) receiver(ctx context.Context, args []string) error {
 			return sandbox.Command(ctx, args, m.Stdout, m.Stderr)
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		done <- sandbox.Command(ctx, args, m.Stdout, m.Stderr)
-	}()
-	m.keep(daemon{name: "receiver", done: done, stop: func(stopCtx context.Context) error {
-		cancel()
-		select {
-		case <-finished:
-			return nil
-		case <-stopCtx.Done():
-			return stopCtx.Err()
-		}
-	}})
+	m.keepRunning(ctx, "receiver", func(ctx context.Context) error {
+		return sandbox.Command(ctx, args, m.Stdout, m.Stderr)
+	})
 	return nil
 }
 

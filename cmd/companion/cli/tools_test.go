@@ -1,0 +1,64 @@
+package cli_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// companion receiver serves the sandbox receiver until the program is closed.
+func TestReceiverServesUntilClosed(t *testing.T) {
+	p := newProgram(nil)
+	if err := p.Run(context.Background(), []string{"receiver", "--addr", "127.0.0.1:0"}); err != nil {
+		t.Fatalf("receiver: %v", err)
+	}
+	defer p.Close()
+	addr := regexp.MustCompile(`http://127\.0\.0\.1:\d+`)
+	var base string
+	for deadline := time.Now().Add(5 * time.Second); base == "" && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		base = addr.FindString(p.out.String())
+	}
+	if base == "" {
+		t.Fatalf("no start line with the address:\n%s", p.out)
+	}
+	resp, err := http.Get(base + "/effects")
+	if err != nil {
+		t.Fatalf("GET /effects: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /effects = %d", resp.StatusCode)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := http.Get(base + "/effects"); err == nil {
+		t.Errorf("the receiver still answers after Close")
+	}
+}
+
+// companion templates render writes the n8n workflows and Make blueprints with the given service URL.
+func TestTemplatesRender(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "rendered")
+	p := newProgram(nil)
+	if err := p.Run(context.Background(), []string{"templates", "render", "--url", "https://companion.example.org", "--out", out}); err != nil {
+		t.Fatalf("templates render: %v\n%s", err, p.err)
+	}
+	var found int
+	filepath.Walk(out, func(path string, info os.FileInfo, err error) error {
+		if err == nil && !info.IsDir() && filepath.Ext(path) == ".json" {
+			b, _ := os.ReadFile(path)
+			if regexp.MustCompile(`https://companion\.example\.org`).Match(b) {
+				found++
+			}
+		}
+		return nil
+	})
+	if found < 4 {
+		t.Errorf("%d rendered templates name the given URL, want at least 4", found)
+	}
+}
