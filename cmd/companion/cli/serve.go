@@ -14,6 +14,7 @@ import (
 
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -170,10 +171,22 @@ func loopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// openStore opens the store the ledger lives in. It is the one place the store is chosen: today the
-// embedded SQLite file in the data dir (the MongoDB store, selected by MONGODB_URI, joins here). It
-// returns a description for the start line.
+// openStore opens the store the ledger lives in. It is the one place the store is chosen: MongoDB when
+// MONGODB_URI (or MONGODB_URI_FILE) is set, else the embedded SQLite file in the data dir. It returns a
+// description for the start line, without credentials.
 func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, string, error) {
+	if m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != "" {
+		uri, err := secretFromEnv("MONGODB_URI", m.Getenv)
+		if err != nil {
+			return nil, "", err
+		}
+		db := m.env("MONGODB_DATABASE", mongostore.DefaultDatabase)
+		s, err := mongostore.Open(ctx, uri, db)
+		if err != nil {
+			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
+		}
+		return s, fmt.Sprintf("mongodb %s database %s", mongostore.Redacted(uri), db), nil
+	}
 	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)

@@ -1,0 +1,465 @@
+// Package mongostore keeps the ledger in MongoDB: the store for teams that run several stateless companion
+// replicas against one replica set or Atlas cluster.
+//
+// Each item is one document in the items collection, with _id "tenant\x00key". Atomicity rests on MongoDB's
+// single-document guarantee, and on nothing else: a new item is one InsertOne (the unique _id index lets
+// exactly one concurrent creator win), and every change to an existing item is one FindOneAndUpdate whose
+// filter holds the version (and state) the change was decided on, so a change decided on a stale read
+// matches nothing and is decided again on a fresh one. There are no multi-document transactions.
+//
+// Writes use write concern majority with journaling, and reads go to the primary, so a decision is made on
+// the newest state and an acknowledged claim survives the loss of a member. Every operation has a
+// client-side timeout: a hung server turns into items.ErrUnavailable, never into a hung request.
+//
+// This is the only package that imports the MongoDB driver.
+package mongostore
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// DefaultDatabase is the database the ledger uses when none is named (MONGODB_DATABASE).
+const DefaultDatabase = "companion"
+
+// DefaultTimeout bounds every operation on the server, including finding a usable primary, when the
+// caller's context has no earlier deadline.
+const DefaultTimeout = 5 * time.Second
+
+// Collection names.
+const (
+	ItemsCollection = "items"
+	// MetaCollection holds the ledger's own documents: the ledger secret and the readiness probe's marker.
+	MetaCollection = "meta"
+)
+
+// maxRaces bounds how often one transition decides again after losing a compare-and-set to another
+// writer. Every lost race means another writer succeeded, so the ledger as a whole always progresses;
+// the bound only stops one caller from spinning on a hot item for ever.
+const maxRaces = 100
+
+// Store is the MongoDB store. It is safe for concurrent use, by any number of processes.
+type Store struct {
+	client *mongo.Client
+	items  *mongo.Collection
+	meta   *mongo.Collection
+}
+
+var _ items.Store = (*Store)(nil)
+
+type settings struct {
+	timeout time.Duration
+}
+
+// Option changes how Open connects.
+type Option func(*settings)
+
+// WithTimeout sets the client-side timeout of every operation (DefaultTimeout when not given).
+func WithTimeout(d time.Duration) Option {
+	return func(s *settings) { s.timeout = d }
+}
+
+// Open connects to the MongoDB deployment at uri, checks that its primary answers, and creates the
+// ledger's indexes in database (DefaultDatabase when empty) if they do not exist. Whatever the URI says,
+// writes use write concern majority with journaling and reads go to the primary. Returns
+// items.ErrUnavailable (with the cause) when the deployment cannot be reached.
+func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, error) {
+	if uri == "" {
+		return nil, errors.New("mongostore: no MongoDB URI")
+	}
+	if database == "" {
+		database = DefaultDatabase
+	}
+	set := settings{timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(&set)
+	}
+	journal := true
+	copts := options.Client().ApplyURI(uri).
+		SetAppName("companion").
+		SetTimeout(set.timeout).
+		SetServerSelectionTimeout(set.timeout).
+		SetConnectTimeout(set.timeout).
+		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
+		SetReadPreference(readpref.Primary())
+	client, err := mongo.Connect(copts)
+	if err != nil {
+		// The URI itself is wrong: say so, without echoing credentials.
+		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), err)
+	}
+	db := client.Database(database)
+	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection)}
+	if err := client.Ping(ctx, readpref.Primary()); err != nil {
+		s.Close()
+		return nil, unavailable("connect to "+Redacted(uri), err)
+	}
+	if err := s.ensureIndexes(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// indexes are the ledger's secondary indexes. Creating an index that exists with the same keys and
+// options is a no-op, so every replica creates them at every start.
+//
+// needs_person is a plain index rather than a partial one ({needs_person: true}): the items a person
+// must look at are a small range of it either way, and FerretDB, the test server, refuses partial
+// indexes.
+var indexes = []mongo.IndexModel{
+	// The sweeper: in-flight items whose lease has run out.
+	{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
+	// The operator's lists, newest change first, with and without a state.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_updated")},
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_state_updated")},
+	// A batch's items in batch order.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+	// Items waiting for a person (alerts, the operator's queue).
+	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
+	// Lookups by business reference.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+}
+
+// ensureIndexes creates the indexes one command each: FerretDB v1 (the test server) fails a createIndexes
+// that names more than one existing index, and six commands once per start cost nothing.
+func (s *Store) ensureIndexes(ctx context.Context) error {
+	for _, ix := range indexes {
+		if _, err := s.items.Indexes().CreateOne(ctx, ix); err != nil {
+			if isServerError(err) {
+				// The server refused the index (e.g. one of the same name with other keys): not an outage.
+				return fmt.Errorf("mongostore: create index: %w", err)
+			}
+			return unavailable("create index", err)
+		}
+	}
+	return nil
+}
+
+// isServerError reports whether the server answered with a command error (rather than not answering).
+func isServerError(err error) bool {
+	var se mongo.ServerError
+	return errors.As(err, &se) && !mongo.IsNetworkError(err) && !mongo.IsTimeout(err)
+}
+
+// unavailable translates a driver error into the domain's ErrUnavailable, keeping the cause for logs.
+// Every driver error that reaches a caller passes through here (or becomes ErrNotFound at Get).
+func unavailable(op string, err error) error {
+	return fmt.Errorf("%w: mongodb %s: %w", items.ErrUnavailable, op, err)
+}
+
+// read returns the stored document, or nil when there is none. It reads from the primary (the client's
+// read preference), so it sees every acknowledged write.
+func (s *Store) read(ctx context.Context, tenant, key string) (*itemDoc, error) {
+	if err := checkID(tenant, key); err != nil {
+		return nil, err
+	}
+	var d itemDoc
+	err := s.items.FindOne(ctx, bson.D{{Key: "_id", Value: itemID(tenant, key)}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("read item", err)
+	}
+	return &d, nil
+}
+
+// Get implements items.Store.
+func (s *Store) Get(ctx context.Context, tenant, key string) (*items.Item, error) {
+	d, err := s.read(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	if d == nil {
+		return nil, items.ErrNotFound
+	}
+	return d.item(), nil
+}
+
+// Transition implements items.Store: read, decide, then one conditional single-document write; a write
+// that finds the item changed since the read decides again on a fresh read.
+func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.TransitionFunc) (*items.Item, error) {
+	return s.transition(ctx, tenant, key, nil, fn)
+}
+
+// seen is what a transition already knows of an item: the document last read or written (nil: none
+// exists). It saves TransitionMany a read when it decides a repeated key again; it is only a first guess,
+// since the write's version guard refuses it when another writer came in between.
+type seen struct {
+	doc *itemDoc
+}
+
+func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
+	for race := 0; ; race++ {
+		if race == maxRaces {
+			return nil, fmt.Errorf("%w: mongodb: item %q changed under %d attempts to change it", items.ErrUnavailable, key, maxRaces)
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, unavailable("transition", err)
+		}
+		var cur *itemDoc
+		if hint != nil {
+			cur, hint = hint.doc, nil
+		} else {
+			var err error
+			if cur, err = s.read(ctx, tenant, key); err != nil {
+				return nil, err
+			}
+		}
+		// fn gets its own copy: the item as read stays intact if fn changes it and then writes nothing.
+		var arg *items.Item
+		if cur != nil {
+			arg = cur.item()
+		}
+		next, err := fn(arg)
+		if err != nil {
+			return nil, err
+		}
+		if next == nil {
+			if cur == nil {
+				return nil, nil
+			}
+			return cur.item(), nil
+		}
+		if err := checkReturned(tenant, key, next); err != nil {
+			return nil, err
+		}
+		stored, err := s.write(ctx, cur, prepare(cur, next))
+		if err != nil {
+			return nil, err
+		}
+		if stored == nil {
+			continue // another writer created or changed the item since the read: decide again
+		}
+		return stored.item(), nil
+	}
+}
+
+// checkReturned refuses an item fn returned for another tenant or key than the one it was called for.
+func checkReturned(tenant, key string, next *items.Item) error {
+	if next.Tenant != tenant || next.Key != key {
+		return fmt.Errorf("mongostore: transition of %q returned item %q of tenant %q", key, next.Key, next.Tenant)
+	}
+	return nil
+}
+
+// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update. It
+// returns the stored document, or nil when another writer created or changed the item since cur was read.
+func (s *Store) write(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+	if cur == nil {
+		return s.insert(ctx, d)
+	}
+	return s.update(ctx, cur, d)
+}
+
+// prepare returns the document to write for next, decided on cur (nil for a new item): one version more
+// than cur, created_at kept, updated_at strictly later than cur's even when the clock stands still or
+// steps back, because the operator's list is ordered by it.
+func prepare(cur *itemDoc, next *items.Item) itemDoc {
+	d := toDoc(next)
+	if d.CreatedAt.IsZero() {
+		d.CreatedAt = msTime(time.Now())
+	}
+	if d.UpdatedAt.IsZero() {
+		d.UpdatedAt = msTime(time.Now())
+	}
+	d.Version = 1
+	if cur != nil {
+		d.Version = cur.Version + 1
+		if !d.UpdatedAt.After(cur.UpdatedAt) {
+			d.UpdatedAt = cur.UpdatedAt.Add(time.Millisecond)
+		}
+	}
+	return d
+}
+
+// insert creates the item. It returns nil, and writes nothing, when the item already exists.
+//
+// ATOMICITY: the unique _id index makes an insert of an existing _id fail as a whole, so of any number of
+// concurrent creators exactly one inserts.
+func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, error) {
+	d.ID = itemID(d.Tenant, d.Key)
+	if _, err := s.items.InsertOne(ctx, d); err != nil {
+		if mongo.IsDuplicateKeyError(err) {
+			return nil, nil
+		}
+		return nil, unavailable("insert item", err)
+	}
+	return &d, nil
+}
+
+// update replaces the stored fields of the item with d, if the item is still at the version (and in the
+// state) cur was read at. It returns the stored document afterwards, or nil when the guard matched
+// nothing (another writer changed the item since the read).
+//
+// ATOMICITY: one FindOneAndUpdate on one document. MongoDB evaluates the filter and applies the $set
+// atomically for a single document, so two writers that read the same version cannot both match: the
+// second finds the version moved and matches nothing.
+func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+	d.ID = "" // _id is immutable; the filter names it
+	filter := bson.D{
+		{Key: "_id", Value: itemID(cur.Tenant, cur.Key)},
+		{Key: "version", Value: cur.Version},
+		{Key: "state", Value: cur.State},
+	}
+	var stored itemDoc
+	err := s.items.FindOneAndUpdate(ctx, filter, bson.D{{Key: "$set", Value: d}},
+		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&stored)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, unavailable("update item", err)
+	}
+	return &stored, nil
+}
+
+// TransitionMany implements items.Store without a transaction (the ledger uses none), in two passes.
+// First it reads each key once and runs fn for every key in order, each call on what the earlier calls
+// left (a key may repeat); if fn fails, nothing has been written. Then it writes the changes in order,
+// each one conditional single-document write guarded by the version its call saw, as Transition does.
+//
+// Only the first pass is all or nothing. If another writer changes an item between the two passes, that
+// item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
+// items written before it stay written (each of them atomic and correct on its own).
+func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
+	type step struct{ seen, next *itemDoc }
+	steps := make([]step, len(keys))
+	view := make(map[string]*itemDoc, len(keys))
+	for i, key := range keys {
+		cur, ok := view[key]
+		if !ok {
+			var err error
+			if cur, err = s.read(ctx, tenant, key); err != nil {
+				return nil, err
+			}
+		}
+		var arg *items.Item
+		if cur != nil {
+			arg = cur.item()
+		}
+		next, err := fn(i, arg)
+		if err != nil {
+			return nil, err
+		}
+		steps[i].seen = cur
+		view[key] = cur
+		if next != nil {
+			if err := checkReturned(tenant, key, next); err != nil {
+				return nil, err
+			}
+			d := prepare(cur, next)
+			steps[i].next = &d
+			view[key] = &d
+		}
+	}
+
+	out := make([]*items.Item, len(keys))
+	// redecided holds the keys that lost a race in the second pass, with what was stored for them last:
+	// their remaining calls are decided again, one by one, on the stored state.
+	redecided := make(map[string]*seen)
+	for i, key := range keys {
+		if last, ok := redecided[key]; ok {
+			stored, err := s.transition(ctx, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			if err != nil {
+				return nil, err
+			}
+			redecided[key] = seenOf(stored)
+			out[i] = stored
+			continue
+		}
+		st := steps[i]
+		if st.next == nil {
+			if st.seen != nil {
+				out[i] = st.seen.item()
+			}
+			continue
+		}
+		stored, err := s.write(ctx, st.seen, *st.next)
+		if err != nil {
+			return nil, err
+		}
+		if stored == nil {
+			// Another writer came first: decide this call again, and the later ones on this key.
+			stored, err := s.transition(ctx, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			if err != nil {
+				return nil, err
+			}
+			redecided[key] = seenOf(stored)
+			out[i] = stored
+			continue
+		}
+		out[i] = stored.item()
+	}
+	return out, nil
+}
+
+func seenOf(it *items.Item) *seen {
+	if it == nil {
+		return &seen{}
+	}
+	d := toDoc(it)
+	return &seen{doc: &d}
+}
+
+const ledgerSecretID = "ledger_secret"
+
+// LedgerSecret implements items.Store: the first replica to start inserts a random secret; every replica
+// then reads the one that won.
+//
+// ATOMICITY: the unique _id index of the meta collection lets exactly one insert of the secret succeed.
+func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, err
+	}
+	_, err := s.meta.InsertOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}, {Key: "value", Value: secret}})
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return nil, unavailable("insert ledger secret", err)
+	}
+	var stored struct {
+		Value []byte `bson:"value"`
+	}
+	if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}}).Decode(&stored); err != nil {
+		return nil, unavailable("read ledger secret", err)
+	}
+	if len(stored.Value) == 0 {
+		return nil, errors.New("mongostore: the stored ledger secret is empty")
+	}
+	return stored.Value, nil
+}
+
+// Ping implements items.Store: the primary must answer, and accept a write with the store's write
+// concern (a primary that lost its majority answers pings but cannot acknowledge claims).
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.client.Ping(ctx, readpref.Primary()); err != nil {
+		return unavailable("ping", err)
+	}
+	_, err := s.meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: "ping"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "at", Value: time.Now().UTC()}}}}, options.UpdateOne().SetUpsert(true))
+	// Two replicas probing at once may both try the upsert; the loser's duplicate-key error still
+	// proves the primary accepted a write.
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		return unavailable("ping write", err)
+	}
+	return nil
+}
+
+// Close implements items.Store: it closes the client's connections.
+func (s *Store) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	return s.client.Disconnect(ctx)
+}

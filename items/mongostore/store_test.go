@@ -1,0 +1,558 @@
+package mongostore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
+)
+
+// sharedSrv is one FerretDB for the tests that do not stop their server; each test gets its own
+// database on it. It is nil when the tests run against a real MongoDB.
+var sharedSrv *mongotest.Server
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if realURI() != "" {
+			return m.Run()
+		}
+		dir, err := os.MkdirTemp("", "mongostore-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(dir)
+		if sharedSrv, err = mongotest.StartIn(dir); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer sharedSrv.Stop()
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+func realURI() string { return os.Getenv(mongotest.RealURIEnv) }
+
+// env is one test's database: on the shared FerretDB, or on the real MongoDB named by
+// COMPANION_TEST_MONGODB_URI when it is set.
+type env struct {
+	t       *testing.T
+	uri, db string
+}
+
+func newEnv(t *testing.T) env {
+	t.Helper()
+	if uri := realURI(); uri != "" {
+		db := fmt.Sprintf("companion_test_%d", time.Now().UnixNano())
+		t.Cleanup(func() { dropDatabase(uri, db) })
+		return env{t: t, uri: uri, db: db}
+	}
+	return env{t: t, uri: sharedSrv.URI(), db: sharedSrv.Database()}
+}
+
+// open opens a store on the env's database, as one more replica would: its own client, its own pool.
+func (e env) open() *mongostore.Store {
+	e.t.Helper()
+	s, err := mongostore.Open(e.t.Context(), e.uri, e.db)
+	if err != nil {
+		e.t.Fatalf("Open: %v", err)
+	}
+	e.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// collection returns a driver handle on one of the env's collections, to look at what the store wrote.
+func (e env) collection(name string) *mongo.Collection {
+	e.t.Helper()
+	c, err := mongo.Connect(options.Client().ApplyURI(e.uri))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { c.Disconnect(context.Background()) })
+	return c.Database(e.db).Collection(name)
+}
+
+// openStore opens a store on a fresh database, and returns a function opening another replica on it.
+func openStore(t *testing.T) (*mongostore.Store, func() *mongostore.Store) {
+	t.Helper()
+	e := newEnv(t)
+	return e.open(), e.open
+}
+
+func dropDatabase(uri, db string) {
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = c.Database(db).Drop(ctx)
+	_ = c.Disconnect(ctx)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+var fp1, fp2 = strings.Repeat("a", 64), strings.Repeat("b", 64)
+
+func newLedger(t *testing.T, s items.Store, now func() time.Time) *items.Ledger {
+	t.Helper()
+	l, err := items.NewLedger(t.Context(), s, items.Config{Now: now})
+	if err != nil {
+		t.Fatalf("NewLedger: %v", err)
+	}
+	return l
+}
+
+func claimParams(key string) items.BeforeWriteParams {
+	return items.BeforeWriteParams{Tenant: "acme", Key: key, Fingerprint: fp1, Destination: "billing", Dedupe: items.DedupeKey}
+}
+
+// create stores a new prepared item through the store's Transition.
+func create(t *testing.T, s items.Store, key string) *items.Item {
+	t.Helper()
+	it, err := s.Transition(t.Context(), "acme", key, func(cur *items.Item) (*items.Item, error) {
+		if cur != nil {
+			t.Fatalf("item %s exists already", key)
+		}
+		return &items.Item{Tenant: "acme", Key: key, State: items.StatePrepared, Fingerprint: fp1,
+			Attempts: []items.Attempt{}, History: []items.Event{{At: time.Now(), Kind: items.EventPrepared}}}, nil
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", key, err)
+	}
+	return it
+}
+
+// note appends a history event: a change a test can find afterwards.
+func note(text string) items.TransitionFunc {
+	return func(cur *items.Item) (*items.Item, error) {
+		cur.History = append(cur.History, items.Event{At: time.Now(), Kind: "test", Note: text})
+		return cur, nil
+	}
+}
+
+func notes(it *items.Item) []string {
+	var out []string
+	for _, e := range it.History {
+		if e.Kind == "test" {
+			out = append(out, e.Note)
+		}
+	}
+	return out
+}
+
+func TestEveryFieldSurvivesTheStore(t *testing.T) {
+	t.Parallel()
+	s, _ := openStore(t)
+	var want items.Item
+	n := 0
+	fill(reflect.ValueOf(&want).Elem(), &n)
+	want.Tenant, want.Key = "acme", "every-field"
+	got, err := s.Transition(t.Context(), "acme", "every-field", func(*items.Item) (*items.Item, error) {
+		c := want
+		return &c, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.Get(t.Context(), "acme", "every-field")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The store owns the version; everything else must come back as it was given.
+	want.Version = 1
+	for name, it := range map[string]*items.Item{"Transition": got, "Get": read} {
+		if !reflect.DeepEqual(it, &want) {
+			a, _ := json.MarshalIndent(it, "", " ")
+			b, _ := json.MarshalIndent(&want, "", " ")
+			t.Errorf("%s returned an item that differs from the one written:\n%s\nwant\n%s", name, a, b)
+		}
+	}
+}
+
+// fill gives every field of v a distinct non-zero value, so a field the store's document forgets shows.
+// Times are whole milliseconds (MongoDB's precision) and UTC.
+func fill(v reflect.Value, n *int) {
+	*n++
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeOf(time.Time{}) {
+			v.Set(reflect.ValueOf(time.Date(2025, 3, 1, 12, 0, *n, 7_000_000, time.UTC)))
+			return
+		}
+		for i := 0; i < v.NumField(); i++ {
+			fill(v.Field(i), n)
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), n)
+	case reflect.Slice:
+		if v.Type() == reflect.TypeOf(json.RawMessage{}) {
+			v.SetBytes([]byte(`{"invoice": "INV-7", "total": 12.50}`))
+			return
+		}
+		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+		for i := 0; i < 2; i++ {
+			fill(v.Index(i), n)
+		}
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", *n))
+	case reflect.Int, reflect.Int64:
+		v.SetInt(int64(*n))
+	case reflect.Bool:
+		v.SetBool(true)
+	default:
+		panic("fill: no value for " + v.Type().String())
+	}
+}
+
+// tenant+"\x00"+key is the _id; a NUL inside either would let two pairs share one document.
+func TestNULInTenantOrKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	s, _ := openStore(t)
+	for _, id := range [][2]string{{"acme\x00b", "c"}, {"acme", "b\x00c"}} {
+		_, err := s.Transition(t.Context(), id[0], id[1], func(*items.Item) (*items.Item, error) {
+			return &items.Item{Tenant: id[0], Key: id[1], State: items.StatePrepared}, nil
+		})
+		if err == nil {
+			t.Errorf("Transition(%q, %q) wrote an item", id[0], id[1])
+		}
+		if _, err := s.Get(t.Context(), id[0], id[1]); err == nil || errors.Is(err, items.ErrNotFound) {
+			t.Errorf("Get(%q, %q): %v, want a refusal", id[0], id[1], err)
+		}
+	}
+}
+
+func TestVersionGrowsByOneAndUpdatedAtMovesForward(t *testing.T) {
+	t.Parallel()
+	s, _ := openStore(t)
+	first := create(t, s, "versions")
+	prev := first
+	for i := 0; i < 3; i++ {
+		it, err := s.Transition(t.Context(), "acme", "versions", func(cur *items.Item) (*items.Item, error) {
+			cur.UpdatedAt = first.UpdatedAt // a clock that stands still
+			return cur, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if it.Version != prev.Version+1 {
+			t.Errorf("version %d after %d, want one more", it.Version, prev.Version)
+		}
+		if !it.UpdatedAt.After(prev.UpdatedAt) {
+			t.Errorf("updated_at %v did not move past %v", it.UpdatedAt, prev.UpdatedAt)
+		}
+		if !it.CreatedAt.Equal(first.CreatedAt) {
+			t.Errorf("created_at changed from %v to %v", first.CreatedAt, it.CreatedAt)
+		}
+		prev = it
+	}
+}
+
+// A creator that loses the insert to another replica decides again on what the other one wrote.
+func TestCreateRaceDecidesAgainOnTheWinner(t *testing.T) {
+	t.Parallel()
+	s, openReplica := openStore(t)
+	other := openReplica()
+	var seen []*items.Item
+	it, err := s.Transition(t.Context(), "acme", "created-twice", func(cur *items.Item) (*items.Item, error) {
+		seen = append(seen, cur)
+		if cur == nil && len(seen) == 1 {
+			// The other replica creates the item between this read and this insert.
+			create(t, other, "created-twice")
+			return &items.Item{Tenant: "acme", Key: "created-twice", State: items.StatePrepared, History: []items.Event{}}, nil
+		}
+		return note("second decision")(cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[0] != nil || seen[1] == nil || seen[1].Version != 1 {
+		t.Fatalf("fn saw %v; want nil, then the other replica's item at version 1", seen)
+	}
+	if it.Version != 2 || len(it.History) != 2 || !slices.Equal(notes(it), []string{"second decision"}) {
+		t.Fatalf("stored version %d with history %+v; want version 2: the winner's event plus this change", it.Version, it.History)
+	}
+}
+
+// A change decided on a version another replica has since replaced is refused by the version guard and
+// decided again: neither change is lost.
+func TestStaleVersionIsRefusedAndDecidedAgain(t *testing.T) {
+	t.Parallel()
+	s, openReplica := openStore(t)
+	other := openReplica()
+	create(t, s, "contended")
+	calls := 0
+	it, err := s.Transition(t.Context(), "acme", "contended", func(cur *items.Item) (*items.Item, error) {
+		calls++
+		if calls == 1 {
+			if _, err := other.Transition(t.Context(), "acme", "contended", note("other replica")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return note(fmt.Sprintf("this replica, call %d", calls))(cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 2 {
+		t.Fatalf("fn called %d times, want 2 (once more after losing to the other replica)", calls)
+	}
+	if want := []string{"other replica", "this replica, call 2"}; !slices.Equal(notes(it), want) || it.Version != 3 {
+		t.Fatalf("stored version %d with notes %q; want version 3 with %q", it.Version, notes(it), want)
+	}
+}
+
+// TransitionMany decides the whole batch before it writes; when another replica changes an item in
+// between, that item's calls are decided again on what the other replica wrote: no change is lost.
+func TestTransitionManyDecidesAgainWhenAnotherReplicaCameBetween(t *testing.T) {
+	t.Parallel()
+	s, openReplica := openStore(t)
+	other := openReplica()
+	create(t, s, "r1")
+	keys := []string{"r1", "r2", "r1"}
+	calls := make([]int, len(keys))
+	out, err := s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
+		calls[i]++
+		if i == 1 && calls[i] == 1 {
+			// After the batch read r1, before it writes it.
+			if _, err := other.Transition(t.Context(), "acme", "r1", note("other replica")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cur == nil {
+			return &items.Item{Tenant: "acme", Key: keys[i], State: items.StatePrepared, History: []items.Event{}}, nil
+		}
+		return note(fmt.Sprintf("call %d", i))(cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Get(t.Context(), "acme", "r1")
+	if want := []string{"other replica", "call 0", "call 2"}; !slices.Equal(notes(got), want) || got.Version != 4 {
+		t.Fatalf("r1 at version %d with notes %q, want version 4 with %q", got.Version, notes(got), want)
+	}
+	if !slices.Equal(notes(out[0]), []string{"other replica", "call 0"}) || out[2].Version != 4 || out[1].Version != 1 {
+		t.Fatalf("returned %q (v%d), r2 v%d, %q (v%d)", notes(out[0]), out[0].Version, out[1].Version, notes(out[2]), out[2].Version)
+	}
+	if calls[0] != 2 || calls[2] != 2 {
+		t.Errorf("calls per index %v: the calls on r1 should each have been decided twice", calls)
+	}
+}
+
+func TestLedgerSecretIsOneForAllReplicas(t *testing.T) {
+	t.Parallel()
+	s, openReplica := openStore(t)
+	a, err := s.LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := openReplica().LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a) != 32 || string(a) != string(b) {
+		t.Fatalf("secrets %x and %x; want one 32-byte secret", a, b)
+	}
+}
+
+func TestOpenCreatesTheIndexesOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.open()
+	e.open() // a second start: creating the same indexes again is no error
+	cur, err := e.collection(mongostore.ItemsCollection).Indexes().List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []struct {
+		Name string `bson:"name"`
+	}
+	if err := cur.All(t.Context(), &specs); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	for _, want := range []string{"state_lease", "tenant_updated", "tenant_state_updated", "tenant_batch", "needs_person_tenant", "tenant_reference"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("index %s missing; have %q", want, names)
+		}
+	}
+}
+
+func TestPingAnswers(t *testing.T) {
+	t.Parallel()
+	s, _ := openStore(t)
+	if err := s.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+}
+
+func TestOpenWithoutAServerIsUnavailable(t *testing.T) {
+	t.Parallel()
+	// A port nobody listens on: bind one, then close it.
+	addr := freeAddr(t)
+	start := time.Now()
+	_, err := mongostore.Open(t.Context(), "mongodb://user:hunter2@"+addr+"/", "x", mongostore.WithTimeout(500*time.Millisecond))
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("Open without a server: %v, want ErrUnavailable", err)
+	}
+	if strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("the error shows the password: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Open took %v to give up, want about the 500ms timeout", d)
+	}
+}
+
+func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
+	t.Parallel()
+	for _, uri := range []string{"mongodb://app:hunter2@db1:notaport/", "mongodb://app:hunter2@db1/?w=lots&journal=maybe", "postgres://app:hunter2@db1/"} {
+		_, err := mongostore.Open(t.Context(), uri, "x", mongostore.WithTimeout(200*time.Millisecond))
+		if err == nil || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open(%s): %v; want an error that does not show the password", mongostore.Redacted(uri), err)
+		}
+	}
+}
+
+// A server that accepts connections and then stops answering must not hang a request: the client-side
+// timeout turns it into ErrUnavailable, and nothing is claimed.
+func TestHungServerTimesOut(t *testing.T) {
+	t.Parallel()
+	if realURI() != "" {
+		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
+	}
+	srv := sharedSrv
+	proxy := startProxy(t, srv.Addr())
+	db := srv.Database()
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", db, mongostore.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ledger := newLedger(t, s, nil)
+
+	proxy.freeze()
+	start := time.Now()
+	ans, err := ledger.BeforeWrite(t.Context(), claimParams("hung"))
+	if !errors.Is(err, items.ErrUnavailable) || ans.Decision == items.Proceed {
+		t.Fatalf("before-write on a hung server: %+v, %v; want ErrUnavailable", ans, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("before-write took %v on a hung server, want about the 500ms timeout", d)
+	}
+	proxy.thaw()
+
+	direct, err := mongostore.Open(t.Context(), srv.URI(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if it, err := direct.Get(t.Context(), "acme", "hung"); !errors.Is(err, items.ErrNotFound) {
+		t.Fatalf("after a timed-out before-write the item is %+v (%v), want none", it, err)
+	}
+}
+
+// Three replicas (three clients) race for one item: on a new item through the insert, on a prepared one
+// through the conditional update. The conformance suite races one store; this races several. It needs a
+// server whose conditional updates are atomic: FerretDB v1's are not (docs/deploying.md).
+func TestReplicasRacingForOneItemHaveOneWinner(t *testing.T) {
+	if realURI() == "" {
+		t.Skipf("needs a real MongoDB (set %s): FerretDB v1, the test server here, does not apply concurrent conditional updates atomically", mongotest.RealURIEnv)
+	}
+	s, openReplica := openStore(t)
+	ledgers := []*items.Ledger{newLedger(t, s, nil), newLedger(t, openReplica(), nil), newLedger(t, openReplica(), nil)}
+	const callers = 50
+	for round := 0; round < 20; round++ {
+		p := claimParams(fmt.Sprintf("race-%d", round))
+		if round%2 == 1 {
+			if _, err := s.Transition(t.Context(), p.Tenant, p.Key, func(*items.Item) (*items.Item, error) {
+				return items.NewPrepared(p, time.Now())
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var wg sync.WaitGroup
+		answers := make([]items.Answer, callers)
+		errs := make([]error, callers)
+		for i := 0; i < callers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				answers[i], errs[i] = ledgers[i%len(ledgers)].BeforeWrite(context.Background(), p)
+			}()
+		}
+		wg.Wait()
+		proceeds := 0
+		for i := range answers {
+			if errs[i] != nil {
+				t.Fatalf("round %d caller %d: %v", round, i, errs[i])
+			}
+			if answers[i].Decision == items.Proceed {
+				proceeds++
+			}
+		}
+		if proceeds != 1 {
+			t.Fatalf("round %d (prepared: %v): %d callers got proceed, want exactly 1", round, round%2 == 1, proceeds)
+		}
+	}
+}
+
+func TestRedactedHidesCredentials(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ uri, want string }{
+		{"mongodb://127.0.0.1:27017/", "mongodb://127.0.0.1:27017/"},
+		{"mongodb://app:s3cret@db1:27017,db2:27017/companion?replicaSet=rs0&w=majority",
+			"mongodb://xxxxx@db1:27017,db2:27017/companion?replicaSet=rs0&w=majority"},
+		{"mongodb+srv://app:p%40ss@cluster0.example.mongodb.net/?retryWrites=true",
+			"mongodb+srv://xxxxx@cluster0.example.mongodb.net/?retryWrites=true"},
+		{"mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=AWS_SESSION_TOKEN:abc&tlsCertificateKeyFilePassword=pw",
+			"mongodb://h/?authMechanism=MONGODB-AWS&authMechanismProperties=xxxxx&tlsCertificateKeyFilePassword=xxxxx"},
+		{"mongodb://user:pw@h", "mongodb://xxxxx@h"},
+		{"user:pw@h", "(unparsable MongoDB URI)"},
+	} {
+		if got := mongostore.Redacted(tc.uri); got != tc.want {
+			t.Errorf("Redacted(%q) = %q, want %q", tc.uri, got, tc.want)
+		}
+	}
+}
+
+// The companion binary must not link FerretDB: only tests import mongotest.
+func TestStoreDoesNotLinkFerretDB(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "github.com/replaysafe/companion/items/mongostore").CombinedOutput()
+	if err != nil {
+		t.Skipf("go list: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), "FerretDB") {
+		t.Fatal("items/mongostore depends on FerretDB; only its tests may")
+	}
+}
