@@ -12,6 +12,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -58,6 +59,9 @@ type Route struct {
 
 // server holds what the handlers share.
 type server struct {
+	// batches serves the batch endpoints (batches.go).
+	batches *batches.Service
+
 	ledger *items.Ledger
 	log    *slog.Logger
 	auth   authenticator
@@ -79,6 +83,10 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodGet, "/readyz", Public, s.readyz},
 		{http.MethodPost, "/v1/before-write", Workflow, s.beforeWrite},
 		{http.MethodPost, "/v1/after-write", Workflow, s.afterWrite},
+		{http.MethodPost, "/v1/batches/before-write", Workflow, s.batchBeforeWrite},
+		{http.MethodPost, "/v1/batches/prepare", Workflow, s.batchPrepare},
+		{http.MethodPost, "/v1/batches/after-write", Workflow, s.batchAfterWrite},
+		{http.MethodGet, "/v1/batches/:batch_id", Workflow, s.getBatch},
 		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
 		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
@@ -114,6 +122,7 @@ func New(cfg Config) http.Handler {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
 	})
 
+	s.batches = batchService(cfg.Ledger)
 	for _, e := range s.endpoints() {
 		r.Handle(e.method, e.path, s.authorize(e.access), e.handle)
 	}

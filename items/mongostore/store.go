@@ -123,8 +123,9 @@ var indexes = []mongo.IndexModel{
 	// The operator's lists, newest change first, with and without a state.
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_updated")},
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_state_updated")},
-	// A batch's items in batch order.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
+	// order without sorting the whole batch.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
 	// Items waiting for a person (alerts, the operator's queue).
 	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
 	// Lookups by business reference.
@@ -326,9 +327,11 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 }
 
 // TransitionMany implements items.Store without a transaction (the ledger uses none), in two passes.
-// First it reads each key once and runs fn for every key in order, each call on what the earlier calls
-// left (a key may repeat); if fn fails, nothing has been written. Then it writes the changes in order,
-// each one conditional single-document write guarded by the version its call saw, as Transition does.
+// First it reads all keys in one query and runs fn for every key in order, each call on what the earlier
+// calls left (a key may repeat); if fn fails, nothing has been written. Then it writes the changes: the new
+// items in one unordered insert (each insert atomic on its own), then the changes to existing items in
+// order, each one conditional single-document write guarded by the version its call saw, as Transition
+// does.
 //
 // Only the first pass is all or nothing. If another writer changes an item between the two passes, that
 // item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
@@ -337,7 +340,10 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
 	type step struct{ seen, next *itemDoc }
 	steps := make([]step, len(keys))
-	view := make(map[string]*itemDoc, len(keys))
+	view, err := s.readMany(ctx, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
 	for i, key := range keys {
 		cur, ok := view[key]
 		if !ok {
@@ -366,6 +372,24 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		}
 	}
 
+	// The items that did not exist are created first, in one round trip; created[i] is nil for one that
+	// another writer created since the read, and that call is decided again below.
+	var newDocs []itemDoc
+	var newAt []int
+	for i, st := range steps {
+		if st.seen == nil && st.next != nil {
+			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
+		}
+	}
+	inserted, err := s.insertMany(ctx, newDocs)
+	if err != nil {
+		return nil, err
+	}
+	created := make(map[int]*itemDoc, len(newAt))
+	for j, i := range newAt {
+		created[i] = inserted[j]
+	}
+
 	out := make([]*items.Item, len(keys))
 	// redecided holds the keys that lost a race in the second pass, with what was stored for them last:
 	// their remaining calls are decided again, one by one, on the stored state.
@@ -387,9 +411,11 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 			}
 			continue
 		}
-		stored, err := s.write(ctx, st.seen, *st.next)
-		if err != nil {
-			return nil, err
+		stored, ok := created[i]
+		if !ok {
+			if stored, err = s.write(ctx, st.seen, *st.next); err != nil {
+				return nil, err
+			}
 		}
 		if stored == nil {
 			// Another writer came first: decide this call again, and the later ones on this key.

@@ -1,0 +1,129 @@
+package batches_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/batches"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+// store is what the batch service runs on: the ledger's store with the batch queries.
+type store interface {
+	items.Store
+	batches.Store
+}
+
+// storeKind opens a fresh, empty store of one kind for a test.
+type storeKind struct {
+	name string
+	open func(t *testing.T) store
+}
+
+// ferret is the FerretDB server the MongoDB store's tests share, each test on its own database; nil when
+// the tests run against the real MongoDB named by mongotest.RealURIEnv.
+var ferret *mongotest.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		if os.Getenv(mongotest.RealURIEnv) == "" {
+			dir, err := os.MkdirTemp("", "batches-test-")
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer os.RemoveAll(dir)
+			if ferret, err = mongotest.StartIn(dir); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			defer ferret.Stop()
+		}
+		return m.Run()
+	}())
+}
+
+func storeKinds() []storeKind {
+	mongoKind := storeKind{name: "mongodb", open: func(t *testing.T) store {
+		uri, db := os.Getenv(mongotest.RealURIEnv), fmt.Sprintf("batches_test_%d", time.Now().UnixNano())
+		if ferret != nil {
+			uri, db = ferret.URI(), ferret.Database()
+		}
+		s, err := mongostore.Open(context.Background(), uri, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}}
+	if ferret != nil {
+		mongoKind.name = "ferretdb"
+	}
+	return []storeKind{
+		{name: "sqlite", open: func(t *testing.T) store {
+			s, err := sqlitestore.Open(context.Background(), t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		}},
+		mongoKind,
+	}
+}
+
+// eachStore runs test once per store kind, each in its own subtest.
+func eachStore(t *testing.T, test func(t *testing.T, k storeKind)) {
+	for _, k := range storeKinds() {
+		t.Run(k.name, func(t *testing.T) { test(t, k) })
+	}
+}
+
+// clock is the fake clock of a test.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fixture is a batch service over a fresh store with a fake clock.
+type fixture struct {
+	store  store
+	ledger *items.Ledger
+	svc    *batches.Service
+	clock  *clock
+}
+
+func newFixture(t *testing.T, k storeKind) *fixture {
+	t.Helper()
+	st := k.open(t)
+	c := newClock()
+	l, err := items.NewLedger(context.Background(), st, items.Config{
+		Defaults: items.Destination{Dedupe: items.DedupeKey},
+		Now:      c.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{store: st, ledger: l, svc: batches.New(l, st), clock: c}
+}

@@ -1,0 +1,78 @@
+package sqlitestore
+
+import (
+	"context"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// BatchItems returns up to limit items of tenant registered by batch batchID, in (batch_index, key) order,
+// after the position (afterIndex, afterKey) when afterKey is set. Items without a batch index (NULL) sort
+// first, as SQLite sorts NULL first. The items_batch index (tenant, batch_id, batch_index, key) serves both
+// the filter and the order. Returns ErrUnavailable when the store cannot be read.
+func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterIndex *int, afterKey string, limit int) ([]*items.Item, error) {
+	q := `SELECT doc FROM items WHERE tenant = ? AND batch_id = ?`
+	args := []any{tenant, batchID}
+	switch {
+	case afterKey == "":
+	case afterIndex == nil:
+		q += ` AND (batch_index IS NOT NULL OR key > ?)`
+		args = append(args, afterKey)
+	default:
+		// A row value comparison is a range seek on the index; NULL indexes compare as NULL and drop out,
+		// which is right: they all sort before any index.
+		q += ` AND (batch_index, key) > (?, ?)`
+		args = append(args, *afterIndex, afterKey)
+	}
+	q += ` ORDER BY batch_index, key LIMIT ?`
+	args = append(args, limit)
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	var out []*items.Item
+	for rows.Next() {
+		var doc string
+		if err := rows.Scan(&doc); err != nil {
+			return nil, unavailable(err)
+		}
+		it, err := decode(doc)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return out, nil
+}
+
+// BatchCounts returns the number of tenant's items registered by batch batchID per state, counting an
+// in-flight item whose lease ended at or before now as unknown. Returns ErrUnavailable when the store
+// cannot be read.
+func (s *Store) BatchCounts(ctx context.Context, tenant, batchID string, now time.Time) (map[items.State]int, error) {
+	// Without INDEXED BY the planner (no ANALYZE statistics) scans every item of the tenant by primary key.
+	rows, err := s.r.QueryContext(ctx, `SELECT CASE WHEN state = ? AND lease_expires_at <= ? THEN ? ELSE state END AS st,
+		count(*) FROM items INDEXED BY items_batch WHERE tenant = ? AND batch_id = ? GROUP BY st`,
+		string(items.StateInFlight), now.UnixMilli(), string(items.StateUnknown), tenant, batchID)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	counts := map[items.State]int{}
+	for rows.Next() {
+		var state string
+		var n int
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, unavailable(err)
+		}
+		counts[items.State(state)] += n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, unavailable(err)
+	}
+	return counts, nil
+}
