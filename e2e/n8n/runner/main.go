@@ -329,8 +329,8 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := e.spawn(ctx, "n8n", env, e.nodeBin, e.n8nBin, "start"); err != nil {
 		return err
 	}
-	// The webhooks are registered once n8n prints the editor URL. The first start of a fresh n8n
-	// folder runs its database migrations, which takes about a minute on 2 cores.
+	// The webhooks are registered once n8n prints the editor URL: about 15 s here, but the first run
+	// after an install on a loaded machine took 142 s for import, publish and start together.
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(filepath.Join(e.work, "n8n.log"))
@@ -431,16 +431,16 @@ func (e *env) effects() (effects, error) {
 	return ef, err
 }
 
-// records lists the receiver's records for a reference (its lookup endpoint).
-func (e *env) records(ref string) ([]struct {
+// record is one business record the receiver created.
+type record struct {
 	ID             string `json:"id"`
 	IdempotencyKey string `json:"idempotency_key"`
-}, error) {
+}
+
+// records lists the receiver's records for a reference (its lookup endpoint).
+func (e *env) records(ref string) ([]record, error) {
 	var out struct {
-		Records []struct {
-			ID             string `json:"id"`
-			IdempotencyKey string `json:"idempotency_key"`
-		} `json:"records"`
+		Records []record `json:"records"`
 	}
 	_, err := call("GET", e.receiver+"/records?reference="+url.QueryEscape(ref), "", nil, &out)
 	return out.Records, err
