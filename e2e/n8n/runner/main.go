@@ -130,11 +130,14 @@ func (e *env) start(ctx context.Context) error {
 	if e.work, err = os.MkdirTemp("", "companion-e2e-n8n-"); err != nil {
 		return err
 	}
-	bin := filepath.Join(e.work, "companion")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/companion")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build companion: %w", err)
+	bin := os.Getenv("E2E_COMPANION")
+	if bin == "" {
+		bin = filepath.Join(e.work, "companion")
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/companion")
+		build.Stdout, build.Stderr = os.Stdout, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build companion: %w", err)
+		}
 	}
 	ports := make([]int, 5)
 	for i := range ports {
@@ -315,25 +318,30 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := e.n8nCLI(ctx, env, "import:workflow", "--separate", "--input="+dir); err != nil {
 		return err
 	}
+	imported := time.Now()
+	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
 	for _, t := range blueprints.Templates() {
 		if err := e.n8nCLI(ctx, env, "publish:workflow", "--id="+workflowIDs[t.Slug]); err != nil {
 			return err
 		}
 	}
+	published := time.Now()
 	if err := e.spawn(ctx, "n8n", env, e.nodeBin, e.n8nBin, "start"); err != nil {
 		return err
 	}
-	// The webhooks are registered once n8n prints the editor URL.
-	deadline := time.Now().Add(3 * time.Minute)
+	// The webhooks are registered once n8n prints the editor URL: about 15 s here, but the first run
+	// after an install on a loaded machine took 142 s for import, publish and start together.
+	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		b, _ := os.ReadFile(filepath.Join(e.work, "n8n.log"))
 		if bytes.Contains(b, []byte("Editor is now accessible")) {
-			fmt.Printf("n8n ready: import, publish and start took %.0fs\n", time.Since(start).Seconds())
+			fmt.Printf("n8n ready in %.0fs: import %.0fs, publish %.0fs, start %.0fs\n", time.Since(start).Seconds(),
+				imported.Sub(start).Seconds(), published.Sub(imported).Seconds(), time.Since(published).Seconds())
 			return nil
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return errors.New("n8n did not become ready in 3 minutes")
+	return errors.New("n8n did not become ready in 5 minutes")
 }
 
 func waitHTTP(ctx context.Context, u string, d time.Duration) error {
@@ -387,11 +395,16 @@ func (e *env) trigger(path string, body any) (int, map[string]any, error) {
 	return code, out, err
 }
 
+// item is what the runner reads of GET /v1/items/{key}.
 type item struct {
-	Key        string `json:"key"`
-	State      string `json:"state"`
-	Attempt    int    `json:"attempt"`
-	ExternalID string `json:"external_id"`
+	Key            string `json:"key"`
+	State          string `json:"state"`
+	Attempt        int    `json:"attempt"`
+	ExternalID     string `json:"external_id"`
+	IdempotencyKey string `json:"idempotency_key"`
+	FailureClass   string `json:"failure_class"`
+	HTTPStatus     int    `json:"http_status"`
+	Cause          string `json:"cause"`
 }
 
 func (e *env) item(key string) (item, error) {
@@ -407,14 +420,30 @@ func (e *env) item(key string) (item, error) {
 }
 
 type effects struct {
-	Total       int            `json:"total"`
-	ByReference map[string]int `json:"by_reference"`
+	Total            int            `json:"total"`
+	ByReference      map[string]int `json:"by_reference"`
+	ByIdempotencyKey map[string]int `json:"by_idempotency_key"`
 }
 
 func (e *env) effects() (effects, error) {
 	var ef effects
 	_, err := call("GET", e.receiver+"/effects", "", nil, &ef)
 	return ef, err
+}
+
+// record is one business record the receiver created.
+type record struct {
+	ID             string `json:"id"`
+	IdempotencyKey string `json:"idempotency_key"`
+}
+
+// records lists the receiver's records for a reference (its lookup endpoint).
+func (e *env) records(ref string) ([]record, error) {
+	var out struct {
+		Records []record `json:"records"`
+	}
+	_, err := call("GET", e.receiver+"/records?reference="+url.QueryEscape(ref), "", nil, &out)
+	return out.Records, err
 }
 
 func (e *env) fault(f map[string]any) error {
@@ -433,21 +462,36 @@ func (e *env) mode(m map[string]any) error {
 	return err
 }
 
-// expect checks the ledger state of key and the receiver's effect count for ref.
-func (e *env) expect(key, state, ref string, effectsWant int) error {
+// expectState checks the ledger's state and attempt for key.
+func (e *env) expectState(key, state string, attempt int) (item, error) {
 	it, err := e.item(key)
 	if err != nil {
-		return err
+		return it, err
 	}
-	if it.State != state {
-		return fmt.Errorf("ledger %s: state %q, want %q", key, it.State, state)
+	if it.State != state || it.Attempt != attempt {
+		return it, fmt.Errorf("ledger %s: %s at attempt %d (failure %q, cause %q), want %s at attempt %d",
+			key, it.State, it.Attempt, it.FailureClass, it.Cause, state, attempt)
+	}
+	return it, nil
+}
+
+// expect checks both sides for one write: the ledger's state and attempt for key, and the records
+// the receiver created for ref, all of them under the item's idempotency key (the workflow forwarded
+// the key the ledger gave it, on every attempt).
+func (e *env) expect(key, state string, attempt int, ref string, records int) error {
+	it, err := e.expectState(key, state, attempt)
+	if err != nil {
+		return err
 	}
 	ef, err := e.effects()
 	if err != nil {
 		return err
 	}
-	if got := ef.ByReference[ref]; got != effectsWant {
-		return fmt.Errorf("receiver: %d effects for %s, want %d", got, ref, effectsWant)
+	if got := ef.ByReference[ref]; got != records {
+		return fmt.Errorf("receiver: %d records for %s, want %d", got, ref, records)
+	}
+	if got := ef.ByIdempotencyKey[it.IdempotencyKey]; got != records {
+		return fmt.Errorf("receiver: %d records under the item's idempotency key %s, want %d", got, it.IdempotencyKey, records)
 	}
 	return nil
 }
@@ -459,16 +503,34 @@ func reminder(inv int) (map[string]any, string, string) {
 
 const single = "companion/guarded-write"
 
+func (e *env) runSingle(body any) (map[string]any, error) {
+	code, out, err := e.trigger(single, body)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("webhook answered %d: %v", code, out)
+	}
+	return out, err
+}
+
 func scenarioClean(ctx context.Context, e *env) error {
 	body, key, ref := reminder(1001)
-	code, out, err := e.trigger(single, body)
-	if err != nil || code != 200 {
-		return fmt.Errorf("webhook: %d %v %v", code, out, err)
-	}
-	if err := e.expect(key, "succeeded", ref, 1); err != nil {
+	out, err := e.runSingle(body)
+	if err != nil {
 		return err
 	}
-	return e.expect(key+":trigger", "succeeded", ref, 1)
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	recs, err := e.records(ref)
+	if err != nil {
+		return err
+	}
+	// The workflow passes the destination's id downstream and the ledger stores it.
+	it, _ := e.item(key)
+	if len(recs) != 1 || it.ExternalID != recs[0].ID || out["external_id"] != recs[0].ID {
+		return fmt.Errorf("external_id: ledger %q, webhook answer %v, receiver records %v", it.ExternalID, out["external_id"], recs)
+	}
+	_, err = e.expectState(key+":trigger", "succeeded", 1)
+	return err
 }
 
 func scenarioDrop(ctx context.Context, e *env) error {
@@ -476,18 +538,26 @@ func scenarioDrop(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
 		return err
 	}
-	if code, out, err := e.trigger(single, body); err != nil || code != 200 {
-		return fmt.Errorf("webhook: %d %v %v", code, out, err)
+	if _, err := e.runSingle(body); err != nil {
+		return err
 	}
-	if err := e.expect(key, "unknown", ref, 1); err != nil {
+	// The receiver committed and hung up: the ledger does not know, and must not say "not sent".
+	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
+		return err
+	}
+	if _, err := e.expectState(key+":trigger", "unknown", 1); err != nil {
 		return err
 	}
 	// The same event again: the trigger and the write are retried with the same key, the receiver
 	// replays its first answer, nothing new is created.
-	if code, out, err := e.trigger(single, body); err != nil || code != 200 {
-		return fmt.Errorf("webhook (re-send): %d %v %v", code, out, err)
+	if _, err := e.runSingle(body); err != nil {
+		return fmt.Errorf("re-send: %w", err)
 	}
-	return e.expect(key, "succeeded", ref, 1)
+	if err := e.expect(key, "succeeded", 2, ref, 1); err != nil {
+		return err
+	}
+	_, err := e.expectState(key+":trigger", "succeeded", 2)
+	return err
 }
 
 func scenario429(ctx context.Context, e *env) error {
@@ -495,29 +565,39 @@ func scenario429(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
 		return err
 	}
-	if code, out, err := e.trigger(single, body); err != nil || code != 200 {
-		return fmt.Errorf("webhook: %d %v %v", code, out, err)
-	}
-	if err := e.expect(key, "failed", ref, 0); err != nil {
+	if _, err := e.runSingle(body); err != nil {
 		return err
 	}
-	time.Sleep(2 * time.Second)
-	if code, out, err := e.trigger(single, body); err != nil || code != 200 {
-		return fmt.Errorf("webhook (re-run): %d %v %v", code, out, err)
+	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
+		return err
 	}
-	return e.expect(key, "succeeded", ref, 1)
+	if it, _ := e.item(key); it.HTTPStatus != 429 {
+		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
+	}
+	// Retry-After: 1 s, recorded as the item's retry time; the re-run comes after it.
+	time.Sleep(2 * time.Second)
+	if _, err := e.runSingle(body); err != nil {
+		return fmt.Errorf("re-run: %w", err)
+	}
+	if err := e.expect(key, "succeeded", 2, ref, 1); err != nil {
+		return err
+	}
+	_, err := e.expectState(key+":trigger", "succeeded", 2)
+	return err
 }
 
 func scenarioTwice(ctx context.Context, e *env) error {
 	body, key, ref := reminder(1004)
 	for i := 0; i < 2; i++ {
-		if code, out, err := e.trigger(single, body); err != nil || code != 200 {
-			return fmt.Errorf("webhook %d: %d %v %v", i+1, code, out, err)
-		} else if i == 1 && out["duplicate"] != true {
-			return fmt.Errorf("second delivery was not short-circuited: %v", out)
+		out, err := e.runSingle(body)
+		if err != nil {
+			return fmt.Errorf("delivery %d: %w", i+1, err)
+		}
+		if dup := out["duplicate"] == true; dup != (i == 1) {
+			return fmt.Errorf("delivery %d answered %v; only the second is a duplicate", i+1, out)
 		}
 	}
-	return e.expect(key, "succeeded", ref, 1)
+	return e.expect(key, "succeeded", 1, ref, 1)
 }
 
 func scenarioTwiceAtOnce(ctx context.Context, e *env) error {
@@ -528,22 +608,29 @@ func scenarioTwiceAtOnce(ctx context.Context, e *env) error {
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
+	outs := make([]map[string]any, 2)
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			code, out, err := e.trigger(single, body)
-			if err == nil && code != 200 {
-				err = fmt.Errorf("webhook %d: %d %v", i+1, code, out)
-			}
-			errs[i] = err
+			outs[i], errs[i] = e.runSingle(body)
 		}(i)
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return e.expect(key, "succeeded", ref, 1)
+	if dups := btoi(outs[0]["duplicate"] == true) + btoi(outs[1]["duplicate"] == true); dups != 1 {
+		return fmt.Errorf("%d of the two deliveries were short-circuited, want exactly 1: %v", dups, outs)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 const batchPath = "companion/batch-guarded-write"
@@ -557,15 +644,12 @@ func batchBody(invoices ...int) map[string]any {
 	return map[string]any{"items": items}
 }
 
-func (e *env) runBatch(invoices ...int) (string, error) {
+func (e *env) runBatch(invoices ...int) (map[string]any, error) {
 	code, out, err := e.trigger(batchPath, batchBody(invoices...))
-	if err != nil || code != 200 {
-		return "", fmt.Errorf("webhook: %d %v %v", code, out, err)
+	if err == nil && code != 200 {
+		err = fmt.Errorf("webhook answered %d: %v", code, out)
 	}
-	// A run that wrote something answers with its batch; a run where every item was skipped
-	// answers with the stored result of the last item.
-	id, _ := out["batch_id"].(string)
-	return id, nil
+	return out, err
 }
 
 type batch struct {
@@ -582,24 +666,32 @@ func (e *env) batch(id string) (batch, error) {
 	return b, err
 }
 
+// batchOf reads the batch a run answered with: the run that wrote something answers with its
+// batch_id and the counts of the batch before-write.
+func (e *env) batchOf(out map[string]any) (string, batch, error) {
+	id, _ := out["batch_id"].(string)
+	if id == "" {
+		return "", batch{}, fmt.Errorf("the run answered without its batch_id: %v", out)
+	}
+	b, err := e.batch(id)
+	return id, b, err
+}
+
 func scenarioBatch(ctx context.Context, e *env) error {
-	id, err := e.runBatch(2001, 2002, 2003)
+	out, err := e.runBatch(2001, 2002, 2003)
 	if err != nil {
 		return err
 	}
-	if id == "" {
-		return errors.New("the run answered without its batch_id")
-	}
-	b, err := e.batch(id)
+	id, b, err := e.batchOf(out)
 	if err != nil {
 		return err
 	}
 	if b.Counts["succeeded"] != 3 || len(b.Items) != 3 {
-		return fmt.Errorf("batch %s: %v", id, b)
+		return fmt.Errorf("batch %s: counts %v, %d items; want 3 succeeded", id, b.Counts, len(b.Items))
 	}
 	for _, inv := range []int{2001, 2002, 2003} {
 		_, key, ref := reminder(inv)
-		if err := e.expect(key, "succeeded", ref, 1); err != nil {
+		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
 			return err
 		}
 	}
@@ -611,8 +703,14 @@ func scenarioBatchRerun(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	if _, err := e.runBatch(2001, 2002, 2003); err != nil {
+	// The same items again, as a replayed execution would send them: every item is skipped with its
+	// stored result, nothing is claimed or written.
+	out, err := e.runBatch(2001, 2002, 2003)
+	if err != nil {
 		return err
+	}
+	if out["decision"] != "skip" || out["reason"] != "succeeded" {
+		return fmt.Errorf("the re-run answered %v, want the stored result (skip/succeeded)", out)
 	}
 	after, err := e.effects()
 	if err != nil {
@@ -623,7 +721,7 @@ func scenarioBatchRerun(ctx context.Context, e *env) error {
 	}
 	for _, inv := range []int{2001, 2002, 2003} {
 		_, key, ref := reminder(inv)
-		if err := e.expect(key, "succeeded", ref, 1); err != nil {
+		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
 			return err
 		}
 	}
@@ -635,14 +733,11 @@ func scenarioBatchDrop(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": dropRef}); err != nil {
 		return err
 	}
-	id, err := e.runBatch(3001, 3002, 3003)
+	out, err := e.runBatch(3001, 3002, 3003)
 	if err != nil {
 		return err
 	}
-	if id == "" {
-		return errors.New("the run answered without its batch_id")
-	}
-	b, err := e.batch(id)
+	id, b, err := e.batchOf(out)
 	if err != nil {
 		return err
 	}
@@ -651,7 +746,7 @@ func scenarioBatchDrop(ctx context.Context, e *env) error {
 	}
 	for inv, state := range map[int]string{3001: "succeeded", 3002: "unknown", 3003: "succeeded"} {
 		_, key, ref := reminder(inv)
-		if err := e.expect(key, state, ref, 1); err != nil {
+		if err := e.expect(key, state, 1, ref, 1); err != nil {
 			return err
 		}
 	}
@@ -672,14 +767,25 @@ func scenarioLookup(ctx context.Context, e *env) error {
 	if code, out, err := e.trigger("companion/lookup-reconcile", body); err != nil || code != 200 {
 		return fmt.Errorf("webhook: %d %v %v", code, out, err)
 	}
-	if err := e.expect(key, "unknown", ref, 1); err != nil {
+	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
 		return err
 	}
-	// Next run: before-write says reconcile, the lookup finds the record, nothing is re-sent.
+	// Next run: before-write says reconcile, the lookup finds the record, nothing is re-sent, and the
+	// ledger takes the found record's id.
 	if code, out, err := e.trigger("companion/lookup-reconcile", body); err != nil || code != 200 {
 		return fmt.Errorf("webhook (re-run): %d %v %v", code, out, err)
 	}
-	return e.expect(key, "succeeded", ref, 1)
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	recs, err := e.records(ref)
+	if err != nil {
+		return err
+	}
+	if it, _ := e.item(key); len(recs) != 1 || it.ExternalID != recs[0].ID {
+		return fmt.Errorf("external_id %q, receiver records %v", it.ExternalID, recs)
+	}
+	return nil
 }
 
 func scenarioErrorWorkflow(ctx context.Context, e *env) error {
@@ -697,10 +803,18 @@ func scenarioErrorWorkflow(ctx context.Context, e *env) error {
 	deadline := time.Now().Add(60 * time.Second)
 	var last error
 	for time.Now().Before(deadline) {
-		if last = e.expect(key, "unknown", ref, 1); last == nil {
-			return nil
+		if last = e.expect(key, "unknown", 1, ref, 1); last == nil {
+			break
 		}
 		time.Sleep(time.Second)
 	}
-	return last
+	if last != nil {
+		return last
+	}
+	if it, _ := e.item(key); it.Cause == "lease_expired" {
+		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", key)
+	}
+	// The trigger claim of the failed execution was in flight too.
+	_, err = e.expectState(key+":trigger", "unknown", 1)
+	return err
 }
