@@ -228,7 +228,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		cur := seen[key]
 		var arg *items.Item
 		if cur != nil {
-			arg = clone(cur)
+			arg = cur.Clone()
 		}
 		next, err := fn(i, arg)
 		if err != nil {
@@ -253,14 +253,6 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		return nil, unavailable(err)
 	}
 	return out, nil
-}
-
-// clone gives fn a copy it may change freely: the stored item stays as read if fn writes nothing.
-func clone(it *items.Item) *items.Item {
-	b, _ := json.Marshal(it)
-	var c items.Item
-	_ = json.Unmarshal(b, &c)
-	return &c
 }
 
 // txStatements are the store's write statements, bound to one transaction.
