@@ -340,3 +340,40 @@ const (
 )
 
 func timePtr(t time.Time) *time.Time { return &t }
+
+// Clone returns a deep copy of the item: a store hands a transition a copy it may change freely, while
+// the item as read stays intact for when the transition writes nothing. Copying field by field costs a
+// fraction of a JSON round trip, which was a tenth of a batch's time.
+func (it *Item) Clone() *Item {
+	c := *it
+	c.BatchIndex = clonePtr(it.BatchIndex)
+	c.LeaseExpiresAt = clonePtr(it.LeaseExpiresAt)
+	c.RetryAt = clonePtr(it.RetryAt)
+	c.NeedsPersonSince = clonePtr(it.NeedsPersonSince)
+	c.Resolution = clonePtr(it.Resolution)
+	if it.Result != nil {
+		c.Result = append(json.RawMessage(nil), it.Result...)
+	}
+	if it.Attempts != nil {
+		c.Attempts = make([]Attempt, len(it.Attempts))
+		for i, a := range it.Attempts {
+			a.EndedAt = clonePtr(a.EndedAt)
+			if a.Reports != nil {
+				a.Reports = append([]string(nil), a.Reports...)
+			}
+			c.Attempts[i] = a
+		}
+	}
+	if it.History != nil {
+		c.History = append([]Event(nil), it.History...)
+	}
+	return &c
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}

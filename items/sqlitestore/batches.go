@@ -50,14 +50,17 @@ func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterInd
 	return out, nil
 }
 
+// batchCountsSQL counts a batch's items per state. items_batch does not hold state and lease_expires_at,
+// so the rows of the batch are read; a batch is at most a few pages of them.
+const batchCountsSQL = `SELECT CASE WHEN state = ? AND lease_expires_at <= ? THEN ? ELSE state END AS st,
+	count(*) FROM items INDEXED BY items_batch WHERE tenant = ? AND batch_id = ? GROUP BY st`
+
 // BatchCounts returns the number of tenant's items registered by batch batchID per state, counting an
 // in-flight item whose lease ended at or before now as unknown. Returns ErrUnavailable when the store
 // cannot be read.
 func (s *Store) BatchCounts(ctx context.Context, tenant, batchID string, now time.Time) (map[items.State]int, error) {
 	// Without INDEXED BY the planner (no ANALYZE statistics) scans every item of the tenant by primary key.
-	rows, err := s.r.QueryContext(ctx, `SELECT CASE WHEN state = ? AND lease_expires_at <= ? THEN ? ELSE state END AS st,
-		count(*) FROM items INDEXED BY items_batch WHERE tenant = ? AND batch_id = ? GROUP BY st`,
-		string(items.StateInFlight), now.UnixMilli(), string(items.StateUnknown), tenant, batchID)
+	rows, err := s.r.QueryContext(ctx, batchCountsSQL, string(items.StateInFlight), now.UnixMilli(), string(items.StateUnknown), tenant, batchID)
 	if err != nil {
 		return nil, unavailable(err)
 	}

@@ -10,15 +10,11 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// This file serves the sweeper, the alert outbox and the operator surface. Its schema is additive: new
-// tables and indexes beside the items table, nothing altered.
+// This file serves the sweeper, the alert outbox and the operator surface. Its schema is additive: the
+// alerts and counters tables beside the items table; the items' indexes these queries use are declared
+// with the items table (store.go), which says which index serves which query.
 
 var operatorsSchema = `
-CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key)
-	WHERE needs_person = 1 AND json_extract(doc, '$.alert_status') = 'pending';
-CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key)
-	WHERE needs_person = 0 AND (state = 'unknown' OR (state = 'failed' AND json_extract(doc, '$.retryable') = 1)
-		OR json_extract(doc, '$.duplicate_effect') = 1);
 CREATE TABLE IF NOT EXISTS alerts (
 	tenant             TEXT NOT NULL,
 	key                TEXT NOT NULL,
@@ -50,30 +46,6 @@ CREATE INDEX IF NOT EXISTS alerts_message ON alerts (channel, ts);
 CREATE INDEX IF NOT EXISTS alerts_escalation_message ON alerts (escalation_channel, escalation_ts);
 CREATE INDEX IF NOT EXISTS alerts_owner ON alerts (tenant, owner);
 CREATE INDEX IF NOT EXISTS alerts_claim ON alerts (claim) WHERE claim IS NOT NULL;
-CREATE INDEX IF NOT EXISTS items_list_needs_person ON items (tenant, needs_person, updated_at DESC, key);
-CREATE INDEX IF NOT EXISTS items_list_state ON items (tenant, state, updated_at DESC, key);
-CREATE TABLE IF NOT EXISTS item_measures (
-	tenant             TEXT NOT NULL,
-	key                TEXT NOT NULL,
-	destination        TEXT NOT NULL,
-	state              TEXT NOT NULL,
-	needs_person       INTEGER NOT NULL,
-	attempt            INTEGER NOT NULL,
-	same_key_recovered INTEGER NOT NULL,
-	resolutions        INTEGER NOT NULL,
-	duplicate_effect   INTEGER NOT NULL,
-	entered_unknown    INTEGER NOT NULL,
-	needs_person_since REAL,
-	updated_at         INTEGER NOT NULL,
-	lease_expires_at   INTEGER,
-	PRIMARY KEY (tenant, key)
-) WITHOUT ROWID;
-CREATE TRIGGER IF NOT EXISTS items_measures_insert AFTER INSERT ON items BEGIN
-	INSERT OR REPLACE INTO item_measures SELECT ` + measuresOf("NEW") + `;
-END;
-CREATE TRIGGER IF NOT EXISTS items_measures_update AFTER UPDATE ON items BEGIN
-	INSERT OR REPLACE INTO item_measures SELECT ` + measuresOf("NEW") + `;
-END;
 CREATE TABLE IF NOT EXISTS counters (
 	tenant      TEXT NOT NULL,
 	destination TEXT NOT NULL,
@@ -83,37 +55,9 @@ CREATE TABLE IF NOT EXISTS counters (
 ) WITHOUT ROWID;
 `
 
-// measuresOf returns the columns of item_measures for the items row r (NEW in a trigger, items in a
-// backfill). The measures are read from the item's document once per write, so that GET /v1/stats and
-// every metrics scrape read a narrow table instead of parsing every document: on 10,000 items that took
-// the stats from 400-600 ms to a few milliseconds.
-//
-// The history is searched as text: the document is Go's JSON encoding, where the quotes of any text a
-// caller sent are escaped, so `"reason":"retry_same_key"` can only be an event's own field.
-func measuresOf(r string) string {
-	return strings.NewReplacer("R.", r+".").Replace(`R.tenant, R.key, R.destination, R.state, R.needs_person,
-		coalesce(json_extract(R.doc, '$.attempt'), 0),
-		R.state = 'succeeded' AND instr(R.doc, '"reason":"retry_same_key"') > 0,
-		(length(R.doc) - length(replace(R.doc, '"kind":"resolve"', ''))) / length('"kind":"resolve"'),
-		instr(R.doc, '"duplicate_effect":true') > 0,
-		instr(R.doc, '"to":"unknown"') > 0,
-		unixepoch(json_extract(R.doc, '$.needs_person_since'), 'subsec'),
-		R.updated_at, R.lease_expires_at`)
-}
-
 func (s *Store) migrateOperators(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
-	}
-	// A ledger written before item_measures existed gets its measures once.
-	var missing bool
-	if err := s.w.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM items) != (SELECT count(*) FROM item_measures)`).Scan(&missing); err != nil {
-		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
-	}
-	if missing {
-		if _, err := s.w.ExecContext(ctx, `INSERT OR REPLACE INTO item_measures SELECT `+measuresOf("items")+` FROM items`); err != nil {
-			return fmt.Errorf("sqlitestore: migrate %s: measures: %w", s.path, err)
-		}
 	}
 	return nil
 }
@@ -152,12 +96,15 @@ func (s *Store) itemsWhere(ctx context.Context, where string, args ...any) ([]*i
 	return out, nil
 }
 
+// expiredLeasesSQL reads the partial index items_lease up to now, then sorts the few expired leases.
+// Without INDEXED BY the planner (no ANALYZE statistics) walks every item by primary key instead.
+const expiredLeasesSQL = `SELECT tenant, key FROM items INDEXED BY items_lease WHERE state = 'in_flight' AND lease_expires_at <= ?
+	AND (tenant, key) > (?, ?) ORDER BY tenant, key LIMIT ?`
+
 // ExpiredLeases returns up to limit items in flight whose lease ended at or before now, ordered by tenant
 // and key, after the given reference (the zero reference starts at the beginning). Returns ErrUnavailable.
 func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, after items.ItemRef, limit int) ([]items.ItemRef, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT tenant, key FROM items
-		WHERE state = 'in_flight' AND lease_expires_at <= ? AND (tenant > ? OR (tenant = ? AND key > ?))
-		ORDER BY tenant, key LIMIT ?`, now.UnixMilli(), after.Tenant, after.Tenant, after.Key, limit)
+	rows, err := s.r.QueryContext(ctx, expiredLeasesSQL, now.UnixMilli(), after.Tenant, after.Key, limit)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -176,22 +123,24 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, after items.It
 	return out, nil
 }
 
+// sweepCandidatesWhere and pendingAlertItemsWhere page through their partial indexes, which hold only
+// the items they select and are in (tenant, key) order.
+const (
+	sweepCandidatesWhere   = `INDEXED BY items_sweep WHERE sweep_candidate = 1 AND (tenant, key) > (?, ?) ORDER BY tenant, key LIMIT ?`
+	pendingAlertItemsWhere = `INDEXED BY items_alert_pending WHERE alert_pending = 1 AND (tenant, key) > (?, ?) ORDER BY tenant, key LIMIT ?`
+)
+
 // SweepCandidates returns up to limit items that may newly need a person, ordered by tenant and key after
 // the given reference: items not yet needing a person that are unknown, failed and retryable, or flagged
-// with a duplicate effect. Returns ErrUnavailable.
+// with a duplicate effect (items.Facts.SweepCandidate). Returns ErrUnavailable.
 func (s *Store) SweepCandidates(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
-	return s.itemsWhere(ctx, `INDEXED BY items_sweep
-		WHERE needs_person = 0 AND (state = 'unknown' OR (state = 'failed' AND json_extract(doc, '$.retryable') = 1)
-			OR json_extract(doc, '$.duplicate_effect') = 1)
-		AND (tenant > ? OR (tenant = ? AND key > ?)) ORDER BY tenant, key LIMIT ?`, after.Tenant, after.Tenant, after.Key, limit)
+	return s.itemsWhere(ctx, sweepCandidatesWhere, after.Tenant, after.Key, limit)
 }
 
 // PendingAlertItems returns up to limit items that need a person and whose alert has not gone out yet,
 // ordered by tenant and key after the given reference. Returns ErrUnavailable.
 func (s *Store) PendingAlertItems(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
-	return s.itemsWhere(ctx, `INDEXED BY items_alert_pending
-		WHERE needs_person = 1 AND json_extract(doc, '$.alert_status') = 'pending'
-		AND (tenant > ? OR (tenant = ? AND key > ?)) ORDER BY tenant, key LIMIT ?`, after.Tenant, after.Tenant, after.Key, limit)
+	return s.itemsWhere(ctx, pendingAlertItemsWhere, after.Tenant, after.Key, limit)
 }
 
 // AddAlerts records pending alerts, in one transaction, except those for which the outbox already holds
@@ -421,6 +370,28 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 		limit = items.DefaultListLimit
 	}
 	limit = min(limit, items.MaxListLimit)
+	where, args, err := listItemsWhere(p, limit+1)
+	if err != nil {
+		return items.ItemPage{}, err
+	}
+	found, err := s.itemsWhere(ctx, where, args...)
+	if err != nil {
+		return items.ItemPage{}, err
+	}
+	page := items.ItemPage{Items: found}
+	if page.Items == nil {
+		page.Items = []*items.Item{}
+	}
+	if len(found) > limit {
+		page.Items = found[:limit]
+		last := page.Items[limit-1]
+		page.NextCursor = items.ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
+	}
+	return page, nil
+}
+
+// listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
+func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	var where []string
 	args := []any{}
 	add := func(cond string, a ...any) {
@@ -437,7 +408,8 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 		add("state IN ("+marks+")", vals...)
 	}
 	if p.NeedsPerson != nil {
-		add("needs_person = ?", boolInt(*p.NeedsPerson))
+		// A literal, not a parameter: only then may the planner use the partial index items_needs_person.
+		add(fmt.Sprintf("needs_person = %d", boolInt(*p.NeedsPerson)))
 	}
 	if p.Destination != "" {
 		add("destination = ?", p.Destination)
@@ -458,25 +430,12 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if p.Cursor != "" {
 		c, err := items.DecodeListCursor(p.Cursor)
 		if err != nil {
-			return items.ItemPage{}, err
+			return "", nil, err
 		}
 		add("(updated_at < ? OR (updated_at = ? AND key > ?))", nanos(c.UpdatedAt), nanos(c.UpdatedAt), c.Key)
 	}
-	args = append(args, limit+1)
-	found, err := s.itemsWhere(ctx, "WHERE "+strings.Join(where, " AND ")+" ORDER BY updated_at DESC, key LIMIT ?", args...)
-	if err != nil {
-		return items.ItemPage{}, err
-	}
-	page := items.ItemPage{Items: found}
-	if page.Items == nil {
-		page.Items = []*items.Item{}
-	}
-	if len(found) > limit {
-		page.Items = found[:limit]
-		last := page.Items[limit-1]
-		page.NextCursor = items.ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
-	}
-	return page, nil
+	args = append(args, limit)
+	return "WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at DESC, key LIMIT ?", args, nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.
@@ -504,10 +463,8 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 		f(&st.Measures)
 		st.Destinations[name] = *m
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT destination, state, needs_person, count(*),
-		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
-		sum(duplicate_effect), sum(entered_unknown)
-		FROM item_measures WHERE (? = '' OR tenant = ?) GROUP BY destination, state, needs_person`, tenant, tenant)
+	q, args := statsQuery(tenant, now)
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, unavailable(err)
 	}
@@ -516,12 +473,17 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 		var d, state string
 		var np bool
 		var n, retries, withAttempt, recoveries, resolutions, duplicates, enteredUnknown int
-		if err := rows.Scan(&d, &state, &np, &n, &retries, &withAttempt, &recoveries, &resolutions, &duplicates, &enteredUnknown); err != nil {
+		var since sql.NullInt64
+		if err := rows.Scan(&d, &state, &np, &n, &retries, &withAttempt, &recoveries, &resolutions, &duplicates, &enteredUnknown, &since); err != nil {
 			rows.Close()
 			return nil, unavailable(err)
 		}
 		attempted[d] += withAttempt
 		attempted[""] += withAttempt
+		var age int64
+		if since.Valid {
+			age = max(int64(now.Sub(time.Unix(0, since.Int64))/time.Second), 0)
+		}
 		update(d, func(m *items.Measures) {
 			m.Items += n
 			m.States[items.State(state)] += n
@@ -533,14 +495,12 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 			m.ManualResolutions += resolutions
 			m.DuplicateEffects += duplicates
 			m.EnteredUnknown += enteredUnknown
+			m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age)
 		})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, unavailable(err)
-	}
-	if err := s.oldestUnresolved(ctx, tenant, now, update); err != nil {
-		return nil, err
 	}
 	crows, err := s.r.QueryContext(ctx, `SELECT destination, sum(value) FROM counters WHERE (? = '' OR tenant = ?) AND name = ?
 		GROUP BY destination`, tenant, tenant, items.CounterFingerprintConflicts)
@@ -573,31 +533,24 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 	return st, nil
 }
 
-// oldestUnresolved finds, per destination, the oldest item that is unknown (an in-flight item past its
-// lease counts) or needs a person: from when it started needing a person, else from its last change (or
-// the end of its lease).
-func (s *Store) oldestUnresolved(ctx context.Context, tenant string, now time.Time, update func(string, func(*items.Measures))) error {
-	rows, err := s.r.QueryContext(ctx, `SELECT destination, min(CASE
+// statsQuery returns the query of Stats and its arguments: one pass over the covering index items_stats,
+// one row per destination, state and needs_person. The oldest unresolved item of a group is, in
+// nanoseconds: when it started needing a person, else for an in-flight item past its lease the end of the
+// lease, else for an unknown item (or one needing a person since an unrecorded time) its last change.
+func statsQuery(tenant string, now time.Time) (string, []any) {
+	q := `SELECT destination, state, needs_person, count(*),
+		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
+		sum(duplicate_effect), sum(entered_unknown), min(CASE
 			WHEN needs_person = 1 AND needs_person_since IS NOT NULL THEN needs_person_since
-			WHEN state = 'in_flight' THEN lease_expires_at / 1000.0
-			ELSE updated_at / 1e9 END)
-		FROM item_measures WHERE (? = '' OR tenant = ?) AND (state = 'unknown' OR needs_person = 1 OR (state = 'in_flight' AND lease_expires_at <= ?))
-		GROUP BY destination`, tenant, tenant, now.UnixMilli())
-	if err != nil {
-		return unavailable(err)
+			WHEN state = 'in_flight' AND lease_expires_at <= ?1 THEN lease_expires_at * 1000000
+			WHEN state = 'unknown' OR needs_person = 1 THEN updated_at END)
+		FROM items INDEXED BY items_stats`
+	args := []any{now.UnixMilli()}
+	if tenant != "" {
+		// Only an equality lets the index serve the tenant's range in group order; (? = '' OR tenant = ?)
+		// scanned every tenant's items.
+		q += ` WHERE tenant = ?2`
+		args = append(args, tenant)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var d string
-		var since float64
-		if err := rows.Scan(&d, &since); err != nil {
-			return unavailable(err)
-		}
-		age := max(int64(now.Sub(time.Unix(0, int64(since*1e9)))/time.Second), 0)
-		update(d, func(m *items.Measures) { m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age) })
-	}
-	if err := rows.Err(); err != nil {
-		return unavailable(err)
-	}
-	return nil
+	return q + ` GROUP BY destination, state, needs_person`, args
 }

@@ -90,34 +90,69 @@ func (s *Store) Path() string { return s.path }
 // fit in a b-tree cell, and in a WITHOUT ROWID table every key comparison on the way down the primary key
 // then read the row's overflow pages, which made a lookup cost a dozen preads and a batch of 500 claims
 // three times slower. Here the primary key is a small separate index and the document is read once.
+//
+// Beside the document, a row holds the columns the queries select by, and the item's facts
+// (items.Item.Facts), computed in Go as write stores the item, so that no query parses documents. They
+// come before doc so that reading them never touches the document's bytes.
+//
+// Every index below is written by every claim, so each one is here for a query (TestQueryPlans checks
+// with EXPLAIN QUERY PLAN that it serves it):
+//
+//	sqlite_autoindex_items_1 (tenant, key)   get, readMany, and the UPDATE guarded by version
+//	items_lease              partial         ExpiredLeases: only in-flight items are in it
+//	items_updated            (tenant, updated_at DESC, key)
+//	                                         ListItems without a state filter: the newest change first,
+//	                                         filtering as it walks (needs_person = 0, destination, …)
+//	items_list_state         (tenant, state, updated_at DESC, key)
+//	                                         ListItems with a state filter
+//	items_needs_person       partial         ListItems with needs_person = 1 (the operator's own list):
+//	                                         only the few items that need a person are in it
+//	items_batch              (tenant, batch_id, batch_index, key)
+//	                                         BatchItems, BatchCounts
+//	items_sweep              partial         SweepCandidates
+//	items_alert_pending      partial         PendingAlertItems
+//	items_stats              covering        Stats: GET /v1/stats and every metrics scrape read this
+//	                                         index alone, ~60 bytes an item, never the documents
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
 	value BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS items (
-	tenant           TEXT NOT NULL,
-	key              TEXT NOT NULL,
-	version          INTEGER NOT NULL,
-	state            TEXT NOT NULL,
-	destination      TEXT NOT NULL,
-	workflow         TEXT NOT NULL DEFAULT '',
-	owner            TEXT NOT NULL DEFAULT '',
-	reference        TEXT NOT NULL DEFAULT '',
-	batch_id         TEXT NOT NULL DEFAULT '',
-	batch_index      INTEGER,
-	needs_person     INTEGER NOT NULL DEFAULT 0,
-	lease_expires_at INTEGER,
-	created_at       INTEGER NOT NULL,
-	updated_at       INTEGER NOT NULL,
-	doc              TEXT NOT NULL,
+	tenant             TEXT NOT NULL,
+	key                TEXT NOT NULL,
+	version            INTEGER NOT NULL,
+	state              TEXT NOT NULL,
+	destination        TEXT NOT NULL,
+	workflow           TEXT NOT NULL DEFAULT '',
+	owner              TEXT NOT NULL DEFAULT '',
+	reference          TEXT NOT NULL DEFAULT '',
+	batch_id           TEXT NOT NULL DEFAULT '',
+	batch_index        INTEGER,
+	needs_person       INTEGER NOT NULL DEFAULT 0,
+	lease_expires_at   INTEGER,
+	created_at         INTEGER NOT NULL,
+	updated_at         INTEGER NOT NULL,
+	attempt            INTEGER NOT NULL DEFAULT 0,
+	same_key_recovered INTEGER NOT NULL DEFAULT 0,
+	resolutions        INTEGER NOT NULL DEFAULT 0,
+	duplicate_effect   INTEGER NOT NULL DEFAULT 0,
+	entered_unknown    INTEGER NOT NULL DEFAULT 0,
+	needs_person_since INTEGER,
+	sweep_candidate    INTEGER NOT NULL DEFAULT 0,
+	alert_pending      INTEGER NOT NULL DEFAULT 0,
+	doc                TEXT NOT NULL,
 	PRIMARY KEY (tenant, key)
 );
-CREATE INDEX IF NOT EXISTS items_lease ON items (state, lease_expires_at);
+CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state = 'in_flight';
 CREATE INDEX IF NOT EXISTS items_updated ON items (tenant, updated_at DESC, key);
+CREATE INDEX IF NOT EXISTS items_list_state ON items (tenant, state, updated_at DESC, key);
+CREATE INDEX IF NOT EXISTS items_needs_person ON items (tenant, updated_at DESC, key) WHERE needs_person = 1;
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
-CREATE INDEX IF NOT EXISTS items_needs_person ON items (needs_person, tenant) WHERE needs_person = 1;
-CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference);
+CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
+CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
+CREATE INDEX IF NOT EXISTS items_stats ON items (tenant, destination, state, needs_person, attempt, same_key_recovered,
+	resolutions, duplicate_effect, entered_unknown, needs_person_since, lease_expires_at, updated_at);
 `
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -193,7 +228,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		cur := seen[key]
 		var arg *items.Item
 		if cur != nil {
-			arg = clone(cur)
+			arg = cur.Clone()
 		}
 		next, err := fn(i, arg)
 		if err != nil {
@@ -220,26 +255,20 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	return out, nil
 }
 
-// clone gives fn a copy it may change freely: the stored item stays as read if fn writes nothing.
-func clone(it *items.Item) *items.Item {
-	b, _ := json.Marshal(it)
-	var c items.Item
-	_ = json.Unmarshal(b, &c)
-	return &c
-}
-
 // txStatements are the store's write statements, bound to one transaction.
 type txStatements struct {
 	insert, update *sql.Stmt
 }
 
 const insertItemSQL = `INSERT INTO items (version, state, destination, workflow, owner, reference,
-	batch_id, batch_index, needs_person, lease_expires_at, created_at, updated_at, doc, tenant, key)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
+	batch_id, batch_index, needs_person, lease_expires_at, created_at, updated_at, attempt, same_key_recovered,
+	resolutions, duplicate_effect, entered_unknown, needs_person_since, sweep_candidate, alert_pending, doc, tenant, key)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`
 
 const updateItemSQL = `UPDATE items SET version = ?, state = ?, destination = ?, workflow = ?, owner = ?,
 	reference = ?, batch_id = ?, batch_index = ?, needs_person = ?, lease_expires_at = ?, created_at = ?,
-	updated_at = ?, doc = ? WHERE tenant = ? AND key = ? AND version = ?`
+	updated_at = ?, attempt = ?, same_key_recovered = ?, resolutions = ?, duplicate_effect = ?, entered_unknown = ?,
+	needs_person_since = ?, sweep_candidate = ?, alert_pending = ?, doc = ? WHERE tenant = ? AND key = ? AND version = ?`
 
 func write(ctx context.Context, st txStatements, cur, next *items.Item) error {
 	if next.Tenant == "" || next.Key == "" {
@@ -269,8 +298,15 @@ func write(ctx context.Context, st txStatements, cur, next *items.Item) error {
 	if next.BatchIndex != nil {
 		batchIndex = *next.BatchIndex
 	}
+	f := next.Facts()
+	var needsPersonSince any
+	if f.NeedsPersonSince != nil {
+		needsPersonSince = f.NeedsPersonSince.UnixNano()
+	}
 	args := []any{next.Version, string(next.State), next.Destination, next.Workflow, next.Owner, next.Reference,
-		next.BatchID, batchIndex, boolInt(next.NeedsPerson), lease, next.CreatedAt.UnixNano(), next.UpdatedAt.UnixNano(), string(doc)}
+		next.BatchID, batchIndex, boolInt(next.NeedsPerson), lease, next.CreatedAt.UnixNano(), next.UpdatedAt.UnixNano(),
+		f.Attempt, boolInt(f.SameKeyRecovered), f.Resolutions, boolInt(f.DuplicateEffect), boolInt(f.EnteredUnknown),
+		needsPersonSince, boolInt(f.SweepCandidate), boolInt(f.AlertPending), string(doc)}
 	var res sql.Result
 	if cur == nil {
 		res, err = st.insert.ExecContext(ctx, append(args, next.Tenant, next.Key)...)

@@ -1,0 +1,103 @@
+package sqlitestore
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// TestQueryPlans says which index serves which query (the list in schema's comment), and checks it with
+// EXPLAIN QUERY PLAN: a query that loses its index, or an index no query names, shows up here. No query
+// may scan the items table itself.
+func TestQueryPlans(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	yes, no := true, false
+	list := func(p items.ListParams) (string, []any) {
+		p.Tenant = "acme"
+		where, args, err := listItemsWhere(p, 101)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return `SELECT doc FROM items ` + where, args
+	}
+	statsTenant, statsTenantArgs := statsQuery("acme", now)
+	statsAll, statsAllArgs := statsQuery("", now)
+	cursor := items.ListCursor{UpdatedAt: now, Key: "k"}.Encode()
+	tests := []struct {
+		name, query string
+		args        []any
+		// want are the indexes the plan must use, in order; a COVERING index reads no row of items.
+		want []string
+	}{
+		{"Get", `SELECT doc FROM items WHERE tenant = ? AND key = ?`, []any{"acme", "k"},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
+		{"ReadMany", `SELECT doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
+		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
+			[]string{"USING INDEX items_lease"}},
+		{"ListItems", "", nil, []string{"USING INDEX items_updated"}},
+		{"ListItemsNeedsPerson", "", nil, []string{"USING INDEX items_needs_person"}},
+		{"ListItemsNotNeedsPerson", "", nil, []string{"USING INDEX items_updated"}},
+		{"ListItemsState", "", nil, []string{"USING INDEX items_list_state"}},
+		{"ListItemsCursor", "", nil, []string{"USING INDEX items_updated"}},
+		{"BatchItems", `SELECT doc FROM items WHERE tenant = ? AND batch_id = ? AND (batch_index, key) > (?, ?)
+			ORDER BY batch_index, key LIMIT ?`, []any{"acme", "b", 3, "k", 100}, []string{"USING INDEX items_batch"}},
+		{"BatchCounts", batchCountsSQL, []any{"in_flight", now.UnixMilli(), "unknown", "acme", "b"},
+			[]string{"USING INDEX items_batch"}},
+		{"SweepCandidates", `SELECT doc FROM items ` + sweepCandidatesWhere, []any{"", "", 100},
+			[]string{"USING INDEX items_sweep"}},
+		{"PendingAlertItems", `SELECT doc FROM items ` + pendingAlertItemsWhere, []any{"", "", 100},
+			[]string{"USING INDEX items_alert_pending"}},
+		{"StatsTenant", statsTenant, statsTenantArgs, []string{"USING COVERING INDEX items_stats"}},
+		{"StatsAll", statsAll, statsAllArgs, []string{"USING COVERING INDEX items_stats"}},
+	}
+	lists := map[string]items.ListParams{
+		"ListItems":               {},
+		"ListItemsNeedsPerson":    {NeedsPerson: &yes},
+		"ListItemsNotNeedsPerson": {NeedsPerson: &no, Destination: "billing"},
+		"ListItemsState":          {States: []items.State{items.StateUnknown}},
+		"ListItemsCursor":         {Cursor: cursor, Workflow: "wf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if p, ok := lists[tt.name]; ok {
+				tt.query, tt.args = list(p)
+			}
+			rows, err := s.r.QueryContext(ctx, "EXPLAIN QUERY PLAN "+tt.query, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			text := strings.Join(plan, "\n")
+			t.Logf("plan:\n%s", text)
+			for _, w := range tt.want {
+				if !strings.Contains(text, w) {
+					t.Errorf("plan does not use %q:\n%s", w, text)
+				}
+			}
+			for _, line := range plan {
+				if strings.HasPrefix(line, "SCAN items") && !strings.Contains(line, " INDEX ") {
+					t.Errorf("plan scans the items table:\n%s", text)
+				}
+			}
+		})
+	}
+}
