@@ -12,7 +12,7 @@ import (
 // first, as SQLite sorts NULL first. The items_batch index (tenant, batch_id, batch_index, key) serves both
 // the filter and the order. Returns ErrUnavailable when the store cannot be read.
 func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterIndex *int, afterKey string, limit int) ([]*items.Item, error) {
-	q := `SELECT doc FROM items WHERE tenant = ? AND batch_id = ?`
+	q := `WHERE tenant = ? AND batch_id = ?`
 	args := []any{tenant, batchID}
 	switch {
 	case afterKey == "":
@@ -27,27 +27,7 @@ func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterInd
 	}
 	q += ` ORDER BY batch_index, key LIMIT ?`
 	args = append(args, limit)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer rows.Close()
-	var out []*items.Item
-	for rows.Next() {
-		var doc string
-		if err := rows.Scan(&doc); err != nil {
-			return nil, unavailable(err)
-		}
-		it, err := decode(doc)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, it)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	return out, nil
+	return s.itemsWhere(ctx, q, args...)
 }
 
 // batchCountsSQL counts a batch's items per state. items_batch does not hold state and lease_expires_at,
