@@ -56,6 +56,21 @@ type ItemPage struct {
 	NextCursor string  `json:"next_cursor"`
 }
 
+// PageOf makes the page of a list from up to limit+1 items read in list order: the extra item only
+// says that there is a next page, whose cursor is the position of the page's last item.
+func PageOf(found []*Item, limit int) ItemPage {
+	page := ItemPage{Items: found}
+	if page.Items == nil {
+		page.Items = []*Item{}
+	}
+	if len(found) > limit {
+		page.Items = found[:limit]
+		last := page.Items[limit-1]
+		page.NextCursor = ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
+	}
+	return page
+}
+
 // ListCursor is the position after the last item of a page: the list is ordered by last change
 // (descending), then key. Encoded, it is the API's opaque cursor.
 type ListCursor struct {

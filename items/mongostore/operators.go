@@ -463,16 +463,7 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if err != nil {
 		return items.ItemPage{}, err
 	}
-	page := items.ItemPage{Items: found}
-	if page.Items == nil {
-		page.Items = []*items.Item{}
-	}
-	if len(found) > limit {
-		page.Items = found[:limit]
-		last := page.Items[limit-1]
-		page.NextCursor = items.ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
-	}
-	return page, nil
+	return items.PageOf(found, limit), nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.

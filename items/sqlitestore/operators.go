@@ -378,16 +378,7 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if err != nil {
 		return items.ItemPage{}, err
 	}
-	page := items.ItemPage{Items: found}
-	if page.Items == nil {
-		page.Items = []*items.Item{}
-	}
-	if len(found) > limit {
-		page.Items = found[:limit]
-		last := page.Items[limit-1]
-		page.NextCursor = items.ListCursor{UpdatedAt: last.UpdatedAt, Key: last.Key}.Encode()
-	}
-	return page, nil
+	return items.PageOf(found, limit), nil
 }
 
 // listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
