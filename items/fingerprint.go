@@ -30,6 +30,11 @@ func Fingerprint(payload []byte) (string, error) {
 
 // Canonical returns the canonical form of a JSON object (see Fingerprint).
 func Canonical(payload []byte) ([]byte, error) {
+	// Most payloads have no escape in any string: their names and strings are canonical as they stand, and
+	// the form is built from the text directly. Anything else goes through the decoder below.
+	if canon, ok := canonicalPlain(payload); ok {
+		return canon, nil
+	}
 	if err := CheckSurrogates(payload); err != nil {
 		return nil, err
 	}
@@ -144,6 +149,112 @@ func canonObject(dec *json.Decoder, buf *bytes.Buffer) error {
 	}
 	buf.WriteByte('}')
 	return nil
+}
+
+// canonicalPlain returns the canonical form of payload when payload is one well-formed JSON object in
+// valid UTF-8 without a backslash and without a repeated member name; ok is false otherwise. Without
+// escapes, a JSON string holds no '"', '\\' or control character, so its text is already canonical.
+func canonicalPlain(payload []byte) (canon []byte, ok bool) {
+	if bytes.IndexByte(payload, '\\') >= 0 || !utf8.Valid(payload) || !json.Valid(payload) {
+		return nil, false
+	}
+	i := plainSpace(payload, 0)
+	if i == len(payload) || payload[i] != '{' {
+		return nil, false
+	}
+	out := make([]byte, 0, len(payload))
+	out, _, ok = plainValue(payload, i, out)
+	return out, ok
+}
+
+// plainMember is a member of an object in canonicalPlain: its name and where its canonical value is in
+// the output.
+type plainMember struct {
+	name       []byte
+	start, end int
+}
+
+// plainValue appends the canonical form of the value at b[i] (well-formed, without escapes) to out and
+// returns out and the index after the value.
+func plainValue(b []byte, i int, out []byte) ([]byte, int, bool) {
+	switch b[i] {
+	case '{':
+		base := len(out)
+		var members []plainMember
+		i = plainSpace(b, i+1)
+		for b[i] != '}' {
+			end := i + 1 + bytes.IndexByte(b[i+1:], '"')
+			name := b[i+1 : end]
+			i = plainSpace(b, end+1) + 1 // past ':'
+			start := len(out)
+			var ok bool
+			if out, i, ok = plainValue(b, plainSpace(b, i), out); !ok {
+				return out, i, false
+			}
+			members = append(members, plainMember{name: name, start: start, end: len(out)})
+			if i = plainSpace(b, i); b[i] == ',' {
+				i = plainSpace(b, i+1)
+			}
+		}
+		sort.Slice(members, func(x, y int) bool { return bytes.Compare(members[x].name, members[y].name) < 0 })
+		for x := 1; x < len(members); x++ {
+			if bytes.Equal(members[x-1].name, members[x].name) {
+				return out, i, false
+			}
+		}
+		values := bytes.Clone(out[base:])
+		out = append(out[:base], '{')
+		for x, m := range members {
+			if x > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, '"')
+			out = append(out, m.name...)
+			out = append(out, '"', ':')
+			out = append(out, values[m.start-base:m.end-base]...)
+		}
+		return append(out, '}'), i + 1, true
+	case '[':
+		out = append(out, '[')
+		i = plainSpace(b, i+1)
+		for first := true; b[i] != ']'; first = false {
+			if !first {
+				out = append(out, ',')
+			}
+			var ok bool
+			if out, i, ok = plainValue(b, i, out); !ok {
+				return out, i, false
+			}
+			if i = plainSpace(b, i); b[i] == ',' {
+				i = plainSpace(b, i+1)
+			}
+		}
+		return append(out, ']'), i + 1, true
+	case '"':
+		end := i + 2 + bytes.IndexByte(b[i+1:], '"')
+		return append(out, b[i:end]...), end, true
+	}
+	// A number, true, false or null: its text up to the next delimiter.
+	end := i
+	for end < len(b) && !plainDelimiter(b[end]) {
+		end++
+	}
+	return append(out, b[i:end]...), end, true
+}
+
+func plainDelimiter(c byte) bool {
+	switch c {
+	case ',', ']', '}', ' ', '\t', '\r', '\n':
+		return true
+	}
+	return false
+}
+
+func plainSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
+		i++
+	}
+	return i
 }
 
 const hexDigits = "0123456789abcdef"

@@ -22,6 +22,9 @@ func TestCanonical(t *testing.T) {
 		{"EscapesOnlyQuoteBackslashControl", `{"a":"\u00e9\/\"\\\n\u001f<>&"}`, `{"a":"é/\"\\\u000a\u001f<>&"}`},
 		{"SurrogatePairDecoded", `{"a":"\ud83d\ude00"}`, `{"a":"😀"}`},
 		{"EmptyObject", `{}`, `{}`},
+		{"DelimitersInStrings", "{\"b\":\"x,]} y\",\"a\":[ {\"d\":-1.5e+3 , \"c\":\"}\"} ,[],[ 1 ,true] ],\"c\":{ },\"e\":null}",
+			`{"a":[{"c":"}","d":-1.5e+3},[],[1,true]],"b":"x,]} y","c":{},"e":null}`},
+		{"SameMembersInSiblings", `{"y":{"a":1,"b":2},"x":{"b":[{"a":0}],"a":"b"}}`, `{"x":{"a":"b","b":[{"a":0}]},"y":{"a":1,"b":2}}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -59,6 +62,7 @@ func TestCanonicalRefuses(t *testing.T) {
 	for name, in := range map[string]string{
 		"DuplicateMember":       `{"a":1,"a":2}`,
 		"NestedDuplicateMember": `{"x":{"a":1,"a":1}}`,
+		"DeepDuplicateMember":   `{"x":[1,{"b":{"a":1,"c":[],"a":1}}],"a":1}`,
 		"LoneHighSurrogate":     `{"a":"\ud800"}`,
 		"LoneLowSurrogate":      `{"a":"\udc00x"}`,
 		"HighThenNonLow":        `{"a":"\ud800\u0041"}`,
