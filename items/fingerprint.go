@@ -35,6 +35,12 @@ func Canonical(payload []byte) ([]byte, error) {
 	if canon, ok := canonicalPlain(payload); ok {
 		return canon, nil
 	}
+	return canonicalDecoded(payload)
+}
+
+// canonicalDecoded builds the canonical form token by token: the general path, which also finds and
+// words every problem.
+func canonicalDecoded(payload []byte) ([]byte, error) {
 	if err := CheckSurrogates(payload); err != nil {
 		return nil, err
 	}
