@@ -10,28 +10,14 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
-// clock is a fake clock the ledger and the services read.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+// clock is the fake clock of the store conformance suite.
+type clock = itemstest.Clock
 
-func newClock() *clock { return &clock{t: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *clock { return itemstest.NewClock() }
 
 // env is a ledger on a fresh SQLite store with a fake clock.
 type env struct {

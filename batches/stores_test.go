@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
 	"github.com/replaysafe/companion/items/sqlitestore"
@@ -86,25 +86,10 @@ func eachStore(t *testing.T, test func(t *testing.T, k storeKind)) {
 	}
 }
 
-// clock is the fake clock of a test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// clock is the fake clock of the store conformance suite.
+type clock = itemstest.Clock
 
-func newClock() *clock { return &clock{now: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newClock() *clock { return itemstest.NewClock() }
 
 // fixture is a batch service over a fresh store with a fake clock.
 type fixture struct {

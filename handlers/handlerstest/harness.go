@@ -18,6 +18,7 @@ import (
 
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 )
 
 // Options tune Exercise for one store.
@@ -27,30 +28,11 @@ type Options struct {
 	SkipConcurrency string
 }
 
-// Clock is a fake clock the tests move by hand.
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// Clock is the fake clock of the store conformance suite.
+type Clock = itemstest.Clock
 
 // NewClock returns a clock standing at a fixed, whole-second time.
-func NewClock() *Clock {
-	return &Clock{now: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)}
-}
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock forward by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock() *Clock { return itemstest.NewClock() }
 
 // Secrets of the tokens every Service accepts.
 const (

@@ -95,19 +95,24 @@ const (
 	payloadB  = `{"invoice":"742","recipient":"c-19","amount":120.50}`
 )
 
-// clock is the fake clock the ledger reads.
-type clock struct {
+// Clock is a fake clock that tests move by hand; the ledger and services read it through Now.
+type Clock struct {
 	mu  sync.Mutex
 	now time.Time
 }
 
-func (c *clock) Now() time.Time {
+// NewClock returns a clock standing at a fixed, whole-second time.
+func NewClock() *Clock { return &Clock{now: time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.now
 }
 
-func (c *clock) Advance(d time.Duration) {
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
@@ -119,13 +124,13 @@ type harness struct {
 	ctx    context.Context
 	store  items.Store
 	ledger *items.Ledger
-	clock  *clock
+	clock  *Clock
 	tenant string
 }
 
 func newHarness(t *testing.T, open func(t *testing.T) items.Store) *harness {
 	t.Helper()
-	c := &clock{now: epoch}
+	c := &Clock{now: epoch}
 	store := open(t)
 	ctx := context.Background()
 	l, err := items.NewLedger(ctx, store, suiteConfig(c.Now))
