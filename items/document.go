@@ -252,13 +252,11 @@ func appendJSONString(b []byte, s string) []byte {
 // plainJSONString reports whether encoding/json writes s between quotes without changing a byte.
 func plainJSONString(s string) bool {
 	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-				return false
-			}
+		if c := s[i]; plainASCII[c] {
 			i++
 			continue
+		} else if c < utf8.RuneSelf {
+			return false // a control character, " \ or < > &
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
@@ -268,6 +266,16 @@ func plainJSONString(s string) bool {
 	}
 	return true
 }
+
+// plainASCII holds the ASCII bytes encoding/json copies into a string as they are: all but the control
+// characters, " \ and the HTML characters < > &. A table lookup per byte is most of what checking a
+// string costs, and a document is mostly such checks.
+var plainASCII = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\' && c != '<' && c != '>' && c != '&'
+	}
+	return t
+}()
 
 // appendRawJSON appends raw as json.Marshal writes a json.RawMessage: compacted, with <, >, &, U+2028
 // and U+2029 escaped, and an error if raw is not valid JSON. A result that is valid and already in that
