@@ -221,7 +221,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	if err != nil {
 		return nil, err
 	}
-	st := txStatements{insert: tx.StmtContext(ctx, s.insertItem), update: tx.StmtContext(ctx, s.updateItem)}
+	st := txStatements{insert: tx.StmtContext(ctx, s.insertItem), update: tx.StmtContext(ctx, s.updateItem), doc: new([]byte)}
 	out := make([]*items.Item, len(keys))
 	wrote := false
 	for i, key := range keys {
@@ -258,6 +258,9 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 // txStatements are the store's write statements, bound to one transaction.
 type txStatements struct {
 	insert, update *sql.Stmt
+	// doc is the buffer the items' documents are encoded into, reused across the transaction's items so
+	// that a batch does not leave a document's worth of garbage per item.
+	doc *[]byte
 }
 
 const insertItemSQL = `INSERT INTO items (version, state, destination, workflow, owner, reference,
@@ -286,10 +289,11 @@ func write(ctx context.Context, st txStatements, cur, next *items.Item) error {
 		// updated_at orders the operator's list; it must move forward even when the clock stands still.
 		next.UpdatedAt = laterOf(next.UpdatedAt, cur.UpdatedAt)
 	}
-	doc, err := json.Marshal(next)
+	doc, err := next.AppendJSON((*st.doc)[:0])
 	if err != nil {
 		return fmt.Errorf("sqlitestore: encode item: %w", err)
 	}
+	*st.doc = doc
 	var lease any
 	if next.State == items.StateInFlight && next.LeaseExpiresAt != nil {
 		lease = next.LeaseExpiresAt.UnixMilli()
