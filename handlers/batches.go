@@ -197,22 +197,23 @@ func memberItems(body []byte, name string) (texts []json.RawMessage, ok bool) {
 	return nil, false
 }
 
-// item decodes item i, as decodeStrict would decode its text into dst, and reports whether the item has
-// a member called flag at its top level (as hasMember).
-func (b *batchBody[T]) item(i int, prefix, flag string, dst *T) (ps problems, hasFlag bool, err error) {
+// item decodes item i as decodeStrict would decode its text into a new T, and reports whether the item
+// has a member called flag at its top level (as hasMember).
+func (b *batchBody[T]) item(i int, prefix, flag string) (dst *T, ps problems, hasFlag bool, err error) {
 	raw := b.Items[i]
 	if b.whole != nil && len(raw) > 0 && raw[0] == '{' {
 		if ok, found := namesDeclaredOnce(raw, b.known, flag); ok {
-			*dst = b.whole[i]
+			dst = &b.whole[i]
 			ps, err := validateRequest(prefix, dst)
-			return ps, found, err
+			return dst, ps, found, err
 		}
 	}
+	dst = new(T)
 	ps, err = decodeStrict(raw, prefix, dst)
 	if err != nil || flag == "" {
-		return ps, false, err
+		return dst, ps, false, err
 	}
-	return ps, hasMember(raw, flag), nil
+	return dst, ps, hasMember(raw, flag), nil
 }
 
 // decodeBatch reads a batch before-write or prepare body in the contract's order of checks (415, 413, 400)
@@ -247,8 +248,7 @@ func batchFromBody(body []byte, tenant string, quick bool) (batches.Batch, error
 	b.Items = make([]items.BeforeWriteParams, 0, len(bb.Items))
 	for i := range bb.Items {
 		prefix := itemPrefix(i)
-		var item beforeWriteRequest
-		ips, hasBatchID, err := bb.item(i, prefix, "batch_id", &item)
+		item, ips, hasBatchID, err := bb.item(i, prefix, "batch_id")
 		if err != nil {
 			if err := addItemError(&ps, err); err != nil {
 				return batches.Batch{}, err
@@ -283,11 +283,7 @@ func (s *server) batchBeforeWrite(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	answers := make([]items.Answer, len(res.Items))
-	for i, a := range res.Items {
-		answers[i] = a.Answer
-	}
-	s.observeDecisions(c.Request.Context(), b.Tenant, b.Items, answers)
+	s.observeDecisions(c.Request.Context(), b.Tenant, b.Items, len(res.Items), func(i int) *items.Answer { return &res.Items[i].Answer })
 	c.JSON(http.StatusOK, res)
 }
 
@@ -336,8 +332,7 @@ func reportsFromBody(body []byte, tenant string, quick bool) (batches.Reports, e
 	batchItems(bb.Items, &ps)
 	for i := range bb.Items {
 		prefix := itemPrefix(i)
-		var item afterWriteRequest
-		ips, _, err := bb.item(i, prefix, "", &item)
+		item, ips, _, err := bb.item(i, prefix, "")
 		if err != nil {
 			if err := addItemError(&ps, err); err != nil {
 				return batches.Reports{}, err
