@@ -5,10 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gin-gonic/gin"
+
+	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -234,5 +240,31 @@ func TestQuickBatchDecodingIsCareful(t *testing.T) {
 	// The corpus is meant to be mostly refused bodies, and some accepted ones.
 	if quickRefused < 3000 || quickRefused > 5000 {
 		t.Errorf("%d of 6000 bodies refused; the corpus no longer mixes good and bad bodies", quickRefused)
+	}
+}
+
+// TestLargeJSONIsGinJSON renders batch answers both ways and compares the bytes and headers.
+func TestLargeJSONIsGinJSON(t *testing.T) {
+	gin.SetMode(gin.ReleaseMode)
+	at := time.Date(2026, 11, 29, 21, 0, 0, 123456789, time.UTC)
+	answer := items.Answer{Key: "k-<1>&\u2028", Decision: items.Proceed, Reason: "new", State: items.StateInFlight, Attempt: 2,
+		Claim: "c_1", IdempotencyKey: "ik", LeaseExpiresAt: &at, RetryAfter: 3, ExternalID: "é\"\\", Result: json.RawMessage(`{"a": [1, "<b>"]}`),
+		NeedsPerson: true, Message: "tab\there"}
+	values := []any{
+		batches.BeforeWriteResult{BatchID: "exec-1:<Send>", Items: []batches.ItemAnswer{{Answer: answer, BatchIndex: 4}, {BatchIndex: 0}},
+			Counts: batches.DecisionCounts{Proceed: 1, Skip: 1}},
+		batches.BeforeWriteResult{},
+		batches.AfterWriteResult{Items: []batches.ItemReport{{Key: "a", Report: &items.Report{Key: "a", State: items.StateSucceeded, Message: "<ok>"}},
+			{Key: "b", Error: &batches.ReportError{Code: items.CodeNotFound, Message: "no item with this key"}}}},
+	}
+	for _, v := range values {
+		want, got := httptest.NewRecorder(), httptest.NewRecorder()
+		c, _ := gin.CreateTestContext(want)
+		c.JSON(http.StatusOK, v)
+		c, _ = gin.CreateTestContext(got)
+		c.Render(http.StatusOK, largeJSON{v})
+		if got.Body.String() != want.Body.String() || got.Code != want.Code || !reflect.DeepEqual(got.Header(), want.Header()) {
+			t.Errorf("largeJSON %d %v %s\nc.JSON    %d %v %s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		}
 	}
 }
