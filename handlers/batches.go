@@ -27,7 +27,8 @@ func batchService(ledger *items.Ledger) *batches.Service {
 }
 
 // batchRequest is the body of POST /v1/batches/before-write and /v1/batches/prepare. The items are kept
-// raw and decoded one by one, so that each problem is named with its item's index.
+// raw and decoded one by one, so that each problem is named with its item's index (a well-formed body's
+// items are decoded along with it: decodeBatchBody).
 type batchRequest struct {
 	BatchID *string           `json:"batch_id"`
 	Items   []json.RawMessage `json:"items"`
@@ -132,7 +133,7 @@ func quickBatchBody[T any](body []byte, top any, out *batchBody[T]) bool {
 		return false
 	}
 	// The items' texts are found first, so that the decoded items fill a slice of the right size.
-	texts, ok := memberItems(body, "items")
+	texts, ok := batchItemTexts(body, knownFields(reflect.TypeOf(top).Elem()))
 	if !ok {
 		return false
 	}
@@ -141,11 +142,8 @@ func quickBatchBody[T any](body []byte, top any, out *batchBody[T]) bool {
 		Items   []T     `json:"items"`
 	}
 	whole.Items = make([]T, 0, len(texts))
-	if json.Unmarshal(body, &whole) != nil {
-		return false
-	}
-	// Only now is body known to be well-formed, so that the scans are exact.
-	if ok, _ := namesDeclaredOnce(body, knownFields(reflect.TypeOf(top).Elem()), ""); !ok || len(texts) != len(whole.Items) {
+	// Only a well-formed body is decoded, and only for a well-formed body is the scan exact.
+	if json.Unmarshal(body, &whole) != nil || len(texts) != len(whole.Items) {
 		return false
 	}
 	switch r := top.(type) {
@@ -160,43 +158,57 @@ func quickBatchBody[T any](body []byte, top any, out *batchBody[T]) bool {
 	return true
 }
 
-// memberItems returns the texts of the elements of the array that is member name of the object body
-// (starting at its '{'), as sub-slices of body. ok is false when the member is absent or not an array.
-// The texts are exact when body is one well-formed JSON object whose member names have no escapes; for
-// any other body they are of no use, but memberItems still returns.
-func memberItems(body []byte, name string) (texts []json.RawMessage, ok bool) {
+// batchItemTexts returns the texts of the items of the batch body, as sub-slices of body. ok is false
+// unless every member name at the top level of body is one known declares, written without escapes and
+// given once, and items is an array. The answer is exact when body is one well-formed JSON object,
+// starting at its '{'; for any other body it is of no use, but batchItemTexts still returns.
+func batchItemTexts(body []byte, known fieldSet) (texts []json.RawMessage, ok bool) {
+	var seen [8][]byte
+	n := 0
 	i := skipSpace(body, 1)
 	for i < len(body) && body[i] == '"' {
 		end := bytes.IndexByte(body[i+1:], '"')
 		if end < 0 {
 			return nil, false
 		}
-		member := body[i+1 : i+1+end]
-		i = skipSpace(body, skipSpace(body, i+end+2)+1) // past ':', at the value
-		if string(member) != name {
-			i = skipSpace(body, skipValue(body, i))
-			if i < len(body) && body[i] == ',' {
-				i = skipSpace(body, i+1)
-			}
-			continue
-		}
-		if i >= len(body) || body[i] != '[' {
+		name := body[i+1 : i+1+end]
+		if bytes.IndexByte(name, '\\') >= 0 || !known.names[string(name)] || n == len(seen) {
 			return nil, false
 		}
-		texts = []json.RawMessage{}
-		for i = skipSpace(body, i+1); i < len(body) && body[i] != ']'; {
-			end := skipValue(body, i)
-			if end == i {
-				return nil, false // not a value: the body is malformed
-			}
-			texts = append(texts, json.RawMessage(body[i:end:end]))
-			if i = skipSpace(body, end); i < len(body) && body[i] == ',' {
-				i = skipSpace(body, i+1)
+		for _, s := range seen[:n] {
+			if bytes.Equal(s, name) {
+				return nil, false
 			}
 		}
-		return texts, true
+		seen[n] = name
+		n++
+		i = skipSpace(body, skipSpace(body, i+end+2)+1) // past ':', at the value
+		if string(name) != "items" {
+			i = skipValue(body, i)
+		} else {
+			if i >= len(body) || body[i] != '[' {
+				return nil, false
+			}
+			texts = []json.RawMessage{}
+			for i = skipSpace(body, i+1); i < len(body) && body[i] != ']'; {
+				end := skipValue(body, i)
+				if end == i {
+					return nil, false // not a value: the body is malformed
+				}
+				texts = append(texts, json.RawMessage(body[i:end:end]))
+				if i = skipSpace(body, end); i < len(body) && body[i] == ',' {
+					i = skipSpace(body, i+1)
+				}
+			}
+			ok = true
+			i++ // past ']'
+		}
+		if i = skipSpace(body, i); i >= len(body) || body[i] != ',' {
+			break
+		}
+		i = skipSpace(body, i+1)
 	}
-	return nil, false
+	return texts, ok
 }
 
 // item decodes item i as decodeStrict would decode its text into a new T, and reports whether the item

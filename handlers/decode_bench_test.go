@@ -33,3 +33,27 @@ func BenchmarkDecodeBatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeReports decodes a 500-report batch after-write body, the quick way (the body decoded
+// once) and the careful way (item by item, as for a body with something unusual in it).
+func BenchmarkDecodeReports(b *testing.B) {
+	body := []byte(`{"items":[`)
+	for i := range 500 {
+		if i > 0 {
+			body = append(body, ',')
+		}
+		body = fmt.Appendf(body, `{"key":"bench-1-%d","claim":"c_0123456789abcdef%08d","outcome":"succeeded","external_id":"rec_%d","http_status":201,"result":{"id":%d}}`, i, i, i, i)
+	}
+	body = append(body, "]}"...)
+	for _, quick := range []bool{true, false} {
+		b.Run(fmt.Sprintf("quick=%v", quick), func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := reportsFromBody(body, "acme", quick); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -39,9 +39,15 @@ type fieldRule struct {
 var ruleSets sync.Map // reflect.Type → *ruleSet
 
 // rulesOf returns the rules of struct type t.
-func rulesOf(t reflect.Type) *ruleSet {
+func rulesOf(t reflect.Type) *ruleSet { return rulesWithin(t, 0) }
+
+// rulesWithin is rulesOf for a struct nested depth deep in a request.
+func rulesWithin(t reflect.Type, depth int) *ruleSet {
 	if rs, ok := ruleSets.Load(t); ok {
 		return rs.(*ruleSet)
+	}
+	if depth > 4 {
+		return &ruleSet{} // a type that holds itself, or nests deeper than any request: the validator's
 	}
 	rs := &ruleSet{known: true}
 	for i := 0; i < t.NumField(); i++ {
@@ -56,8 +62,11 @@ func rulesOf(t reflect.Type) *ruleSet {
 			ft = ft.Elem()
 		}
 		if tag == "" {
-			if ft.Kind() == reflect.Struct {
-				nested := rulesOf(ft)
+			switch ft.Kind() {
+			case reflect.Interface, reflect.Pointer:
+				rs.known = false // the validator looks into the struct these hold
+			case reflect.Struct:
+				nested := rulesWithin(ft, depth+1)
 				rs.known = rs.known && nested.known
 				if len(nested.rules) > 0 {
 					rs.rules = append(rs.rules, fieldRule{field: i, pointer: pointer, nested: nested})
@@ -160,8 +169,8 @@ func (r fieldRule) valueMet(f reflect.Value) bool {
 	var n int64 // the length in characters of a string, the value of an integer
 	if r.str {
 		s := f.String()
-		if s == "" && (r.omit && !r.pointer || r.required && !r.pointer) {
-			return r.omit
+		if s == "" && !r.pointer && (r.omit || r.required) {
+			return r.omit // omitempty passes an empty string, required refuses it
 		}
 		if r.oneof != nil && !slices.Contains(r.oneof, s) {
 			return false
@@ -169,7 +178,7 @@ func (r fieldRule) valueMet(f reflect.Value) bool {
 		n = int64(utf8.RuneCountInString(s))
 	} else {
 		n = f.Int()
-		if n == 0 && (r.omit && !r.pointer || r.required && !r.pointer) {
+		if n == 0 && !r.pointer && (r.omit || r.required) {
 			return r.omit
 		}
 	}
