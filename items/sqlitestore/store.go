@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/items"
@@ -41,6 +42,7 @@ type Store struct {
 	// The background checkpointer (checkpoints): woken after commits, stopped by Close.
 	checkpointWake                 chan int // estimated pages a commit added
 	checkpointStop, checkpointDone chan struct{}
+	closing                        sync.Once
 }
 
 var _ items.Store = (*Store)(nil)
@@ -528,7 +530,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // Close implements items.Store. A WAL checkpoint runs as the last connection closes.
 func (s *Store) Close() error {
 	if s.checkpointStop != nil {
-		close(s.checkpointStop)
+		s.closing.Do(func() { close(s.checkpointStop) }) // Close may be called again
 		<-s.checkpointDone
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and

@@ -207,3 +207,15 @@ func TestWriteAheadLogStaysSmall(t *testing.T) {
 		t.Errorf("the write-ahead log grew to %d bytes (database %d bytes); want at most %d", largest, db.Size(), limit)
 	}
 }
+
+// TestCloseTwice: Close may be called again (a deferred Close after an explicit one), and answers nil.
+func TestCloseTwice(t *testing.T) {
+	t.Parallel()
+	s := openIn(t, t.TempDir())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
