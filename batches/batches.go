@@ -184,10 +184,12 @@ func (s *Service) check(b Batch) ([]items.BeforeWriteParams, error) {
 		return nil, items.Invalid("items", fmt.Sprintf("must hold 1-%d items", MaxItems))
 	}
 	ps := make([]items.BeforeWriteParams, len(b.Items))
+	positions := make([]int, len(b.Items)) // the indexes of items that name none, in one allocation
 	for i, p := range b.Items {
 		p.Tenant, p.BatchID = b.Tenant, b.BatchID
 		if p.BatchIndex == nil {
-			p.BatchIndex = &i
+			positions[i] = i
+			p.BatchIndex = &positions[i]
 		} else if *p.BatchIndex < 0 {
 			return nil, ItemError(i, items.Invalid("batch_index", "must be 0 or more"))
 		}

@@ -22,6 +22,7 @@ func TestSQLiteBatches(t *testing.T) {
 // client is kept lean (bodies written by hand, answers decoded into small structs) so that the numbers are
 // the service's rather than the test harness's.
 func BenchmarkBatchVsSingle(b *testing.B) {
+	asServed(b)
 	const n = 500
 	item := func(buf []byte, round, i int) []byte {
 		return fmt.Appendf(buf, `{"key":"bench-%d-%d","payload":{"invoice":"%d","recipient":"c-%d","amount":120.5},"destination":"billing","execution_id":"%d"}`,

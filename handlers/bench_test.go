@@ -3,16 +3,29 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 )
 
+// asServed runs the garbage collector as companion serve does: at handlers.GCPercent unless GOGC is set
+// (GOGC=100 go test … measures at Go's default).
+func asServed(b *testing.B) {
+	if os.Getenv("GOGC") == "" {
+		old := debug.SetGCPercent(handlers.GCPercent)
+		b.Cleanup(func() { debug.SetGCPercent(old) })
+	}
+}
+
 // runCallers runs op b.N times in total from exactly callers goroutines, and reports requests per second.
 func runCallers(b *testing.B, callers int, op func(i int) error) {
+	asServed(b)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var once sync.Once

@@ -28,10 +28,16 @@ func readBody(c *gin.Context) ([]byte, error) {
 	if c.Request.ContentLength > MaxBodyBytes {
 		return nil, tooLarge
 	}
-	body, err := io.ReadAll(io.LimitReader(c.Request.Body, MaxBodyBytes+1))
-	if err != nil {
+	// A body of a stated length is read into one buffer of that size (and room to see its end), rather
+	// than one that grows and is copied as it is read.
+	var buf bytes.Buffer
+	if n := c.Request.ContentLength; n > 0 {
+		buf.Grow(int(n) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(io.LimitReader(c.Request.Body, MaxBodyBytes+1)); err != nil {
 		return nil, items.Invalid("body", "could not be read")
 	}
+	body := buf.Bytes()
 	if len(body) > MaxBodyBytes {
 		return nil, tooLarge
 	}
@@ -140,8 +146,10 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 	// member names are checked with a plain scan instead of a token walk. Anything else is decoded again
 	// the careful way below, which finds the problem and words it.
 	if body := bytes.TrimLeft(body, " \t\r\n"); len(body) > 0 && body[0] == '{' {
-		if json.Unmarshal(body, dst) == nil && namesDeclaredOnce(body, known) {
-			return validateRequest(prefix, dst)
+		if json.Unmarshal(body, dst) == nil {
+			if ok, _ := namesDeclaredOnce(body, known, ""); ok {
+				return validateRequest(prefix, dst)
+			}
 		}
 		reflect.ValueOf(dst).Elem().SetZero()
 	}
@@ -194,6 +202,9 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 
 // validateRequest applies the field rules to a decoded request and returns their problems.
 func validateRequest(prefix string, dst any) (ps problems, err error) {
+	if rulesMet(dst) {
+		return nil, nil
+	}
 	if err := validate.Struct(dst); err != nil {
 		var ves validator.ValidationErrors
 		if !errors.As(err, &ves) {
@@ -208,42 +219,43 @@ func validateRequest(prefix string, dst any) (ps problems, err error) {
 }
 
 // namesDeclaredOnce reports whether every member name at the top level of the JSON object body is one
-// the request declares, and none is given twice. body must be one well-formed JSON object (json.Unmarshal
-// accepted it) with nothing before its '{'. A name written with escapes is not compared (false): the
-// careful decoding in decodeStrict reads it.
-func namesDeclaredOnce(body []byte, known fieldSet) bool {
+// the request declares, and none is given twice; and, when it is, whether one of them is flag. body must
+// be one well-formed JSON object (json.Unmarshal accepted it) with nothing before its '{'. A name written
+// with escapes is not compared (ok is false): the careful decoding in decodeStrict reads it.
+func namesDeclaredOnce(body []byte, known fieldSet, flag string) (ok, hasFlag bool) {
 	var seen [24][]byte
 	n := 0
 	i := skipSpace(body, 1)
 	if i < len(body) && body[i] == '}' {
-		return true
+		return true, false
 	}
 	for i < len(body) {
 		// body[i] is the '"' opening a member name.
 		end := bytes.IndexByte(body[i+1:], '"')
 		if end < 0 {
-			return false
+			return false, false
 		}
 		name := body[i+1 : i+1+end]
 		if bytes.IndexByte(name, '\\') >= 0 || !known.names[string(name)] || n == len(seen) {
-			return false
+			return false, false
 		}
 		for _, s := range seen[:n] {
 			if bytes.Equal(s, name) {
-				return false
+				return false, false
 			}
 		}
 		seen[n] = name
 		n++
+		hasFlag = hasFlag || (flag != "" && string(name) == flag)
 		i = skipSpace(body, i+end+2) // at ':'
 		i = skipValue(body, skipSpace(body, i+1))
 		i = skipSpace(body, i) // at ',' or '}'
 		if i >= len(body) || body[i] == '}' {
-			return true
+			return true, hasFlag
 		}
 		i = skipSpace(body, i+1)
 	}
-	return false
+	return false, false
 }
 
 func skipSpace(b []byte, i int) int {

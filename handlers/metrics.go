@@ -51,6 +51,15 @@ func (m *Metrics) ObserveDecision(d items.Decision, r items.Reason) {
 	m.decisions.WithLabelValues(string(d), string(r)).Inc()
 }
 
+// observeDecisions counts n before-write decisions of one decision and reason at once, as n calls of
+// ObserveDecision would.
+func (m *Metrics) observeDecisions(d items.Decision, r items.Reason, n int) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.decisions.WithLabelValues(string(d), string(r)).Add(float64(n))
+}
+
 // ObserveRequest records how long a request took. route is the route pattern (/v1/items/:key), never
 // the raw path, so keys do not become label values.
 func (m *Metrics) ObserveRequest(method, route string, status int, took time.Duration) {

@@ -170,23 +170,47 @@ func (s *server) observeRequests(c *gin.Context) {
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's
 // counters (a conflict changes no item, so the item cannot remember it).
 func (s *server) observeDecision(ctx context.Context, p items.BeforeWriteParams, a items.Answer) {
-	s.observeDecisions(ctx, p.Tenant, []items.BeforeWriteParams{p}, []items.Answer{a})
+	s.observeDecisions(ctx, p.Tenant, []items.BeforeWriteParams{p}, 1, func(int) *items.Answer { return &a })
 }
 
-// observeDecisions counts the decisions of a batch (answers[i] answers ps[i]), keeping its fingerprint
+// observeDecisions counts the n decisions of a batch (answer(i) answers ps[i]), keeping its fingerprint
 // conflicts with one counter update per destination. A counter that cannot be kept is logged: the answer
 // to the workflow matters more.
-func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items.BeforeWriteParams, answers []items.Answer) {
-	conflicts := map[string]int{}
-	for i, a := range answers {
-		s.metricsOf.ObserveDecision(a.Decision, a.Reason)
+func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items.BeforeWriteParams, n int, answer func(i int) *items.Answer) {
+	// A batch has few distinct decisions and reasons: each is counted once, with its number.
+	type decisionCount struct {
+		decision items.Decision
+		reason   items.Reason
+		n        int
+	}
+	counts := make([]decisionCount, 0, 8)
+	var conflicts map[string]int
+	for i := range n {
+		a := answer(i)
+		found := false
+		for j := range counts {
+			if counts[j].decision == a.Decision && counts[j].reason == a.Reason {
+				counts[j].n++
+				found = true
+				break
+			}
+		}
+		if !found {
+			counts = append(counts, decisionCount{a.Decision, a.Reason, 1})
+		}
 		if a.Decision == items.Conflict && i < len(ps) {
 			dest := ps[i].Destination
 			if dest == "" {
 				dest = "default"
 			}
+			if conflicts == nil {
+				conflicts = map[string]int{}
+			}
 			conflicts[dest]++
 		}
+	}
+	for _, c := range counts {
+		s.metricsOf.observeDecisions(c.decision, c.reason, c.n)
 	}
 	if s.operators == nil {
 		return

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"unicode/utf16"
@@ -25,7 +26,9 @@ func Fingerprint(payload []byte) (string, error) {
 		return "", err
 	}
 	sum := sha256.Sum256(canon)
-	return hex.EncodeToString(sum[:]), nil
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], sum[:])
+	return string(text[:]), nil
 }
 
 // Canonical returns the canonical form of a JSON object (see Fingerprint).
@@ -186,7 +189,8 @@ func plainValue(b []byte, i int, out []byte) ([]byte, int, bool) {
 	switch b[i] {
 	case '{':
 		base := len(out)
-		var members []plainMember
+		var room [8]plainMember // most objects have few members: no allocation for them
+		members := room[:0]
 		i = plainSpace(b, i+1)
 		for b[i] != '}' {
 			end := i + 1 + bytes.IndexByte(b[i+1:], '"')
@@ -202,7 +206,7 @@ func plainValue(b []byte, i int, out []byte) ([]byte, int, bool) {
 				i = plainSpace(b, i+1)
 			}
 		}
-		sort.Slice(members, func(x, y int) bool { return bytes.Compare(members[x].name, members[y].name) < 0 })
+		slices.SortFunc(members, func(x, y plainMember) int { return bytes.Compare(x.name, y.name) })
 		for x := 1; x < len(members); x++ {
 			if bytes.Equal(members[x-1].name, members[x].name) {
 				return out, i, false

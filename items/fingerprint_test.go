@@ -1,6 +1,7 @@
 package items_test
 
 import (
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
@@ -144,6 +145,12 @@ func TestIdempotencyKey(t *testing.T) {
 	a := items.IdempotencyKey(secret, "t1", "invoice-742:reminder:2")
 	if len(a) != 35 || !strings.HasPrefix(a, "ik_") || strings.ToLower(a) != a {
 		t.Fatalf("IdempotencyKey = %q, want ik_ + 32 lowercase hex", a)
+	}
+	// The contract's words: ik_ + the first 32 lowercase hex characters of HMAC-SHA256(secret, tenant NUL key).
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("t1\x00invoice-742:reminder:2"))
+	if want := "ik_" + hex.EncodeToString(m.Sum(nil))[:32]; a != want {
+		t.Errorf("IdempotencyKey = %q, want %q", a, want)
 	}
 	if a != items.IdempotencyKey(secret, "t1", "invoice-742:reminder:2") {
 		t.Error("not stable")

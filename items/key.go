@@ -4,6 +4,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"io"
 	"strconv"
 	"strings"
 )
@@ -96,9 +98,18 @@ func SplitKey(key string) (KeyParts, bool) {
 // characters of HMAC-SHA256(secret, tenant NUL key). It is stable across restarts and replicas because the
 // secret lives in the store, and it reveals nothing about the key.
 func IdempotencyKey(secret []byte, tenant, key string) string {
-	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(tenant))
+	return idempotencyKey(hmac.New(sha256.New, secret), tenant, key)
+}
+
+// idempotencyKey is IdempotencyKey with m, an HMAC-SHA256 under the ledger secret, which it resets.
+func idempotencyKey(m hash.Hash, tenant, key string) string {
+	m.Reset()
+	io.WriteString(m, tenant)
 	m.Write([]byte{0})
-	m.Write([]byte(key))
-	return "ik_" + hex.EncodeToString(m.Sum(nil))[:32]
+	io.WriteString(m, key)
+	var sum [sha256.Size]byte
+	var out [3 + 32]byte
+	copy(out[:], "ik_")
+	hex.Encode(out[3:], m.Sum(sum[:0])[:16])
+	return string(out[:])
 }

@@ -71,8 +71,8 @@ func PageOf(found []*Item, limit int) ItemPage {
 	return page
 }
 
-// ListCursor is the position after the last item of a page: the list is ordered by last change
-// (descending), then key. Encoded, it is the API's opaque cursor.
+// ListCursor is the position after the last item of a page: the list is ordered by last change, then key,
+// both descending. Encoded, it is the API's opaque cursor.
 type ListCursor struct {
 	UpdatedAt time.Time `json:"u"`
 	Key       string    `json:"k"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -127,12 +128,12 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 			{"needs_person", items.ListParams{NeedsPerson: &yes}, []string{"wf1:inv-2:send:0"}},
 			{"needs_person=false", items.ListParams{NeedsPerson: &no}, []string{"wf2:inv-3:send:0", "wf1:inv-1:send:0"}},
 			{"destination", items.ListParams{Destination: destKeyed}, []string{"wf2:inv-3:send:0", "wf1:inv-1:send:0"}},
-			// inv-1 and inv-2 changed last at the same moment: the key breaks the tie.
-			{"workflow", items.ListParams{Workflow: "wf1"}, []string{"wf1:inv-1:send:0", "wf1:inv-2:send:0"}},
-			{"batch_id", items.ListParams{BatchID: "exec-1"}, []string{"wf1:inv-1:send:0", "wf1:inv-2:send:0"}},
+			// inv-1 and inv-2 changed last at the same moment: the key breaks the tie, descending too.
+			{"workflow", items.ListParams{Workflow: "wf1"}, []string{"wf1:inv-2:send:0", "wf1:inv-1:send:0"}},
+			{"batch_id", items.ListParams{BatchID: "exec-1"}, []string{"wf1:inv-2:send:0", "wf1:inv-1:send:0"}},
 			{"owner of the request", items.ListParams{Owner: "U0ANNA"}, []string{"wf1:inv-2:send:0"}},
 			{"owner of an alert", items.ListParams{Owner: "U0BORIS"}, []string{"wf1:inv-1:send:0"}},
-			{"older_than", items.ListParams{ChangedBefore: &quietSince}, []string{"wf1:inv-1:send:0", "wf1:inv-2:send:0"}},
+			{"older_than", items.ListParams{ChangedBefore: &quietSince}, []string{"wf1:inv-2:send:0", "wf1:inv-1:send:0"}},
 			{"combined", items.ListParams{BatchID: "exec-1", NeedsPerson: &yes, Owner: "U0ANNA"}, []string{"wf1:inv-2:send:0"}},
 			{"nothing", items.ListParams{Destination: "nowhere"}, []string{}},
 		} {
@@ -157,15 +158,13 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 				h.advance(time.Second) // some items share a change time: the key breaks the tie
 			}
 		}
+		// Newest change first; of items changed at the same moment, the greater key first.
 		slices.SortStableFunc(want, func(a, b string) int {
 			ia, ib := h.item(a), h.item(b)
 			if c := ib.UpdatedAt.Compare(ia.UpdatedAt); c != 0 {
 				return c
 			}
-			if a < b {
-				return -1
-			}
-			return 1
+			return strings.Compare(b, a)
 		})
 		var got []string
 		cursor := ""

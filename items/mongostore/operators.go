@@ -456,10 +456,10 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 		}
 		conds = append(conds, bson.D{{Key: "$or", Value: bson.A{
 			bson.D{{Key: "updated_at", Value: bson.D{{Key: "$lt", Value: c.UpdatedAt}}}},
-			bson.D{{Key: "updated_at", Value: c.UpdatedAt}, {Key: "key", Value: bson.D{{Key: "$gt", Value: c.Key}}}},
+			bson.D{{Key: "updated_at", Value: c.UpdatedAt}, {Key: "key", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
 		}}})
 	}
-	found, err := s.findItems(ctx, and(conds...), bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, limit+1)
+	found, err := s.findItems(ctx, and(conds...), bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, limit+1)
 	if err != nil {
 		return items.ItemPage{}, err
 	}

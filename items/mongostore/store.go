@@ -124,9 +124,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 var indexes = []mongo.IndexModel{
 	// The sweeper: in-flight items whose lease has run out.
 	{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
-	// The operator's lists, newest change first, with and without a state.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_updated")},
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_state_updated")},
+	// The operator's lists, newest change first (key breaking ties, also descending), with and without a
+	// state.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_changed")},
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_state_changed")},
 	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
 	// order without sorting the whole batch.
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
@@ -135,6 +136,10 @@ var indexes = []mongo.IndexModel{
 	// Lookups by business reference.
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
 }
+
+// retiredIndexes are indexes of earlier builds that indexes replaced (tenant_updated and
+// tenant_state_updated sorted ties by key ascending); they only cost writes now.
+var retiredIndexes = []string{"tenant_updated", "tenant_state_updated"}
 
 // ensureIndexes creates the indexes one command each: FerretDB v1 (the test server) fails a createIndexes
 // that names more than one existing index, and six commands once per start cost nothing.
@@ -146,6 +151,12 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 				return fmt.Errorf("mongostore: create index: %w", err)
 			}
 			return unavailable("create index", err)
+		}
+	}
+	for _, name := range retiredIndexes {
+		// A server error here is the index not existing, the usual case.
+		if err := s.items.Indexes().DropOne(ctx, name); err != nil && !isServerError(err) {
+			return unavailable("drop index", err)
 		}
 	}
 	return nil

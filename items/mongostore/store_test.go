@@ -401,7 +401,7 @@ func TestOpenCreatesTheIndexesOnce(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"state_lease", "tenant_updated", "tenant_state_updated", "tenant_batch", "needs_person_tenant", "tenant_reference"} {
+	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant", "tenant_reference"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("index %s missing; have %q", want, names)
 		}

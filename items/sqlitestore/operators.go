@@ -399,7 +399,7 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		add("state IN ("+marks+")", vals...)
 	}
 	if p.NeedsPerson != nil {
-		// A literal, not a parameter: only then may the planner use the partial index items_needs_person.
+		// A literal, not a parameter: only then may the planner use the partial index items_needs_person_changed.
 		add(fmt.Sprintf("needs_person = %d", boolInt(*p.NeedsPerson)))
 	}
 	if p.Destination != "" {
@@ -423,10 +423,10 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		if err != nil {
 			return "", nil, err
 		}
-		add("(updated_at < ? OR (updated_at = ? AND key > ?))", nanos(c.UpdatedAt), nanos(c.UpdatedAt), c.Key)
+		add("(updated_at, key) < (?, ?)", nanos(c.UpdatedAt), c.Key)
 	}
 	args = append(args, limit)
-	return "WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at DESC, key LIMIT ?", args, nil
+	return "WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at DESC, key DESC LIMIT ?", args, nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.

@@ -44,11 +44,11 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
 			[]string{"USING INDEX items_lease"}},
-		{"ListItems", "", nil, []string{"USING INDEX items_updated"}},
-		{"ListItemsNeedsPerson", "", nil, []string{"USING INDEX items_needs_person"}},
-		{"ListItemsNotNeedsPerson", "", nil, []string{"USING INDEX items_updated"}},
-		{"ListItemsState", "", nil, []string{"USING INDEX items_list_state"}},
-		{"ListItemsCursor", "", nil, []string{"USING INDEX items_updated"}},
+		{"ListItems", "", nil, []string{"USING INDEX items_changed"}},
+		{"ListItemsNeedsPerson", "", nil, []string{"USING INDEX items_needs_person_changed"}},
+		{"ListItemsNotNeedsPerson", "", nil, []string{"USING INDEX items_changed"}},
+		{"ListItemsState", "", nil, []string{"USING INDEX items_state_changed"}},
+		{"ListItemsCursor", "", nil, []string{"USING INDEX items_changed"}},
 		{"BatchItems", `SELECT doc FROM items WHERE tenant = ? AND batch_id = ? AND (batch_index, key) > (?, ?)
 			ORDER BY batch_index, key LIMIT ?`, []any{"acme", "b", 3, "k", 100}, []string{"USING INDEX items_batch"}},
 		{"BatchCounts", batchCountsSQL, []any{"in_flight", now.UnixMilli(), "unknown", "acme", "b"},
@@ -96,6 +96,10 @@ func TestQueryPlans(t *testing.T) {
 			for _, line := range plan {
 				if strings.HasPrefix(line, "SCAN items") && !strings.Contains(line, " INDEX ") {
 					t.Errorf("plan scans the items table:\n%s", text)
+				}
+				// ExpiredLeases sorts the few leases that ran out, which costs less than one more index.
+				if strings.Contains(line, "TEMP B-TREE FOR ORDER BY") && tt.name != "ExpiredLeases" {
+					t.Errorf("plan sorts instead of reading an index in order:\n%s", text)
 				}
 			}
 		})

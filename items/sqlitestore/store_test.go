@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -155,5 +156,66 @@ func TestClosedDatabaseIsUnavailable(t *testing.T) {
 	}
 	if err := s.Ping(ctx); !errors.Is(err, items.ErrUnavailable) {
 		t.Errorf("Ping on a closed database: %v", err)
+	}
+}
+
+// TestWriteAheadLogStaysSmall commits far more than SQLite's checkpoint threshold in batches and checks
+// that the background checkpointer kept the write-ahead log small: without checkpoints every committed
+// page would still be in it, and a reader would search an ever longer log.
+func TestWriteAheadLogStaysSmall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openIn(t, dir)
+	defer s.Close()
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 8 << 20
+	walSize := func() int64 {
+		fi, err := os.Stat(filepath.Join(dir, sqlitestore.FileName+"-wal"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	largest := int64(0)
+	for round := range 40 {
+		ps := make([]items.BeforeWriteParams, 500)
+		for i := range ps {
+			ps[i] = items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("r%d-item-%d", round, i), Fingerprint: fp}
+		}
+		if _, err := l.BeforeWriteMany(ctx, "acme", ps); err != nil {
+			t.Fatal(err)
+		}
+		largest = max(largest, walSize())
+	}
+	db, err := os.Stat(filepath.Join(dir, sqlitestore.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The database file holds what was checkpointed: well past the limit, or the log kept it all.
+	if db.Size() < 2*limit {
+		t.Errorf("the database file holds only %d bytes after 20,000 claims: the log was not copied back", db.Size())
+	}
+	if largest > limit {
+		t.Errorf("the write-ahead log grew to %d bytes (database %d bytes); want at most %d", largest, db.Size(), limit)
+	}
+}
+
+// TestCloseTwice: Close may be called again (a deferred Close after an explicit one), and answers nil.
+func TestCloseTwice(t *testing.T) {
+	t.Parallel()
+	s := openIn(t, t.TempDir())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }

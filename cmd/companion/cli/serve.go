@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -69,6 +70,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr %q: %v", o.addr, err)
+	}
+	if m.Getenv("GOGC") == "" {
+		debug.SetGCPercent(handlers.GCPercent)
 	}
 	cfg, routing, tokens, err := m.settings(o)
 	if err != nil {
