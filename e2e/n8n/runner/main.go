@@ -82,6 +82,7 @@ func run() int {
 		{"batch: three items claimed and written once each", scenarioBatch},
 		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
 		{"batch: commit-then-drop on one item leaves only it unknown", scenarioBatchDrop},
+		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
 	}
@@ -748,6 +749,57 @@ func scenarioBatchDrop(ctx context.Context, e *env) error {
 		_, key, ref := reminder(inv)
 		if err := e.expect(key, state, 1, ref, 1); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// scenarioBatchLarge runs a node with more items than one batch call takes (500): the template splits
+// them into calls of 500, 500 and 50 under one batch id, and every item is claimed and written once.
+func scenarioBatchLarge(ctx context.Context, e *env) error {
+	const n = 1050
+	before, err := e.effects()
+	if err != nil {
+		return err
+	}
+	invoices := make([]int, n)
+	for i := range invoices {
+		invoices[i] = 10000 + i
+	}
+	out, err := e.runBatch(invoices...)
+	if err != nil {
+		return err
+	}
+	id, b, err := e.batchOf(out)
+	if err != nil {
+		return err
+	}
+	if b.Counts["succeeded"] != n {
+		return fmt.Errorf("batch %s counts %v, want %d succeeded", id, b.Counts, n)
+	}
+	if counts, _ := out["counts"].(map[string]any); counts["proceed"] != float64(n) {
+		return fmt.Errorf("the run answered counts %v, want %d proceed over its calls", out["counts"], n)
+	}
+	after, err := e.effects()
+	if err != nil {
+		return err
+	}
+	if after.Total-before.Total != n {
+		return fmt.Errorf("the receiver created %d records, want %d", after.Total-before.Total, n)
+	}
+	// The first, a boundary, and the last item: each once, at its position in the node.
+	for _, i := range []int{0, 499, 500, n - 1} {
+		_, key, ref := reminder(invoices[i])
+		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+			return err
+		}
+		var it struct {
+			BatchIndex int `json:"batch_index"`
+		}
+		if _, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, &it); err != nil {
+			return err
+		} else if it.BatchIndex != i {
+			return fmt.Errorf("%s: batch_index %d, want %d", key, it.BatchIndex, i)
 		}
 	}
 	return nil
