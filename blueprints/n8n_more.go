@@ -110,14 +110,22 @@ func n8nErrorWorkflow(t Template, s Settings) N8nWorkflow {
 	get := companionHTTP(s, "Claims of the execution", "GET", "={{ $json.companion_url }}"+PathBatches+"{{ encodeURIComponent($json.batch_id) }}", "", [2]int{440, y})
 	p := get.Parameters.(HTTPParams)
 	p.Options.Response = fullResponse()
+	// 500 items a page; 40 pages are the 20,000 items of 40 full batch calls.
+	p.Options.Pagination = cursorPages(40)
 	get.Parameters = p
-	get.Notes = "404 means the execution claimed nothing."
+	get.Notes = "One output item per page of 500. 404 means the execution claimed nothing."
 	g.add(get)
 	g.connect("Settings", 0, "Claims of the execution")
-	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight.
-const res = $input.first().json;
-if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) return [];
-return res.body.items.filter((it) => it.state === 'in_flight').map((it) => ({ json: { key: it.key } }));`, [2]int{660, y}))
+	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight, from every page of its status.
+const out = [];
+for (const page of $input.all()) {
+  const res = page.json;
+  if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) continue;
+  for (const it of res.body.items) {
+    if (it.state === 'in_flight') out.push({ json: { key: it.key } });
+  }
+}
+return out;`, [2]int{660, y}))
 	g.connect("Claims of the execution", 0, "Still in flight")
 	g.add(companionHTTP(s, "Ledger item", "GET", "={{ $('Settings').first().json.companion_url }}"+PathItems+"{{ encodeURIComponent($json.key) }}", "", [2]int{880, y}))
 	g.connect("Still in flight", 0, "Ledger item")

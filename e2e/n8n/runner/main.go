@@ -50,8 +50,10 @@ type env struct {
 	receiver    string
 	n8n         string
 	failReports atomic.Bool // the proxy answers after-write with 503 while set
-	procs       []*exec.Cmd
-	logs        []string
+	// failBatchReports: the proxy answers batch after-write with 503 while set
+	failBatchReports atomic.Bool
+	procs            []*exec.Cmd
+	logs             []string
 }
 
 func main() {
@@ -85,6 +87,7 @@ func run() int {
 		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
+		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
 	}
 	passed, failed := 0, 0
 	for _, s := range scenarios {
@@ -226,7 +229,8 @@ func (e *env) startProxy(port int) error {
 	target, _ := url.Parse(e.companion)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e.failReports.Load() && r.Method == http.MethodPost && r.URL.Path == blueprints.PathAfterWrite {
+		if r.Method == http.MethodPost && (e.failReports.Load() && r.URL.Path == blueprints.PathAfterWrite ||
+			e.failBatchReports.Load() && r.URL.Path == blueprints.PathBatchAfterWrite) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"error":{"code":"store_unavailable","message":"e2e: store unavailable"}}`)
@@ -869,4 +873,50 @@ func scenarioErrorWorkflow(ctx context.Context, e *env) error {
 	// The trigger claim of the failed execution was in flight too.
 	_, err = e.expectState(key+":trigger", "unknown", 1)
 	return err
+}
+
+// scenarioErrorWorkflowBatch fails a batch execution after its 600 writes, at the batch report: the error
+// workflow must read both pages of the batch's status (500 a page) and report every claim unknown.
+func scenarioErrorWorkflowBatch(ctx context.Context, e *env) error {
+	const n = 600
+	invoices := make([]int, n)
+	for i := range invoices {
+		invoices[i] = 20000 + i
+	}
+	e.failBatchReports.Store(true)
+	code, _, err := e.trigger(batchPath, batchBody(invoices...))
+	e.failBatchReports.Store(false)
+	if err != nil {
+		return err
+	}
+	if code < 500 {
+		return fmt.Errorf("webhook answered %d; the execution should have failed", code)
+	}
+	_, lastKey, _ := reminder(invoices[n-1])
+	var it struct {
+		BatchID string `json:"batch_id"`
+	}
+	if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(lastKey), token, nil, &it); err != nil || code != 200 {
+		return fmt.Errorf("GET item %s: %d %v", lastKey, code, err)
+	}
+	// The lease is 300 s; the error workflow reports the claims within a minute.
+	deadline := time.Now().Add(90 * time.Second)
+	var b batch
+	for time.Now().Before(deadline) {
+		if b, err = e.batch(it.BatchID); err != nil {
+			return err
+		}
+		if b.Counts["unknown"] == n {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if b.Counts["unknown"] != n {
+		return fmt.Errorf("batch %s counts %v, want %d unknown", it.BatchID, b.Counts, n)
+	}
+	// The last item is on the second page: reported by the error workflow, not by lease expiry.
+	if item, _ := e.item(lastKey); item.Cause == "lease_expired" {
+		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", lastKey)
+	}
+	return nil
 }
