@@ -155,9 +155,48 @@ type NameValue struct {
 
 // HTTPOptions are the HTTP Request options the templates set.
 type HTTPOptions struct {
-	Batching *HTTPBatching `json:"batching,omitempty"`
-	Response *HTTPResponse `json:"response,omitempty"`
-	Timeout  int           `json:"timeout,omitempty"`
+	Batching   *HTTPBatching   `json:"batching,omitempty"`
+	Pagination *HTTPPagination `json:"pagination,omitempty"`
+	Response   *HTTPResponse   `json:"response,omitempty"`
+	Timeout    int             `json:"timeout,omitempty"`
+}
+
+// HTTPPagination makes a node request page after page, updating parameters from each response, until
+// an expression says the last page came; every page is one output item.
+type HTTPPagination struct {
+	Pagination struct {
+		PaginationMode         string       `json:"paginationMode"`
+		Parameters             PagingParams `json:"parameters"`
+		PaginationCompleteWhen string       `json:"paginationCompleteWhen"`
+		CompleteExpression     string       `json:"completeExpression"`
+		LimitPagesFetched      bool         `json:"limitPagesFetched"`
+		MaxRequests            int          `json:"maxRequests"`
+	} `json:"pagination"`
+}
+
+// PagingParams are the parameters a paginated request updates.
+type PagingParams struct {
+	Parameters []PagingParam `json:"parameters"`
+}
+
+// PagingParam is one of them: where it goes (qs, headers, body), its name, and its value expression.
+type PagingParam struct {
+	Type  string `json:"type"`
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// cursorPages pages through a companion list by its next_cursor (GET /v1/batches/{id}, GET /v1/items):
+// at most maxPages pages.
+func cursorPages(maxPages int) *HTTPPagination {
+	p := &HTTPPagination{}
+	p.Pagination.PaginationMode = "updateAParameterInEachRequest"
+	p.Pagination.Parameters.Parameters = []PagingParam{{Type: "qs", Name: "cursor", Value: "={{ $response.body.next_cursor }}"}}
+	p.Pagination.PaginationCompleteWhen = "other"
+	p.Pagination.CompleteExpression = "={{ !$response.body || !$response.body.next_cursor }}"
+	p.Pagination.LimitPagesFetched = true
+	p.Pagination.MaxRequests = maxPages
+	return p
 }
 
 // HTTPBatching makes a node send its items one by one instead of all at once.

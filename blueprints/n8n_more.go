@@ -18,23 +18,30 @@ func n8nBatch(t Template, s Settings) N8nWorkflow {
 	g.connect("Webhook", 0, "YOUR ITEMS: one item per write")
 	g.add(settingsNode(t, s, "$json", [2]int{440, y}))
 	g.connect("YOUR ITEMS: one item per write", 0, "Settings")
-	g.add(codeNode("Batch request", "runOnceForAllItems", `// All items of the node in one POST /v1/batches/before-write, in order; each keeps its own key.
-const items = $input.all().map((it, i) => ({
-  key: it.json.key,
-  payload: it.json.payload,
-  destination: it.json.destination,
-  dedupe: it.json.dedupe,
-  reference: it.json.reference,
-  batch_index: i,
-  execution_id: $execution.id,
-}));
-return [{ json: { batch_id: $input.first().json.batch_id, items } }];`, [2]int{660, y}))
+	g.add(codeNode("Batch request", "runOnceForAllItems", `// All items of the node, in order, 500 to a POST /v1/batches/before-write (the most one call takes):
+// each keeps its own key and its position in the node as batch_index.
+const all = $input.all();
+const calls = [];
+for (let start = 0; start < all.length; start += 500) {
+  const items = all.slice(start, start + 500).map((it, i) => ({
+    key: it.json.key,
+    payload: it.json.payload,
+    destination: it.json.destination,
+    dedupe: it.json.dedupe,
+    reference: it.json.reference,
+    batch_index: start + i,
+    execution_id: $execution.id,
+  }));
+  calls.push({ json: { batch_id: all[0].json.batch_id, items } });
+}
+return calls;`, [2]int{660, y}))
 	g.connect("Settings", 0, "Batch request")
 	g.add(companionHTTP(s, "Batch before-write", "POST", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
 	g.connect("Batch request", 0, "Batch before-write")
-	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the request, with what the write needs.
+	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the node's items (the calls answer in order), with what the
+// write needs.
 const settings = $('Settings').all();
-return $input.first().json.items.map((d, i) => ({
+return $input.all().flatMap((call) => call.json.items).map((d, i) => ({
   json: Object.assign({}, d, {
     write_url: settings[i].json.write_url,
     payload: settings[i].json.payload,
@@ -48,8 +55,13 @@ return $input.first().json.items.map((d, i) => ({
 	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Batching: 1 item per batch (one by one)\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF**", [2]int{1480, y - 320}, 440, 260, 5))
 	_, last := g.guardedWriteTail(s, "One item per decision", true, 1540, y)
 	g.connect("Decision", 0, NodeWrite)
-	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence in one POST /v1/batches/after-write.
-return [{ json: { items: $input.all().map((it) => it.json) } }];`, [2]int{2200, y}))
+	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence, 500 reports to a POST /v1/batches/after-write.
+const all = $input.all().map((it) => it.json);
+const calls = [];
+for (let start = 0; start < all.length; start += 500) {
+  calls.push({ json: { items: all.slice(start, start + 500) } });
+}
+return calls;`, [2]int{2200, y}))
 	g.connect(last, 0, "Batch report")
 	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2420, y})
 	n.Parameters = func() HTTPParams {
@@ -60,8 +72,12 @@ return [{ json: { items: $input.all().map((it) => it.json) } }];`, [2]int{2200, 
 	g.add(n)
 	g.connect("Batch report", 0, "Batch after-write")
 	g.add(codeNode("Outcome", "runOnceForAllItems", `// The batch as the ledger recorded it; the webhook answers with it.
-const decided = $('Batch before-write').first().json;
-return [{ json: { batch_id: decided.batch_id, counts: decided.counts, written: $json.items } }];`, [2]int{2640, y}))
+const calls = $('Batch before-write').all().map((call) => call.json);
+const counts = {};
+for (const call of calls) {
+  for (const [decision, n] of Object.entries(call.counts)) counts[decision] = (counts[decision] || 0) + n;
+}
+return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2640, y}))
 	g.connect("Batch after-write", 0, "Outcome")
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 300}))
 	g.connect("Decision", 1, "Stored result")
@@ -94,14 +110,22 @@ func n8nErrorWorkflow(t Template, s Settings) N8nWorkflow {
 	get := companionHTTP(s, "Claims of the execution", "GET", "={{ $json.companion_url }}"+PathBatches+"{{ encodeURIComponent($json.batch_id) }}", "", [2]int{440, y})
 	p := get.Parameters.(HTTPParams)
 	p.Options.Response = fullResponse()
+	// 500 items a page; 40 pages are the 20,000 items of 40 full batch calls.
+	p.Options.Pagination = cursorPages(40)
 	get.Parameters = p
-	get.Notes = "404 means the execution claimed nothing."
+	get.Notes = "One output item per page of 500. 404 means the execution claimed nothing."
 	g.add(get)
 	g.connect("Settings", 0, "Claims of the execution")
-	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight.
-const res = $input.first().json;
-if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) return [];
-return res.body.items.filter((it) => it.state === 'in_flight').map((it) => ({ json: { key: it.key } }));`, [2]int{660, y}))
+	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight, from every page of its status.
+const out = [];
+for (const page of $input.all()) {
+  const res = page.json;
+  if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) continue;
+  for (const it of res.body.items) {
+    if (it.state === 'in_flight') out.push({ json: { key: it.key } });
+  }
+}
+return out;`, [2]int{660, y}))
 	g.connect("Claims of the execution", 0, "Still in flight")
 	g.add(companionHTTP(s, "Ledger item", "GET", "={{ $('Settings').first().json.companion_url }}"+PathItems+"{{ encodeURIComponent($json.key) }}", "", [2]int{880, y}))
 	g.connect("Still in flight", 0, "Ledger item")

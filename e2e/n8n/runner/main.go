@@ -50,8 +50,10 @@ type env struct {
 	receiver    string
 	n8n         string
 	failReports atomic.Bool // the proxy answers after-write with 503 while set
-	procs       []*exec.Cmd
-	logs        []string
+	// failBatchReports: the proxy answers batch after-write with 503 while set
+	failBatchReports atomic.Bool
+	procs            []*exec.Cmd
+	logs             []string
 }
 
 func main() {
@@ -82,8 +84,10 @@ func run() int {
 		{"batch: three items claimed and written once each", scenarioBatch},
 		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
 		{"batch: commit-then-drop on one item leaves only it unknown", scenarioBatchDrop},
+		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
+		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
 	}
 	passed, failed := 0, 0
 	for _, s := range scenarios {
@@ -225,7 +229,8 @@ func (e *env) startProxy(port int) error {
 	target, _ := url.Parse(e.companion)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e.failReports.Load() && r.Method == http.MethodPost && r.URL.Path == blueprints.PathAfterWrite {
+		if r.Method == http.MethodPost && (e.failReports.Load() && r.URL.Path == blueprints.PathAfterWrite ||
+			e.failBatchReports.Load() && r.URL.Path == blueprints.PathBatchAfterWrite) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"error":{"code":"store_unavailable","message":"e2e: store unavailable"}}`)
@@ -753,6 +758,57 @@ func scenarioBatchDrop(ctx context.Context, e *env) error {
 	return nil
 }
 
+// scenarioBatchLarge runs a node with more items than one batch call takes (500): the template splits
+// them into calls of 500, 500 and 50 under one batch id, and every item is claimed and written once.
+func scenarioBatchLarge(ctx context.Context, e *env) error {
+	const n = 1050
+	before, err := e.effects()
+	if err != nil {
+		return err
+	}
+	invoices := make([]int, n)
+	for i := range invoices {
+		invoices[i] = 10000 + i
+	}
+	out, err := e.runBatch(invoices...)
+	if err != nil {
+		return err
+	}
+	id, b, err := e.batchOf(out)
+	if err != nil {
+		return err
+	}
+	if b.Counts["succeeded"] != n {
+		return fmt.Errorf("batch %s counts %v, want %d succeeded", id, b.Counts, n)
+	}
+	if counts, _ := out["counts"].(map[string]any); counts["proceed"] != float64(n) {
+		return fmt.Errorf("the run answered counts %v, want %d proceed over its calls", out["counts"], n)
+	}
+	after, err := e.effects()
+	if err != nil {
+		return err
+	}
+	if after.Total-before.Total != n {
+		return fmt.Errorf("the receiver created %d records, want %d", after.Total-before.Total, n)
+	}
+	// The first, a boundary, and the last item: each once, at its position in the node.
+	for _, i := range []int{0, 499, 500, n - 1} {
+		_, key, ref := reminder(invoices[i])
+		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+			return err
+		}
+		var it struct {
+			BatchIndex int `json:"batch_index"`
+		}
+		if _, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, &it); err != nil {
+			return err
+		} else if it.BatchIndex != i {
+			return fmt.Errorf("%s: batch_index %d, want %d", key, it.BatchIndex, i)
+		}
+	}
+	return nil
+}
+
 func scenarioLookup(ctx context.Context, e *env) error {
 	const ref, key = "QT-2026-0417", "quote:QT-2026-0417:create"
 	body := map[string]any{"reference": ref, "customer": "c-88", "amount": 4200}
@@ -817,4 +873,50 @@ func scenarioErrorWorkflow(ctx context.Context, e *env) error {
 	// The trigger claim of the failed execution was in flight too.
 	_, err = e.expectState(key+":trigger", "unknown", 1)
 	return err
+}
+
+// scenarioErrorWorkflowBatch fails a batch execution after its 600 writes, at the batch report: the error
+// workflow must read both pages of the batch's status (500 a page) and report every claim unknown.
+func scenarioErrorWorkflowBatch(ctx context.Context, e *env) error {
+	const n = 600
+	invoices := make([]int, n)
+	for i := range invoices {
+		invoices[i] = 20000 + i
+	}
+	e.failBatchReports.Store(true)
+	code, _, err := e.trigger(batchPath, batchBody(invoices...))
+	e.failBatchReports.Store(false)
+	if err != nil {
+		return err
+	}
+	if code < 500 {
+		return fmt.Errorf("webhook answered %d; the execution should have failed", code)
+	}
+	_, lastKey, _ := reminder(invoices[n-1])
+	var it struct {
+		BatchID string `json:"batch_id"`
+	}
+	if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(lastKey), token, nil, &it); err != nil || code != 200 {
+		return fmt.Errorf("GET item %s: %d %v", lastKey, code, err)
+	}
+	// The lease is 300 s; the error workflow reports the claims within a minute.
+	deadline := time.Now().Add(90 * time.Second)
+	var b batch
+	for time.Now().Before(deadline) {
+		if b, err = e.batch(it.BatchID); err != nil {
+			return err
+		}
+		if b.Counts["unknown"] == n {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if b.Counts["unknown"] != n {
+		return fmt.Errorf("batch %s counts %v, want %d unknown", it.BatchID, b.Counts, n)
+	}
+	// The last item is on the second page: reported by the error workflow, not by lease expiry.
+	if item, _ := e.item(lastKey); item.Cause == "lease_expired" {
+		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", lastKey)
+	}
+	return nil
 }
