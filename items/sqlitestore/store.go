@@ -1,9 +1,10 @@
 // Package sqlitestore keeps the ledger in one SQLite file: the embedded store for a single instance.
 //
 // It uses modernc.org/sqlite (pure Go, no cgo) in WAL mode with synchronous=FULL, so an acknowledged claim
-// survives power loss. Writes go through one connection and every transition runs in one BEGIN IMMEDIATE
-// transaction whose write is guarded by the version it read (UPDATE … WHERE version = ?), so two
-// transitions on one item can never both act on the same state.
+// survives power loss. Writes go through one connection, where one committer runs the transitions waiting
+// at a moment in one BEGIN IMMEDIATE transaction (group commit, group.go), each against the state the
+// earlier ones left; every write is guarded by the version the transaction read (UPDATE … WHERE version
+// = ?), so two transitions on one item can never both act on the same state.
 package sqlitestore
 
 import (
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/replaysafe/companion/items"
@@ -39,6 +41,11 @@ type Store struct {
 	// rows and doc are write's buffers, used by one transaction at a time.
 	rows []any
 	doc  []byte
+	// The committer (commitGroups): receives every TransitionMany, stopped by Close (checkpointStop).
+	transitions   chan *transition
+	committerDone chan struct{}
+	commits       atomic.Int64 // transactions committed, for tests
+
 	// The background checkpointer (checkpoints): woken after commits, stopped by Close.
 	checkpointWake                 chan int // estimated pages a commit added
 	checkpointStop, checkpointDone chan struct{}
@@ -96,6 +103,8 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 	}
 	s.checkpointWake, s.checkpointStop, s.checkpointDone = make(chan int, 1), make(chan struct{}), make(chan struct{})
 	go s.checkpoints()
+	s.transitions, s.committerDone = make(chan *transition), make(chan struct{})
+	go s.commitGroups()
 	return s, nil
 }
 
@@ -285,66 +294,6 @@ func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.Tra
 	return out[0], nil
 }
 
-// TransitionMany implements items.Store: the whole batch is one transaction and one fsync; if fn fails
-// for any item nothing is written.
-//
-// fn decides every item first, against the state the earlier items left (kept in memory); only then is
-// each key's final state written, new items many rows to an INSERT. A batch of 500 new claims is then a
-// handful of statements instead of 500, and each statement's fixed cost (binding, stepping, its journal)
-// is paid a few times instead of once per item.
-func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	// Every key's item (nil: none) as the transaction found it; seen then holds it as the earlier calls left it.
-	found, err := readMany(ctx, tx, tenant, keys)
-	if err != nil {
-		return nil, err
-	}
-	seen := make(map[string]*items.Item, len(found))
-	for k, it := range found {
-		seen[k] = it
-	}
-	out := make([]*items.Item, len(keys))
-	var changed []string // keys with a new state, in the order of their first change
-	for i, key := range keys {
-		cur := seen[key]
-		var arg *items.Item
-		if cur != nil {
-			arg = cur.Clone()
-		}
-		next, err := fn(i, arg)
-		if err != nil {
-			return nil, err
-		}
-		if next == nil {
-			out[i] = cur
-			continue
-		}
-		if err := advance(cur, next); err != nil {
-			return nil, err
-		}
-		if cur == found[key] {
-			changed = append(changed, key)
-		}
-		out[i] = next
-		seen[key] = next
-	}
-	if len(changed) == 0 {
-		return out, nil
-	}
-	if err := s.write(ctx, tx, found, seen, changed); err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, unavailable(err)
-	}
-	s.committed(len(changed))
-	return out, nil
-}
-
 // advance stamps next, the state fn made of cur (nil: a new item), with the version and times it is
 // stored with.
 func advance(cur, next *items.Item) error {
@@ -532,6 +481,7 @@ func (s *Store) Close() error {
 	if s.checkpointStop != nil {
 		s.closing.Do(func() { close(s.checkpointStop) }) // Close may be called again
 		<-s.checkpointDone
+		<-s.committerDone
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
 	// would not checkpoint.

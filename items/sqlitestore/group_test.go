@@ -1,0 +1,130 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// claimFn makes a new in-flight item of every key, or moves an existing one to the next attempt.
+func claimFn(tenant string, keys []string) func(int, *items.Item) (*items.Item, error) {
+	return func(i int, cur *items.Item) (*items.Item, error) {
+		now := time.Now().UTC()
+		if cur == nil {
+			return &items.Item{Tenant: tenant, Key: keys[i], Destination: "billing", State: items.StateInFlight, Attempt: 1,
+				CreatedAt: now, UpdatedAt: now}, nil
+		}
+		cur.Attempt++
+		cur.UpdatedAt = now
+		return cur, nil
+	}
+}
+
+func newTransition(tenant string, keys []string, fn func(int, *items.Item) (*items.Item, error)) *transition {
+	return &transition{ctx: context.Background(), tenant: tenant, keys: keys, fn: fn, done: make(chan struct{})}
+}
+
+// TestGroupRunsTransitionsInOrderAndDropsAFailedOne decides three transitions as one group: the second
+// changes the first's item and then fails, so it must leave no trace; the third must see the first's
+// state, and the first's and third's changes must be committed.
+func TestGroupRunsTransitionsInOrderAndDropsAFailedOne(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	boom := errors.New("boom")
+	a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+	b := newTransition("acme", []string{"k", "new-of-b"}, func(i int, cur *items.Item) (*items.Item, error) {
+		if i == 1 {
+			return nil, boom
+		}
+		return claimFn("acme", []string{"k"})(i, cur)
+	})
+	c := newTransition("acme", []string{"k", "x"}, claimFn("acme", []string{"k", "x"}))
+	other := newTransition("globex", []string{"k"}, claimFn("globex", []string{"k"}))
+	s.commitGroup([]*transition{a, b, c, other})
+
+	if a.err != nil || c.err != nil || other.err != nil {
+		t.Fatalf("errors: a %v, c %v, other tenant %v", a.err, c.err, other.err)
+	}
+	if !errors.Is(b.err, boom) || b.out != nil {
+		t.Errorf("b: %v, %v; want its own error and no items", b.out, b.err)
+	}
+	if got := c.out[0].Attempt; got != 2 {
+		t.Errorf("c saw attempt %d of k; want 2 (a's claim, not b's)", got)
+	}
+	stored, err := s.Get(ctx, "acme", "k")
+	if err != nil || stored.Attempt != 2 {
+		t.Fatalf("stored k: %+v, %v; want attempt 2", stored, err)
+	}
+	if _, err := s.Get(ctx, "acme", "new-of-b"); !errors.Is(err, items.ErrNotFound) {
+		t.Errorf("b's item was written: %v", err)
+	}
+	if _, err := s.Get(ctx, "acme", "x"); err != nil {
+		t.Errorf("c's new item: %v", err)
+	}
+	if it, err := s.Get(ctx, "globex", "k"); err != nil || it.Attempt != 1 {
+		t.Errorf("the other tenant's k: %+v, %v; want its own item at attempt 1", it, err)
+	}
+}
+
+// TestConcurrentCallersShareCommits runs 64 callers at once, each claiming its own key ten times, and
+// checks that every claim was recorded exactly once and that the callers shared commits.
+func TestConcurrentCallersShareCommits(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const callers, rounds = 64, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for c := range callers {
+		wg.Go(func() {
+			key := fmt.Sprintf("k-%d", c)
+			for range rounds {
+				if _, err := s.TransitionMany(ctx, "acme", []string{key}, claimFn("acme", []string{key})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for c := range callers {
+		it, err := s.Get(ctx, "acme", fmt.Sprintf("k-%d", c))
+		if err != nil || it.Attempt != rounds || it.Version != rounds {
+			t.Fatalf("k-%d: %+v, %v; want attempt and version %d", c, it, err, rounds)
+		}
+	}
+	if n := s.commits.Load(); n >= callers*rounds {
+		t.Errorf("%d commits for %d transitions: callers did not share commits", n, callers*rounds)
+	} else {
+		t.Logf("%d commits for %d transitions", n, callers*rounds)
+	}
+}
+
+// TestTransitionAfterCloseIsUnavailable: a transition that arrives after Close answers ErrUnavailable.
+func TestTransitionAfterCloseIsUnavailable(t *testing.T) {
+	s, err := Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	_, err = s.TransitionMany(context.Background(), "acme", []string{"k"}, claimFn("acme", []string{"k"}))
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("after Close: %v; want ErrUnavailable", err)
+	}
+}
