@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
+	"github.com/replaysafe/companion/handlers"
 )
 
 // lockedBuffer collects what the program writes; the logger and the test read it from different goroutines.
@@ -372,5 +374,26 @@ func TestTokenMistakesStopTheStart(t *testing.T) {
 				t.Fatalf("error: %v", err)
 			}
 		})
+	}
+}
+
+// gcPercent reads the collector's target (GOGC) without changing it.
+func gcPercent() int {
+	old := debug.SetGCPercent(100)
+	debug.SetGCPercent(old)
+	return old
+}
+
+// TestServeRunsTheCollectorAtGCPercentUnlessGOGCIsSet: serve raises GOGC to handlers.GCPercent, and
+// leaves the collector alone when the environment sets GOGC (the runtime applied it at start).
+func TestServeRunsTheCollectorAtGCPercentUnlessGOGCIsSet(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(), "GOGC": "150"})
+	if got := gcPercent(); got != 100 {
+		t.Errorf("with GOGC set, serve changed the collector's target to %d", got)
+	}
+	start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir()})
+	if got := gcPercent(); got != handlers.GCPercent {
+		t.Errorf("without GOGC the collector's target is %d, want %d", got, handlers.GCPercent)
 	}
 }
