@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -77,11 +78,28 @@ func (s *Store) commitGroups() {
 			}
 			break
 		}
-		s.commitGroup(group)
+		s.commitGroupRecovering(group)
 		for _, t := range group {
 			close(t.done)
 		}
 	}
+}
+
+// commitGroupRecovering is commitGroup, turning a panic (a bug in a decision or in the driver) into an
+// error for the group's callers: in a request's own goroutine it would have become that request's 500, and
+// here it would stop the committer, and every later write with it.
+func (s *Store) commitGroupRecovering(group []*transition) {
+	defer func() {
+		if r := recover(); r != nil {
+			err := fmt.Errorf("sqlitestore: a transition panicked: %v", r)
+			for _, t := range group {
+				if t.err == nil {
+					t.out, t.err = nil, err
+				}
+			}
+		}
+	}()
+	s.commitGroup(group)
 }
 
 // itemID names a tenant's key inside a group, which may span tenants.

@@ -128,3 +128,24 @@ func TestTransitionAfterCloseIsUnavailable(t *testing.T) {
 		t.Errorf("after Close: %v; want ErrUnavailable", err)
 	}
 }
+
+// TestPanickingTransitionFailsItsGroupNotTheStore: a decision that panics answers an error, and the
+// store goes on committing.
+func TestPanickingTransitionFailsItsGroupNotTheStore(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.TransitionMany(ctx, "acme", []string{"k"}, func(int, *items.Item) (*items.Item, error) { panic("a bug") })
+	if err == nil {
+		t.Fatal("a panicking transition answered no error")
+	}
+	if _, err := s.TransitionMany(ctx, "acme", []string{"k"}, claimFn("acme", []string{"k"})); err != nil {
+		t.Fatalf("the next transition: %v", err)
+	}
+	if it, err := s.Get(ctx, "acme", "k"); err != nil || it.Attempt != 1 {
+		t.Errorf("k: %+v, %v; want the second transition's claim", it, err)
+	}
+}
