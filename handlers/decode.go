@@ -202,9 +202,6 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 
 // validateRequest applies the field rules to a decoded request and returns their problems.
 func validateRequest(prefix string, dst any) (ps problems, err error) {
-	if rulesMet(dst) {
-		return nil, nil
-	}
 	if err := validate.Struct(dst); err != nil {
 		var ves validator.ValidationErrors
 		if !errors.As(err, &ves) {
