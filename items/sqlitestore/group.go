@@ -47,7 +47,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	t := &transition{ctx: ctx, tenant: tenant, keys: keys, fn: fn, done: make(chan struct{})}
 	select {
 	case s.transitions <- t:
-	case <-s.checkpointStop:
+	case <-s.stop:
 		return nil, unavailable(errClosed)
 	case <-ctx.Done():
 		return nil, unavailable(ctx.Err())
@@ -57,14 +57,15 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	return t.out, t.err
 }
 
-// commitGroups is the committer: until Close, it takes the transitions waiting and commits them as one.
+// commitGroups is the committer: until Close, it takes the transitions waiting and commits them as one,
+// and checkpoints the write-ahead log after the answers when it has grown by checkpointPages.
 func (s *Store) commitGroups() {
 	defer close(s.committerDone)
 	for {
 		var first *transition
 		select {
 		case first = <-s.transitions:
-		case <-s.checkpointStop:
+		case <-s.stop:
 			return
 		}
 		group := []*transition{first}
@@ -82,6 +83,10 @@ func (s *Store) commitGroups() {
 		for _, t := range group {
 			close(t.done)
 		}
+		if s.grown >= checkpointPages {
+			s.grown = 0
+			_, _ = s.w.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
+		}
 	}
 }
 
@@ -91,15 +96,19 @@ func (s *Store) commitGroups() {
 func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
-			err := fmt.Errorf("sqlitestore: a transition panicked: %v", r)
-			for _, t := range group {
-				if t.err == nil {
-					t.out, t.err = nil, err
-				}
-			}
+			failGroup(group, fmt.Errorf("sqlitestore: a transition panicked: %v", r))
 		}
 	}()
 	s.commitGroup(group)
+}
+
+// failGroup answers err to every transition of group that has no answer of its own yet.
+func failGroup(group []*transition, err error) {
+	for _, t := range group {
+		if t.err == nil {
+			t.out, t.err = nil, err
+		}
+	}
 }
 
 // itemID names a tenant's key inside a group, which may span tenants.
@@ -107,13 +116,7 @@ func itemID(tenant, key string) string { return tenant + "\x00" + key }
 
 // commitGroup decides the group's transitions in one transaction and answers each.
 func (s *Store) commitGroup(group []*transition) {
-	fail := func(err error) {
-		for _, t := range group {
-			if t.err == nil {
-				t.out, t.err = nil, err
-			}
-		}
-	}
+	fail := func(err error) { failGroup(group, err) }
 	// A caller that gave up before its turn is not decided; the others' contexts do not end the group.
 	ctx := context.Background()
 	for _, t := range group {
@@ -131,7 +134,6 @@ func (s *Store) commitGroup(group []*transition) {
 	found := map[string]*items.Item{}
 	seen := map[string]*items.Item{}
 	var changed []string // items with a new state, in the order of their first change
-	isChanged := map[string]bool{}
 	for _, t := range group {
 		if t.err != nil {
 			continue
@@ -149,10 +151,11 @@ func (s *Store) commitGroup(group []*transition) {
 				return
 			}
 			for k, it := range stored {
-				found[itemID(t.tenant, k)], seen[itemID(t.tenant, k)] = it, it
+				id := itemID(t.tenant, k)
+				found[id], seen[id] = it, it
 			}
 		}
-		if err := decide(t, seen, isChanged, &changed); err != nil {
+		if err := decide(t, found, seen, &changed); err != nil {
 			t.out, t.err = nil, err
 		}
 	}
@@ -168,12 +171,13 @@ func (s *Store) commitGroup(group []*transition) {
 		return
 	}
 	s.commits.Add(1)
-	s.committed(len(changed))
+	s.grown += estimatedPages(len(changed))
 }
 
-// decide runs t's fn over its keys against seen, recording each new state there and each newly changed
-// item in changed. If fn fails, seen and changed are left as they were and the error is returned.
-func decide(t *transition, seen map[string]*items.Item, isChanged map[string]bool, changed *[]string) error {
+// decide runs t's fn over its keys against seen, recording each new state there and each item changed
+// for the first time (its state in seen is still the one found) in changed. If fn fails, seen and changed
+// are left as they were and the error is returned.
+func decide(t *transition, found, seen map[string]*items.Item, changed *[]string) error {
 	type undo struct {
 		id   string
 		prev *items.Item
@@ -183,9 +187,6 @@ func decide(t *transition, seen map[string]*items.Item, isChanged map[string]boo
 	rollback := func() {
 		for i := len(undos) - 1; i >= 0; i-- {
 			seen[undos[i].id] = undos[i].prev
-		}
-		for _, id := range (*changed)[from:] {
-			delete(isChanged, id)
 		}
 		*changed = (*changed)[:from]
 	}
@@ -210,8 +211,7 @@ func decide(t *transition, seen map[string]*items.Item, isChanged map[string]boo
 			continue
 		}
 		undos = append(undos, undo{id, cur})
-		if !isChanged[id] {
-			isChanged[id] = true
+		if cur == found[id] {
 			*changed = append(*changed, id)
 		}
 		t.out[i] = next

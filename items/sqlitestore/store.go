@@ -41,15 +41,14 @@ type Store struct {
 	// rows and doc are write's buffers, used by one transaction at a time.
 	rows []any
 	doc  []byte
-	// The committer (commitGroups): receives every TransitionMany, stopped by Close (checkpointStop).
-	transitions   chan *transition
-	committerDone chan struct{}
-	commits       atomic.Int64 // transactions committed, for tests
-
-	// The background checkpointer (checkpoints): woken after commits, stopped by Close.
-	checkpointWake                 chan int // estimated pages a commit added
-	checkpointStop, checkpointDone chan struct{}
-	closing                        sync.Once
+	// The committer (commitGroups) receives every TransitionMany until Close closes stop.
+	transitions         chan *transition
+	stop, committerDone chan struct{}
+	closing             sync.Once
+	// grown is how much the write-ahead log grew since the last checkpoint (estimated pages); the
+	// committer's alone.
+	grown   int
+	commits atomic.Int64 // transactions committed, for tests
 }
 
 var _ items.Store = (*Store)(nil)
@@ -101,66 +100,30 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		s.Close()
 		return nil, fmt.Errorf("sqlitestore: prepare: %w", err)
 	}
-	s.checkpointWake, s.checkpointStop, s.checkpointDone = make(chan int, 1), make(chan struct{}), make(chan struct{})
-	go s.checkpoints()
-	s.transitions, s.committerDone = make(chan *transition), make(chan struct{})
+	s.transitions, s.stop, s.committerDone = make(chan *transition), make(chan struct{}), make(chan struct{})
 	go s.commitGroups()
 	return s, nil
 }
 
 // walSafetyPages is the size of the write-ahead log (in 4 KiB pages, 64 MiB) at which the writer
-// checkpoints by itself, in the request that crosses it: only when checkpoints cannot keep up.
+// checkpoints by itself, in the request that crosses it: only when the committer's checkpoints (see
+// checkpointPages) cannot keep up.
 const walSafetyPages = 16384
 
-// checkpointPages is how much the write-ahead log grows (estimated, in pages) between two background
-// checkpoints: SQLite's own default, so that moving checkpoints out of the commits does not add any.
+// checkpointPages is how much the write-ahead log grows (estimated, in pages) between two checkpoints:
+// SQLite's own default, so that moving checkpoints out of the commits does not add any.
+//
+// SQLite would checkpoint inside the commit that crosses the mark, and that request would wait for the
+// copy and an fsync of the database file: a third of a batch's commit. The committer checkpoints instead,
+// once the group's callers have their answers, on the writer's connection between two transactions, as
+// SQLite's own would: run beside the commits (on a reader connection), its fsyncs slowed every
+// single-item commit by a tenth on a VM disk. A failed checkpoint is left to the next one, and to the
+// writer's own at walSafetyPages.
 const checkpointPages = 1000
 
 // estimatedPages is what one commit of n items adds to the write-ahead log: a page for every two items'
 // rows, and about one page per index and the table for the leaves the commit touches.
 func estimatedPages(n int) int { return 8 + n/2 }
-
-// checkpoints copies the write-ahead log back into the database file, until Close. SQLite would do it
-// inside the commit that crosses 1000 pages, and that request would wait for the copy and an fsync of the
-// database file: a third of a batch's commit. Here the request answers first. The checkpoint still runs
-// on the writer's connection, between two transactions, as SQLite's own would: run beside the commits
-// (on a reader connection), its fsyncs slowed every single-item commit by a tenth on a VM disk. Its errors
-// are left to the next one, and to the writer's own checkpoint at walSafetyPages.
-func (s *Store) checkpoints() {
-	defer close(s.checkpointDone)
-	grown := 0
-	for {
-		select {
-		case <-s.checkpointStop:
-			return
-		case pages := <-s.checkpointWake:
-			if grown += pages; grown < checkpointPages {
-				continue
-			}
-		}
-		grown = 0
-		_, _ = s.w.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
-	}
-}
-
-// committed tells the checkpointer that a commit of n items grew the log. It never waits: the checkpointer
-// gets to it shortly, or a later commit's growth is counted with it.
-func (s *Store) committed(n int) {
-	pages := estimatedPages(n)
-	for {
-		select {
-		case s.checkpointWake <- pages:
-			return
-		default:
-		}
-		// The checkpointer is busy with a checkpoint and one growth waits in the channel: fold ours into it.
-		select {
-		case waiting := <-s.checkpointWake:
-			pages += waiting
-		default:
-		}
-	}
-}
 
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
@@ -478,9 +441,8 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close implements items.Store. A WAL checkpoint runs as the last connection closes.
 func (s *Store) Close() error {
-	if s.checkpointStop != nil {
-		s.closing.Do(func() { close(s.checkpointStop) }) // Close may be called again
-		<-s.checkpointDone
+	if s.stop != nil {
+		s.closing.Do(func() { close(s.stop) }) // Close may be called again
 		<-s.committerDone
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
