@@ -21,7 +21,7 @@ const MaxBodyBytes = 1 << 20
 
 // GCPercent is the garbage collector's target (GOGC) that companion serve runs with when the environment
 // does not set GOGC. The service keeps little (a live heap of a few MB) while a request allocates freely:
-// a batch of 500 claims about 5 MB. At Go's default of 100 the collector ran about twice per batch and,
+// a batch of 500 claims allocates about 4 MB. At Go's default of 100 the collector ran about twice per batch and,
 // with the memory it returned to the system and took back, cost a fifth of the batch's time. At 400 the
 // heap may grow to five times what is live: still a few tens of MB. The HTTP benchmarks run with it.
 const GCPercent = 400

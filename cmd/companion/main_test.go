@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replaysafe/companion/handlers/handlerstest"
 )
 
 // binary is the companion program, built once for these tests.
@@ -40,29 +42,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// lockedBuffer collects a process's standard error while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // process is a running companion binary.
 type process struct {
 	cmd    *exec.Cmd
 	addr   string
-	log    *lockedBuffer
+	log    *handlerstest.SyncBuffer
 	exited chan struct{}
 	err    error // the exit status, once exited is closed
 }
@@ -83,7 +67,7 @@ func command(dataDir string, env ...string) *exec.Cmd {
 // run starts cmd and waits for its start line; it fails the test if the program exits first.
 func run(t *testing.T, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{cmd: cmd, log: &lockedBuffer{}, exited: make(chan struct{})}
+	p := &process{cmd: cmd, log: &handlerstest.SyncBuffer{}, exited: make(chan struct{})}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

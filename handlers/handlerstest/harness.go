@@ -83,7 +83,7 @@ func NewService(t testing.TB, store items.Store, cfg ServiceConfig) *Service {
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}
-	var logBuf syncBuffer
+	var logBuf SyncBuffer
 	hc := handlers.Config{Ledger: ledger, Logger: slog.New(slog.NewJSONHandler(&logBuf, nil)), Open: cfg.Open, Routes: cfg.Routes}
 	if !cfg.Open {
 		hc.Tokens = Tokens
@@ -100,15 +100,24 @@ func NewService(t testing.TB, store items.Store, cfg ServiceConfig) *Service {
 	return &Service{t: t, Store: store, Ledger: ledger, Clock: clock, URL: srv.URL, client: client, Log: &logBuf.buf}
 }
 
-type syncBuffer struct {
+// SyncBuffer collects what a program writes (its log) while a test reads it from another goroutine.
+type SyncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+// Write implements io.Writer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // Request is one HTTP request to the service.

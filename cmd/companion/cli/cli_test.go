@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,39 +10,21 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/handlers/handlerstest"
 )
-
-// lockedBuffer collects what the program writes; the logger and the test read it from different goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // program is one in-process run of companion.
 type program struct {
 	*cli.Main
-	out, err *lockedBuffer
+	out, err *handlerstest.SyncBuffer
 }
 
 func newProgram(env map[string]string) program {
-	p := program{Main: cli.NewMain(), out: &lockedBuffer{}, err: &lockedBuffer{}}
+	p := program{Main: cli.NewMain(), out: &handlerstest.SyncBuffer{}, err: &handlerstest.SyncBuffer{}}
 	p.Stdout, p.Stderr = p.out, p.err
 	p.Getenv = func(k string) string { return env[k] }
 	return p
