@@ -22,8 +22,10 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
@@ -54,12 +56,16 @@ type Store struct {
 	client *mongo.Client
 	items  *mongo.Collection
 	meta   *mongo.Collection
+	// committedMeta is meta read with read concern majority: what it returns cannot be rolled back.
+	committedMeta *mongo.Collection
 }
 
 var _ items.Store = (*Store)(nil)
 
 type settings struct {
 	timeout time.Duration
+	// monitor, when set, sees every command the client sends (tests).
+	monitor *event.CommandMonitor
 }
 
 // Option changes how Open connects.
@@ -93,13 +99,17 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		SetConnectTimeout(set.timeout).
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary())
+	if set.monitor != nil {
+		copts.SetMonitor(set.monitor)
+	}
 	client, err := mongo.Connect(copts)
 	if err != nil {
 		// The URI itself is wrong: say so, without echoing credentials.
 		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), err)
 	}
 	db := client.Database(database)
-	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection)}
+	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
+		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority()))}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		s.Close()
 		return nil, unavailable("connect to "+Redacted(uri), err)
@@ -458,9 +468,13 @@ func seenOf(it *items.Item) *seen {
 const ledgerSecretID = "ledger_secret"
 
 // LedgerSecret implements items.Store: the first replica to start inserts a random secret; every replica
-// then reads the one that won.
+// then reads the one that won, with read concern majority.
 //
 // ATOMICITY: the unique _id index of the meta collection lets exactly one insert of the secret succeed.
+// The insert is acknowledged by a majority, and the read sees only what a majority holds: a replica that
+// starts during a failover cannot read a secret that a deposed primary accepted alone and that is rolled
+// back later (the next replica would create another one, and the two would derive different idempotency
+// keys for the same item).
 func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -473,7 +487,7 @@ func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 	var stored struct {
 		Value []byte `bson:"value"`
 	}
-	if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}}).Decode(&stored); err != nil {
+	if err := s.committedMeta.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}}).Decode(&stored); err != nil {
 		return nil, unavailable("read ledger secret", err)
 	}
 	if len(stored.Value) == 0 {

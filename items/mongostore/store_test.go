@@ -1,6 +1,7 @@
 package mongostore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -554,5 +557,48 @@ func TestStoreDoesNotLinkFerretDB(t *testing.T) {
 	}
 	if strings.Contains(string(out), "FerretDB") {
 		t.Fatal("items/mongostore depends on FerretDB; only its tests may")
+	}
+}
+
+// TestLedgerSecretIsReadWithMajority shows that the ledger secret is read with read concern majority (the
+// test server accepts the read concern; only a real replica set can show what it changes during a
+// failover), and that the secret read so is the one every replica gets.
+func TestLedgerSecretIsReadWithMajority(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var reads []bson.Raw
+	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+		if ev.CommandName == "find" {
+			if coll, ok := ev.Command.Lookup("find").StringValueOK(); ok && coll == mongostore.MetaCollection {
+				mu.Lock()
+				reads = append(reads, slices.Clone(ev.Command))
+				mu.Unlock()
+			}
+		}
+	}}
+	s, err := mongostore.Open(t.Context(), e.uri, e.db, mongostore.WithCommandMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	a, err := s.LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.open().LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("two replicas read different ledger secrets")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reads) != 1 {
+		t.Fatalf("LedgerSecret read the meta collection %d times, want once", len(reads))
+	}
+	level, _ := reads[0].Lookup("readConcern", "level").StringValueOK()
+	if level != "majority" {
+		t.Fatalf("the ledger secret was read with read concern %q, want majority (command %s)", level, reads[0])
 	}
 }
