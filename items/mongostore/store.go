@@ -58,14 +58,21 @@ type Store struct {
 	meta   *mongo.Collection
 	// committedMeta is meta read with read concern majority: what it returns cannot be rolled back.
 	committedMeta *mongo.Collection
+	// clock is this process's clock, which ClockOffset compares with the server's; serverClock is
+	// whether the server reports its clock (localTime in hello).
+	clock       func() time.Time
+	serverClock bool
 }
 
-var _ items.Store = (*Store)(nil)
+var _ items.SharedStore = (*Store)(nil)
 
 type settings struct {
 	timeout time.Duration
 	// monitor, when set, sees every command the client sends (tests).
 	monitor *event.CommandMonitor
+	clock   func() time.Time
+	// noServerClock makes the store not read the server's clock.
+	noServerClock bool
 }
 
 // Option changes how Open connects.
@@ -74,6 +81,18 @@ type Option func(*settings)
 // WithTimeout sets the client-side timeout of every operation (DefaultTimeout when not given).
 func WithTimeout(d time.Duration) Option {
 	return func(s *settings) { s.timeout = d }
+}
+
+// WithClock sets the process clock the store compares with the server's clock (time.Now when not
+// given): a test gives two stores clocks that differ, as two replicas' clocks do.
+func WithClock(now func() time.Time) Option {
+	return func(s *settings) { s.clock = now }
+}
+
+// WithoutServerClock makes the store not read the server's clock, as if the server did not report it:
+// the ledger then judges leases on this process's clock with its max_clock_skew margin.
+func WithoutServerClock() Option {
+	return func(s *settings) { s.noServerClock = true }
 }
 
 // Open connects to the MongoDB deployment at uri, checks that its primary answers, and creates the
@@ -87,7 +106,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	if database == "" {
 		database = DefaultDatabase
 	}
-	set := settings{timeout: DefaultTimeout}
+	set := settings{timeout: DefaultTimeout, clock: time.Now}
 	for _, o := range opts {
 		o(&set)
 	}
@@ -109,10 +128,21 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	}
 	db := client.Database(database)
 	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
-		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority()))}
+		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority())),
+		clock:         set.clock}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		s.Close()
 		return nil, unavailable("connect to "+Redacted(uri), err)
+	}
+	if !set.noServerClock {
+		// A server that refuses hello (older than MongoDB 4.4.2) or does not report its clock leaves the
+		// ledger on this process's clock, with its max_clock_skew margin.
+		at, err := s.serverTime(ctx)
+		if err != nil && !isServerError(err) {
+			s.Close()
+			return nil, unavailable("connect to "+Redacted(uri), err)
+		}
+		s.serverClock = err == nil && !at.IsZero()
 	}
 	if err := s.ensureIndexes(ctx); err != nil {
 		s.Close()
@@ -494,6 +524,51 @@ func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 		return nil, errors.New("mongostore: the stored ledger secret is empty")
 	}
 	return stored.Value, nil
+}
+
+// HasClock implements items.SharedStore: whether the server reports its clock (every MongoDB does; see
+// WithoutServerClock).
+func (s *Store) HasClock() bool { return s.serverClock }
+
+// ClockOffset implements items.SharedStore: how far the primary's clock is ahead of this process's,
+// read with one hello command (its localTime), which MongoDB and FerretDB both answer.
+//
+// The ledger reads it inside a transition, between the read and the guarded write, and decides and stamps
+// leases on this process's clock moved by it: on the primary's clock, the one clock every replica shares.
+// A lease the primary's clock shows expired when the offset is read is still expired when the write
+// lands, since that clock only moves forward. (MongoDB could also compare with $$NOW inside the guarded
+// update; FerretDB v1, the test server, does not know $$NOW, so the store reads the clock instead, and the
+// same code runs on both.)
+//
+// The server's clock is known to within half the round trip (and its millisecond): an offset no larger
+// is returned as zero.
+func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
+	before := s.clock()
+	at, err := s.serverTime(ctx)
+	after := s.clock()
+	if err != nil {
+		return 0, unavailable("read the server's clock", err)
+	}
+	if at.IsZero() {
+		return 0, fmt.Errorf("%w: mongodb: the server no longer reports its clock", items.ErrUnavailable)
+	}
+	half := after.Sub(before) / 2
+	off := at.Sub(before.Add(half))
+	if off.Abs() <= half+time.Millisecond {
+		return 0, nil
+	}
+	return off, nil
+}
+
+// serverTime returns the primary's clock (hello's localTime), or the zero time when it reports none.
+func (s *Store) serverTime(ctx context.Context) (time.Time, error) {
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := s.items.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return time.Time{}, err
+	}
+	return hello.LocalTime, nil
 }
 
 // Ping implements items.Store: the primary must answer, and accept a write with the store's write

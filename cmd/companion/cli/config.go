@@ -30,6 +30,9 @@ type fileConfig struct {
 	Tokens []tokenConfig `yaml:"tokens"`
 	// Alerts routes the alerts of items that need a person (sweep.go).
 	Alerts alertsConfig `yaml:"alerts"`
+	// MaxClockSkew is how far the clocks of the replicas sharing a store may differ (items.Config): a Go
+	// duration or whole seconds; default 2 s.
+	MaxClockSkew field[durationValue] `yaml:"max_clock_skew"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -150,7 +153,15 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
 	}
 	probs := &configProblems{path: path}
-	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
+	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{},
+		MaxClockSkew: items.DefaultMaxClockSkew}
+	if check(fc.MaxClockSkew, "max_clock_skew", probs) {
+		if v := time.Duration(fc.MaxClockSkew.Value); v < 0 {
+			probs.add(fc.MaxClockSkew.Line, "max_clock_skew", "must not be negative")
+		} else {
+			cfg.MaxClockSkew = v
+		}
+	}
 	names := make([]string, 0, len(fc.Destinations))
 	for name := range fc.Destinations {
 		names = append(names, name)

@@ -155,7 +155,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 
 // settings combines the configuration file and the token sources.
 func (m *Main) settings(o serveOptions) (items.Config, alerts.Routing, []handlers.Token, error) {
-	var cfg items.Config
+	cfg := items.Config{MaxClockSkew: items.DefaultMaxClockSkew}
 	var routing alerts.Routing
 	var fileTokens []handlers.Token
 	if o.configPath != "" {
