@@ -62,6 +62,8 @@ type Store struct {
 	// whether the server reports its clock (localTime in hello).
 	clock       func() time.Time
 	serverClock bool
+	// fault, set by tests, fails a write the server applied (as a lost acknowledgement): see undo.go.
+	fault func(op string) error
 }
 
 var _ items.SharedStore = (*Store)(nil)
@@ -245,8 +247,14 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*items.Item, error
 
 // Transition implements items.Store: read, decide, then one conditional single-document write; a write
 // that finds the item changed since the read decides again on a fresh read.
+// If the write fails, a claim it may have made is taken back (undo.go).
 func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.TransitionFunc) (*items.Item, error) {
-	return s.transition(ctx, tenant, key, nil, fn)
+	log := undoLog{}
+	it, err := s.transition(ctx, log, tenant, key, nil, fn)
+	if err != nil {
+		return nil, s.undo(ctx, log, err)
+	}
+	return it, nil
 }
 
 // seen is what a transition already knows of an item: the document last read or written (nil: none
@@ -256,7 +264,8 @@ type seen struct {
 	doc *itemDoc
 }
 
-func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
+// transition records its writes in log.
+func (s *Store) transition(ctx context.Context, log undoLog, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
 	for race := 0; ; race++ {
 		if race == maxRaces {
 			return nil, fmt.Errorf("%w: mongodb: item %q changed under %d attempts to change it", items.ErrUnavailable, key, maxRaces)
@@ -291,7 +300,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, 
 		if err := checkReturned(tenant, key, next); err != nil {
 			return nil, err
 		}
-		stored, err := s.write(ctx, cur, prepare(cur, next))
+		stored, err := s.write(ctx, log, cur, prepare(cur, next))
 		if err != nil {
 			return nil, err
 		}
@@ -310,9 +319,11 @@ func checkReturned(tenant, key string, next *items.Item) error {
 	return nil
 }
 
-// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update. It
-// returns the stored document, or nil when another writer created or changed the item since cur was read.
-func (s *Store) write(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update, first
+// recorded in log. It returns the stored document, or nil when another writer created or changed the item
+// since cur was read.
+func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+	log.wrote(cur, d)
 	if cur == nil {
 		return s.insert(ctx, d)
 	}
@@ -346,7 +357,11 @@ func prepare(cur *itemDoc, next *items.Item) itemDoc {
 // concurrent creators exactly one inserts.
 func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, error) {
 	d.ID = itemID(d.Tenant, d.Key)
-	if _, err := s.items.InsertOne(ctx, d); err != nil {
+	_, err := s.items.InsertOne(ctx, d)
+	if err == nil {
+		err = s.injected("insert")
+	}
+	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return nil, nil
 		}
@@ -375,6 +390,9 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
+	if err == nil {
+		err = s.injected("update")
+	}
 	if err != nil {
 		return nil, unavailable("update item", err)
 	}
@@ -390,8 +408,20 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 //
 // Only the first pass is all or nothing. If another writer changes an item between the two passes, that
 // item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
-// items written before it stay written (each of them atomic and correct on its own).
+// items written before it stay written (each of them atomic and correct on its own), except their claims:
+// when the second pass fails, the claims it wrote (or may have written) are taken back before it answers
+// (undo.go), so that a batch answered 503 leaves no claim held by nobody.
 func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	log := undoLog{}
+	out, err := s.transitionMany(ctx, log, tenant, keys, fn)
+	if err != nil {
+		return nil, s.undo(ctx, log, err)
+	}
+	return out, nil
+}
+
+// transitionMany is TransitionMany, recording its writes in log.
+func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
 	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
 	type step struct{ seen, next *itemDoc }
 	steps := make([]step, len(keys))
@@ -436,6 +466,9 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
 		}
 	}
+	for _, d := range newDocs {
+		log.wrote(nil, d)
+	}
 	inserted, err := s.insertMany(ctx, newDocs)
 	if err != nil {
 		return nil, err
@@ -451,7 +484,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	redecided := make(map[string]*seen)
 	for i, key := range keys {
 		if last, ok := redecided[key]; ok {
-			stored, err := s.transition(ctx, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			stored, err := s.transition(ctx, log, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}
@@ -468,13 +501,13 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		}
 		stored, ok := created[i]
 		if !ok {
-			if stored, err = s.write(ctx, st.seen, *st.next); err != nil {
+			if stored, err = s.write(ctx, log, st.seen, *st.next); err != nil {
 				return nil, err
 			}
 		}
 		if stored == nil {
 			// Another writer came first: decide this call again, and the later ones on this key.
-			stored, err := s.transition(ctx, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			stored, err := s.transition(ctx, log, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}

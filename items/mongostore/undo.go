@@ -1,0 +1,88 @@
+package mongostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// A refused request leaves nothing behind (API.md, "Additions of 2026-12-01"). A Transition or
+// TransitionMany that fails after writing (a write concern error, a timeout after the primary applied a
+// write, a stepdown between two writes of a batch) answers ErrUnavailable, and its caller (a before-write
+// answered 503) never writes to the destination: a claim it wrote would be held by nobody, and the item
+// would sit in flight until its lease expired into unknown. So before answering, the store takes back the
+// claims the call wrote, or may have written: each is guarded by the version and claim of the call's own
+// write, so an item another writer changed since stays as that writer left it. Only if the undo fails too
+// (the server is gone) is a claim left to expire.
+
+// undoLog is what one call wrote or may have written (a write whose answer was lost), by _id.
+type undoLog map[string]*undoEntry
+
+type undoEntry struct {
+	// base is what the call's first write of the item replaced (nil: the item did not exist).
+	base *itemDoc
+	// last is the call's last write of the item, applied or not.
+	last itemDoc
+}
+
+// wrote records a write of d over replaced (nil: an insert), before it is sent.
+func (u undoLog) wrote(replaced *itemDoc, d itemDoc) {
+	id := itemID(d.Tenant, d.Key)
+	if e, ok := u[id]; ok && replaced != nil && replaced.Version == e.last.Version {
+		e.last = d // the call's own earlier write is what this one replaces: the base stays
+		return
+	}
+	u[id] = &undoEntry{base: replaced, last: d}
+}
+
+// claimed reports whether e's last write holds a claim its base did not.
+func (e *undoEntry) claimed() bool {
+	return e.last.State == items.StateInFlight && (e.base == nil || e.base.Claim != e.last.Claim)
+}
+
+// undo takes back the claims in log and returns err, which made the call fail; an undo that fails too is
+// added to it. It runs even when ctx has ended (a timeout is one of the failures it repairs), each
+// operation bounded by the client's timeout.
+func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
+	ctx = context.WithoutCancel(ctx)
+	var failed error
+	for id, e := range log {
+		if !e.claimed() {
+			continue
+		}
+		// ATOMICITY: one conditional single-document write, as update: it matches only while the item is
+		// still at the call's own write, under its claim.
+		guard := bson.D{{Key: "_id", Value: id}, {Key: "version", Value: e.last.Version}, {Key: "claim", Value: e.last.Claim}}
+		if e.base == nil {
+			_, uerr := s.items.DeleteOne(ctx, guard)
+			failed = errors.Join(failed, uerr)
+			continue
+		}
+		back := *e.base
+		back.ID = ""
+		back.Version = e.last.Version + 1
+		back.UpdatedAt = msTime(time.Now())
+		if !back.UpdatedAt.After(e.last.UpdatedAt) {
+			back.UpdatedAt = e.last.UpdatedAt.Add(time.Millisecond)
+		}
+		_, uerr := s.items.UpdateOne(ctx, guard, bson.D{{Key: "$set", Value: back}})
+		failed = errors.Join(failed, uerr)
+	}
+	if failed != nil {
+		return fmt.Errorf("%w (taking back its claims failed too; they expire into unknown: %v)", err, failed)
+	}
+	return err
+}
+
+// injected returns the failure a test's fault hook gives for a write of op that the server applied.
+func (s *Store) injected(op string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(op)
+}
