@@ -166,6 +166,12 @@ func (s *Store) commitGroup(group []*transition) {
 		fail(err)
 		return
 	}
+	// A failed commit writes nothing: the transaction is one, so a group answered ErrUnavailable leaves
+	// no claim behind, whichever of its statements failed (TestFailedGroupLeavesNoClaim).
+	if err := s.injected("commit"); err != nil {
+		fail(unavailable(err))
+		return
+	}
 	if err := tx.Commit(); err != nil {
 		fail(unavailable(err))
 		return

@@ -49,6 +49,8 @@ type Store struct {
 	// committer's alone.
 	grown   int
 	commits atomic.Int64 // transactions committed, for tests
+	// fault, set by tests, fails a transaction's statement after it ran, or its commit before it runs.
+	fault func(op string) error
 }
 
 var _ items.Store = (*Store)(nil)
@@ -314,6 +316,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		if err := wroteRows(res, err, 1); err != nil {
 			return err
 		}
+		if err := s.injected("update"); err != nil {
+			return unavailable(err)
+		}
 	}
 	rows := fresh
 	for i, size := range insertRows {
@@ -322,6 +327,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 			res, err := tx.StmtContext(ctx, s.inserts[i]).ExecContext(ctx, rows[:width]...)
 			if err := wroteRows(res, err, size); err != nil {
 				return err
+			}
+			if err := s.injected("insert"); err != nil {
+				return unavailable(err)
 			}
 			rows = rows[width:]
 		}
@@ -395,6 +403,14 @@ func appendColumns(args []any, it *items.Item, doc string) []any {
 		it.BatchID, batchIndex, boolInt(it.NeedsPerson), lease, it.CreatedAt.UnixNano(), it.UpdatedAt.UnixNano(),
 		f.Attempt, boolInt(f.SameKeyRecovered), f.Resolutions, boolInt(f.DuplicateEffect), boolInt(f.EnteredUnknown),
 		needsPersonSince, boolInt(f.SweepCandidate), boolInt(f.AlertPending), doc, it.Tenant, it.Key)
+}
+
+// injected returns the failure a test's fault hook gives for op.
+func (s *Store) injected(op string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(op)
 }
 
 func laterOf(a, b time.Time) time.Time {
