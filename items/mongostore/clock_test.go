@@ -1,6 +1,7 @@
 package mongostore_test
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -145,5 +146,39 @@ func TestLeaseMarginWithoutServerClock(t *testing.T) {
 		if !tc.proceed && (ans.RetryAfter < 13 || ans.RetryAfter > 15) {
 			t.Fatalf("retry_after = %d s, want 14 (lease and margin, on the asking replica's clock)", ans.RetryAfter)
 		}
+	}
+}
+
+// BenchmarkBeforeWriteClock measures what reading the server's clock costs a before-write (a new claim
+// each): with it, and with the process clock (WithoutServerClock).
+func BenchmarkBeforeWriteClock(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		opts []mongostore.Option
+	}{{"server-clock", nil}, {"process-clock", []mongostore.Option{mongostore.WithoutServerClock()}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			uri, db := realURI(), fmt.Sprintf("companion_bench_%d", time.Now().UnixNano())
+			if uri == "" {
+				uri, db = sharedSrv.URI(), sharedSrv.Database()
+			} else {
+				defer dropDatabase(uri, db)
+			}
+			s, err := mongostore.Open(b.Context(), uri, db, tc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			l, err := items.NewLedger(b.Context(), s, items.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := l.BeforeWrite(b.Context(), claimParams(fmt.Sprintf("bench-%d", i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
