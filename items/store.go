@@ -54,6 +54,7 @@ type SharedStore interface {
 	HasClock() bool
 
 	// ClockOffset returns how far the store's clock is ahead of this process's clock (negative: behind),
-	// read now; zero when the difference is within what one reading can tell. Returns ErrUnavailable.
+	// read now; zero when the difference is below what one reading can tell, or too small to matter to a
+	// lease. Returns ErrUnavailable.
 	ClockOffset(ctx context.Context) (time.Duration, error)
 }

@@ -182,3 +182,19 @@ func BenchmarkBeforeWriteClock(b *testing.B) {
 		})
 	}
 }
+
+// TestClockOffsetIgnoresWhatALeaseCannotTell: a process clock 50 ms off the server's reads as no offset
+// (below what a lease of 5 s or more can tell, and below what a round trip can measure on a far server);
+// one 3 s off reads as 3 s.
+func TestClockOffsetIgnoresWhatALeaseCannotTell(t *testing.T) {
+	for skew, want := range map[time.Duration]time.Duration{50 * time.Millisecond: 0, -3 * time.Second: 3 * time.Second} {
+		_, r := openReplicas(t, skew, 0)
+		off, err := r.store.ClockOffset(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (off - want).Abs() > 50*time.Millisecond {
+			t.Errorf("a clock %s off the server's: ClockOffset = %s, want %s", skew, off, want)
+		}
+	}
+}

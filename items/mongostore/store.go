@@ -573,8 +573,9 @@ func (s *Store) HasClock() bool { return s.serverClock }
 // update; FerretDB v1, the test server, does not know $$NOW, so the store reads the clock instead, and the
 // same code runs on both.)
 //
-// The server's clock is known to within half the round trip (and its millisecond): an offset no larger
-// is returned as zero.
+// The server's clock is known to within half the round trip (and its millisecond). An offset no larger, or
+// smaller than clockResolution, is returned as zero: it is below what a lease (5 s at least) can tell,
+// and a test's fake clock stays exact against a MongoDB on another host.
 func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
 	before := s.clock()
 	at, err := s.serverTime(ctx)
@@ -587,11 +588,15 @@ func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
 	}
 	half := after.Sub(before) / 2
 	off := at.Sub(before.Add(half))
-	if off.Abs() <= half+time.Millisecond {
+	if off.Abs() <= max(half+time.Millisecond, clockResolution) {
 		return 0, nil
 	}
 	return off, nil
 }
+
+// clockResolution is the smallest difference between the server's clock and this process's that
+// ClockOffset reports.
+const clockResolution = 100 * time.Millisecond
 
 // serverTime returns the primary's clock (hello's localTime), or the zero time when it reports none.
 func (s *Store) serverTime(ctx context.Context) (time.Time, error) {
