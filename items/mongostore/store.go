@@ -8,7 +8,9 @@
 // matches nothing and is decided again on a fresh one. There are no multi-document transactions.
 //
 // Writes use write concern majority with journaling, and reads go to the primary, so a decision is made on
-// the newest state and an acknowledged claim survives the loss of a member. Every operation has a
+// the newest state and an acknowledged claim survives the loss of a member. Leases are stamped and judged
+// on the primary's clock (ClockOffset), so replicas whose clocks differ agree on them; a call that fails
+// after writing takes its claims back before it answers (undo.go). Every operation has a
 // client-side timeout: a hung server turns into items.ErrUnavailable, never into a hung request.
 //
 // This is the only package that imports the MongoDB driver.
