@@ -325,11 +325,18 @@ func checkReturned(tenant, key string, next *items.Item) error {
 // recorded in log. It returns the stored document, or nil when another writer created or changed the item
 // since cur was read.
 func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc) (*itemDoc, error) {
-	log.wrote(cur, d)
+	forget := log.wrote(cur, d)
+	var stored *itemDoc
+	var err error
 	if cur == nil {
-		return s.insert(ctx, d)
+		stored, err = s.insert(ctx, d)
+	} else {
+		stored, err = s.update(ctx, cur, d)
 	}
-	return s.update(ctx, cur, d)
+	if err == nil && stored == nil {
+		forget() // certainly not written: another writer came first
+	}
+	return stored, err
 }
 
 // prepare returns the document to write for next, decided on cur (nil for a new item): one version more
@@ -468,12 +475,18 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
 		}
 	}
-	for _, d := range newDocs {
-		log.wrote(nil, d)
+	forget := make([]func(), len(newDocs))
+	for j, d := range newDocs {
+		forget[j] = log.wrote(nil, d)
 	}
 	inserted, err := s.insertMany(ctx, newDocs)
 	if err != nil {
 		return nil, err
+	}
+	for j, d := range inserted {
+		if d == nil {
+			forget[j]() // certainly not written: another writer created the item first
+		}
 	}
 	created := make(map[int]*itemDoc, len(newAt))
 	for j, i := range newAt {

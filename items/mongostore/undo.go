@@ -20,7 +20,9 @@ import (
 // write, so an item another writer changed since stays as that writer left it. Only if the undo fails too
 // (the server is gone) is a claim left to expire.
 
-// undoLog is what one call wrote or may have written (a write whose answer was lost), by _id.
+// undoLog is what one call wrote or may have written (a write whose answer was lost), by _id. A write
+// that certainly did not happen (its guard matched nothing, its insert found the _id taken) is forgotten,
+// so an entry's last write is always the call's own, or unknown.
 type undoLog map[string]*undoEntry
 
 type undoEntry struct {
@@ -30,14 +32,25 @@ type undoEntry struct {
 	last itemDoc
 }
 
-// wrote records a write of d over replaced (nil: an insert), before it is sent.
-func (u undoLog) wrote(replaced *itemDoc, d itemDoc) {
+// wrote records a write of d over replaced (nil: an insert), before it is sent. It returns the function
+// that forgets it again, for a write that certainly did not happen.
+func (u undoLog) wrote(replaced *itemDoc, d itemDoc) (forget func()) {
 	id := itemID(d.Tenant, d.Key)
-	if e, ok := u[id]; ok && replaced != nil && replaced.Version == e.last.Version {
-		e.last = d // the call's own earlier write is what this one replaces: the base stays
-		return
+	prev, had := u[id]
+	forget = func() {
+		if had {
+			u[id] = prev
+		} else {
+			delete(u, id)
+		}
+	}
+	if had && replaced != nil && replaced.Version == prev.last.Version {
+		// The call's own earlier write is what this one replaces: the base stays.
+		u[id] = &undoEntry{base: prev.base, last: d}
+		return forget
 	}
 	u[id] = &undoEntry{base: replaced, last: d}
+	return forget
 }
 
 // claimed reports whether e's last write holds a claim its base did not.

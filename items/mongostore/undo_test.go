@@ -122,3 +122,37 @@ func TestUndoLeavesAnotherWritersChange(t *testing.T) {
 		t.Fatalf("after the refused undo: %s, version %d, notes %q; want the other replica's change kept", it.State, it.Version, got)
 	}
 }
+
+// TestUndoAfterALostRaceRestoresTheWinnersItem: a transition whose insert lost to another replica (which
+// created the item, prepared) claims that item on its second decision, and that write's answer is lost.
+// The undo gives the other replica's item back, prepared; it does not delete it as if this call had
+// created it.
+func TestUndoAfterALostRaceRestoresTheWinnersItem(t *testing.T) {
+	s, openReplica := openStore(t)
+	other := openReplica()
+	calls := 0
+	mongostore.FailAfterWrite(s, 1, errLost)
+	_, err := s.Transition(t.Context(), "acme", "raced", func(cur *items.Item) (*items.Item, error) {
+		calls++
+		if calls == 1 {
+			create(t, other, "raced") // the other replica comes between this read and this insert
+		}
+		next := cur
+		if next == nil {
+			next = &items.Item{Tenant: "acme", Key: "raced", Fingerprint: fp1, Attempts: []items.Attempt{}, History: []items.Event{}}
+		}
+		next.State, next.Claim, next.Attempt = items.StateInFlight, fmt.Sprintf("c_mine_%d", calls), 1
+		return next, nil
+	})
+	mongostore.FailAfterWrite(s, 0, nil)
+	if !errors.Is(err, items.ErrUnavailable) || calls != 2 {
+		t.Fatalf("err = %v after %d decisions, want ErrUnavailable after 2", err, calls)
+	}
+	it, err := s.Get(t.Context(), "acme", "raced")
+	if err != nil {
+		t.Fatalf("the other replica's item is gone: %v", err)
+	}
+	if it.State != items.StatePrepared || it.Claim != "" {
+		t.Fatalf("after the undo the item is %s under claim %q, want the other replica's prepared item", it.State, it.Claim)
+	}
+}
