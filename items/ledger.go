@@ -816,12 +816,12 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 			reason = ReasonUnchanged
 			return nil, nil
 		}
-		// An in-flight item past its lease counts as unknown, and is recorded so.
 		// The clock is read as the store is about to write: a lease is judged on the store's clock.
 		now, err := l.leaseNow(ctx)
 		if err != nil {
 			return nil, err
 		}
+		// An in-flight item past its lease counts as unknown, and is recorded so.
 		l.expireLease(it, now)
 		dest := l.cfg.Destination(it.Destination)
 		if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
