@@ -1,6 +1,7 @@
 package mongostore_test
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -66,6 +67,12 @@ func checkHeld(t *testing.T, r replica, first items.Answer) {
 	}
 	if batch[0].Decision != items.Skip {
 		t.Fatalf("a second replica's batch got %s/%s while the first claim's lease was live", batch[0].Decision, batch[0].Reason)
+	}
+	_, _, err = r.ledger.Resolve(t.Context(), items.ResolveParams{Tenant: "acme", Key: first.Key,
+		Outcome: items.ResolveNotCommitted, Evidence: "nothing in the destination yet", By: "ops"})
+	var ie *items.Error
+	if !errors.As(err, &ie) || ie.Code != items.CodeConflict {
+		t.Fatalf("resolving an item whose lease is live: %v, want a conflict (it is in flight)", err)
 	}
 	if changed, err := r.ledger.ExpireLease(t.Context(), "acme", first.Key); err != nil || changed {
 		t.Fatalf("ExpireLease of a live lease = %v, %v; want no change", changed, err)
