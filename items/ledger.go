@@ -788,7 +788,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		ev := Event{At: now, Kind: EventResolve, Attempt: it.Attempt, From: it.State, Outcome: p.Outcome,
 			ExternalID: p.ExternalID, Note: evidence, By: p.By, Reason: ReasonRecorded}
 		if p.Outcome == ResolveAcknowledged {
-			if !acknowledgeable(it) {
+			if !it.Acknowledgeable() {
 				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("only a succeeded item flagged duplicate_effect, or a retryable "+
 					"failed item flagged unresolved_too_long, that needs a person can be acknowledged; this item is %s%s", it.State, flagNote(it))}
 			}
@@ -826,9 +826,10 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 	return it, reason, nil
 }
 
-// acknowledgeable reports whether a person can acknowledge the item: it needs a person for a reason that
-// neither succeeded nor not_committed settles.
-func acknowledgeable(it *Item) bool {
+// Acknowledgeable reports whether resolve outcome acknowledged applies to the item: it needs a person for
+// a reason that neither succeeded nor not_committed settles (a succeeded item flagged duplicate_effect, or
+// a retryable failed item flagged unresolved_too_long). Slack offers the Acknowledge button on such items.
+func (it *Item) Acknowledgeable() bool {
 	if !it.NeedsPerson {
 		return false
 	}
@@ -846,7 +847,7 @@ func (it *Item) acknowledged() bool {
 // flagNote names what the item needs a person for, for a conflict's message.
 func flagNote(it *Item) string {
 	switch {
-	case acknowledgeable(it):
+	case it.Acknowledgeable():
 		return " and needs a person for " + it.NeedsPersonCause + ": resolve it as acknowledged"
 	case it.NeedsPerson:
 		return " and needs a person for " + it.NeedsPersonCause
