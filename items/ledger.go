@@ -641,7 +641,9 @@ type ReconcileParams struct {
 }
 
 // Reconcile records a lookup finding for an unknown item whose recorded dedupe is lookup. found settles it
-// as succeeded; absent as failed and retryable once more; lookup_failed leaves it unknown for a person.
+// as succeeded; absent as failed and retryable once more; lookup_failed leaves it unknown for a person. A
+// finding identical to the one recorded for the current attempt answers ReasonUnchanged and writes
+// nothing; on a later attempt the same finding and evidence are new evidence.
 func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, error) {
 	switch {
 	case !ValidKey(p.Key):

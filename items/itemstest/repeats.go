@@ -1,6 +1,7 @@
 package itemstest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -138,78 +139,85 @@ func exerciseRepeats(t *testing.T, open func(t *testing.T) items.Store) {
 
 	t.Run("NoItemWaitsForLookupWhileReconcileAnswersUnchanged", func(t *testing.T) {
 		t.Parallel()
-		exerciseLookupInvariant(t, newHarness(t, open))
+		store := open(t)
+		for n := range 24 {
+			t.Run(fmt.Sprintf("sequence-%02d", n), func(t *testing.T) {
+				t.Parallel()
+				// One store, a clock and ledger per sequence: each sequence moves its own time.
+				lookupInvariantSequence(t, newHarness(t, func(*testing.T) items.Store { return store }), n)
+			})
+		}
 	})
 }
 
-// exerciseLookupInvariant drives items of a searchable destination through seeded random sequences of
-// every request that can touch them, always with the same evidence texts (as the n8n lookup template
-// does), and checks after each step the contract's rule: no request may leave an item where before-write
-// answers reconcile/lookup_required while reconcile answers unchanged. The probe is the one finding that
-// could answer unchanged: the last one recorded, with its evidence.
-func exerciseLookupInvariant(t *testing.T, h *harness) {
-	const sequences, steps = 24, 10
+// lookupInvariantSequence drives an item of a searchable destination through a seeded random sequence of
+// every request that can touch it, always with the same evidence texts (as the n8n lookup template does),
+// and checks after each step the contract's rule: no request may leave an item where before-write answers
+// reconcile/lookup_required while reconcile answers unchanged. The probe is the one finding that could
+// answer unchanged: the last one recorded, with its evidence.
+func lookupInvariantSequence(t *testing.T, h *harness, n int) {
+	const steps = 10
 	findings := []struct{ finding, externalID string }{
 		{items.FindingAbsent, ""}, {items.FindingFound, "r-7"}, {items.FindingLookupFailed, ""},
 	}
-	rng := rand.New(rand.NewPCG(11, 2026))
-	for n := range sequences {
-		key := fmt.Sprintf("k-%d", n)
-		claim := ""
-		var trace []string
-		for range steps {
-			var step string
-			switch op := rng.IntN(10); {
-			case op <= 2:
-				a := h.bw(key, payloadA, dest(destSearchable), lease(5))
-				step = "before-write " + string(a.Decision)
-				if a.Decision == items.Proceed {
-					claim = a.Claim
-				}
-			case op == 3 && claim != "":
-				step = "after-write timeout"
-				h.aw(key, failedClass(claim, items.ClassTimeout))
-			case op == 4 && claim != "":
-				step = "after-write validation"
-				h.aw(key, failedClass(claim, items.ClassValidation))
-			case op == 5:
-				step = "lease runs out"
-				h.advance(5 * time.Second)
-			case op <= 8:
-				f := findings[rng.IntN(4)%3] // absent twice as often: the usual finding
-				r, err := h.reconcile(key, f.finding, f.externalID, evidenceAbsent)
-				step = fmt.Sprintf("reconcile %s: %s%v", f.finding, r.Reason, err)
-			default:
-				_, reason, err := h.resolve(key, items.ResolveNotCommitted, "billing has no invoice 742", "")
-				step = fmt.Sprintf("resolve not_committed: %s%v", reason, err)
-			}
-			trace = append(trace, step)
-			it, err := h.store.Get(h.ctx, h.tenant, key)
-			if err != nil {
-				continue // nothing claimed yet
-			}
+	rng := rand.New(rand.NewPCG(uint64(n), 2026))
+	key := fmt.Sprintf("k-%d", n)
+	claim := ""
+	var trace []string
+	for range steps {
+		var step string
+		switch op := rng.IntN(10); { // without a claim yet, 3 and 4 fall through to a reconcile
+		case op <= 2:
 			a := h.bw(key, payloadA, dest(destSearchable), lease(5))
+			step = "before-write " + string(a.Decision)
 			if a.Decision == items.Proceed {
 				claim = a.Claim
-				trace = append(trace, "before-write proceed")
-				continue
 			}
-			if a.Decision != items.Reconcile {
-				continue
+		case op == 3 && claim != "":
+			step = "after-write timeout"
+			h.aw(key, failedClass(claim, items.ClassTimeout))
+		case op == 4 && claim != "":
+			step = "after-write validation"
+			h.aw(key, failedClass(claim, items.ClassValidation))
+		case op == 5:
+			step = "lease runs out"
+			h.advance(5 * time.Second)
+		case op <= 8:
+			f := findings[rng.IntN(4)%3] // absent twice as often: the usual finding
+			r, err := h.reconcile(key, f.finding, f.externalID, evidenceAbsent)
+			step = fmt.Sprintf("reconcile %s: %s%v", f.finding, r.Reason, err)
+		default:
+			_, reason, err := h.resolve(key, items.ResolveNotCommitted, "billing has no invoice 742", "")
+			step = fmt.Sprintf("resolve not_committed: %s%v", reason, err)
+		}
+		trace = append(trace, step)
+		it, err := h.store.Get(h.ctx, h.tenant, key)
+		if errors.Is(err, items.ErrNotFound) {
+			continue // nothing claimed yet
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		a := h.bw(key, payloadA, dest(destSearchable), lease(5))
+		if a.Decision == items.Proceed {
+			claim = a.Claim
+			trace = append(trace, "before-write proceed")
+			continue
+		}
+		if a.Decision != items.Reconcile {
+			continue
+		}
+		last := findings[0]
+		for i := len(it.History) - 1; i >= 0; i-- {
+			if e := it.History[i]; e.Kind == items.EventReconcile {
+				last.finding, last.externalID = e.Outcome, e.ExternalID
+				break
 			}
-			last := findings[0]
-			for i := len(it.History) - 1; i >= 0; i-- {
-				if e := it.History[i]; e.Kind == items.EventReconcile {
-					last.finding, last.externalID = e.Outcome, e.ExternalID
-					break
-				}
-			}
-			r, err := h.reconcile(key, last.finding, last.externalID, evidenceAbsent)
-			trace = append(trace, fmt.Sprintf("probe reconcile %s: %s%v", last.finding, r.Reason, err))
-			if err != nil || r.Reason == items.ReasonUnchanged {
-				t.Fatalf("%s: before-write answers reconcile/%s, and reconcile %s answers %s (%v), after:\n  %s", key, a.Reason,
-					last.finding, r.Reason, err, strings.Join(trace, "\n  "))
-			}
+		}
+		r, err := h.reconcile(key, last.finding, last.externalID, evidenceAbsent)
+		trace = append(trace, fmt.Sprintf("probe reconcile %s: %s%v", last.finding, r.Reason, err))
+		if err != nil || r.Reason == items.ReasonUnchanged {
+			t.Fatalf("%s: before-write answers reconcile/%s, and reconcile %s answers %s (%v), after:\n  %s", key, a.Reason,
+				last.finding, r.Reason, err, strings.Join(trace, "\n  "))
 		}
 	}
 }
