@@ -168,6 +168,14 @@ func exerciseAcknowledge(t *testing.T, open func(t *testing.T) items.Store) {
 				h.aw(key, failedClass(h.claim(key, payloadA, dest(destOneShot)).Claim, items.ClassValidation))
 			},
 			"failed_permanent": func(key string) { h.aw(key, failedStatus(h.claim(key, payloadA).Claim, 422)) },
+			// unresolved_too_long on an unknown item: succeeded or not_committed settle it, not acknowledged.
+			"unknown_flagged_unresolved_too_long": func(key string) {
+				h.unknownAfterTimeout(key, dest(destEscalating))
+				h.advance(time.Hour + time.Second)
+				if cause := h.markNeedsPerson(key); cause != items.CauseStale {
+					t.Fatalf("MarkNeedsPerson(%s) = %q, want %s", key, cause, items.CauseStale)
+				}
+			},
 		}
 		for name, setup := range setups {
 			key := "k-" + name
