@@ -401,8 +401,8 @@ func TestSlackAcknowledgeButtonSettlesADuplicateEffect(t *testing.T) {
 		t.Fatalf("answers to the person %v", eph)
 	}
 	e.advance(24 * time.Hour)
-	if cause, err := e.ledger.MarkNeedsPerson(e.ctx, "default", "dup"); err != nil || cause != "" {
-		t.Fatalf("the sweeper raises the acknowledged item again: %q, %v", cause, err)
+	if c := e.sweep(0); c.NeedsPerson[items.CauseDuplicateEffect] != 0 || e.get("dup").NeedsPerson {
+		t.Fatalf("the sweeper raises the acknowledged item again: %+v", c)
 	}
 }
 
@@ -416,8 +416,8 @@ func TestSlackAcknowledgeButtonOnAStaleRetryableFailure(t *testing.T) {
 	a := e.claim("stale")
 	e.report("stale", a.Claim, items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429}, func(p *items.AfterWriteParams) { p.RetryAfter = ptr(60) })
 	e.advance(time.Hour + time.Second)
-	if cause, err := e.ledger.MarkNeedsPerson(e.ctx, "default", "stale"); err != nil || cause != items.CauseStale {
-		t.Fatalf("MarkNeedsPerson = %q, %v; want %s", cause, err, items.CauseStale)
+	if c := e.sweep(0); c.NeedsPerson[items.CauseStale] != 1 {
+		t.Fatalf("sweep %+v, want one item unresolved_too_long", c)
 	}
 	e.dispatch(s.d)
 	msg := s.Posts()[0]
@@ -429,6 +429,10 @@ func TestSlackAcknowledgeButtonOnAStaleRetryableFailure(t *testing.T) {
 	it := e.get("stale")
 	if it.NeedsPerson || it.State != items.StateFailed || !it.Retryable || it.Resolution == nil || it.Resolution.Outcome != items.ResolveAcknowledged {
 		t.Fatalf("after acknowledging: %s retryable=%v needs_person=%v resolution %+v", it.State, it.Retryable, it.NeedsPerson, it.Resolution)
+	}
+	e.advance(3 * time.Hour)
+	if c := e.sweep(0); len(c.NeedsPerson) != 0 {
+		t.Fatalf("the sweeper raises the acknowledged failure again in the same attempt: %+v", c)
 	}
 	if b := e.claim("stale"); b.Reason != items.ReasonRetry || b.Attempt != 2 {
 		t.Fatalf("next before-write: %s attempt %d, want retry attempt 2", b.Reason, b.Attempt)
