@@ -66,6 +66,8 @@ type Store struct {
 	serverClock bool
 	// fault, set by tests, fails a write the server applied (as a lost acknowledgement): see undo.go.
 	fault func(op string) error
+	// timeout bounds an undo as a whole (WithTimeout).
+	timeout time.Duration
 }
 
 var _ items.SharedStore = (*Store)(nil)
@@ -133,7 +135,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	db := client.Database(database)
 	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
 		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority())),
-		clock:         set.clock}
+		clock:         set.clock, timeout: set.timeout}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		s.Close()
 		return nil, unavailable("connect to "+Redacted(uri), err)

@@ -2,11 +2,12 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -59,21 +60,20 @@ func (e *undoEntry) claimed() bool {
 }
 
 // undo takes back the claims in log and returns err, which made the call fail; an undo that fails too is
-// added to it. It runs even when ctx has ended (a timeout is one of the failures it repairs), each
-// operation bounded by the client's timeout.
+// added to it. It runs even when ctx has ended (a timeout is one of the failures it repairs), as one
+// unordered bulk write (a delete or an update per claim: one round trip for a batch's 500), bounded by the
+// store's timeout as a whole.
 func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
-	ctx = context.WithoutCancel(ctx)
-	var failed error
+	var models []mongo.WriteModel
 	for id, e := range log {
 		if !e.claimed() {
 			continue
 		}
-		// ATOMICITY: one conditional single-document write, as update: it matches only while the item is
-		// still at the call's own write, under its claim.
+		// ATOMICITY: each model is one conditional single-document write, as update: it matches only while
+		// the item is still at the call's own write, under its claim.
 		guard := bson.D{{Key: "_id", Value: id}, {Key: "version", Value: e.last.Version}, {Key: "claim", Value: e.last.Claim}}
 		if e.base == nil {
-			_, uerr := s.items.DeleteOne(ctx, guard)
-			failed = errors.Join(failed, uerr)
+			models = append(models, mongo.NewDeleteOneModel().SetFilter(guard))
 			continue
 		}
 		back := *e.base
@@ -83,11 +83,15 @@ func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
 		if !back.UpdatedAt.After(e.last.UpdatedAt) {
 			back.UpdatedAt = e.last.UpdatedAt.Add(time.Millisecond)
 		}
-		_, uerr := s.items.UpdateOne(ctx, guard, bson.D{{Key: "$set", Value: back}})
-		failed = errors.Join(failed, uerr)
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(guard).SetUpdate(bson.D{{Key: "$set", Value: back}}))
 	}
-	if failed != nil {
-		return fmt.Errorf("%w (taking back its claims failed too; they expire into unknown: %v)", err, failed)
+	if len(models) == 0 {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	if _, uerr := s.items.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); uerr != nil {
+		return fmt.Errorf("%w (taking back its claims failed too; they expire into unknown: %v)", err, uerr)
 	}
 	return err
 }

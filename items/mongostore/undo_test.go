@@ -3,7 +3,9 @@ package mongostore_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
@@ -154,5 +156,41 @@ func TestUndoAfterALostRaceRestoresTheWinnersItem(t *testing.T) {
 	}
 	if it.State != items.StatePrepared || it.Claim != "" {
 		t.Fatalf("after the undo the item is %s under claim %q, want the other replica's prepared item", it.State, it.Claim)
+	}
+}
+
+// TestUndoOnAHungServerIsBounded: when the server hangs right after applying a batch's insert, the undo
+// cannot reach it either. The batch still answers ErrUnavailable within about the store's timeout (the
+// undo is one bulk write under one deadline, not one timeout per claim), saying that the claims could not
+// be taken back; they stay, to expire into unknown.
+func TestUndoOnAHungServerIsBounded(t *testing.T) {
+	if realURI() != "" {
+		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
+	}
+	proxy := startProxy(t, sharedSrv.Addr())
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", sharedSrv.Database(), mongostore.WithTimeout(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := newLedger(t, s, nil)
+	var ps []items.BeforeWriteParams
+	for i := range 50 {
+		ps = append(ps, claimParams(fmt.Sprintf("hung-undo-%d", i)))
+	}
+	mongostore.SetFault(s, func(string) error {
+		proxy.freeze()
+		return errLost
+	})
+	start := time.Now()
+	_, err = l.BeforeWriteMany(t.Context(), "acme", ps)
+	elapsed := time.Since(start)
+	proxy.thaw()
+	mongostore.SetFault(s, nil)
+	if !errors.Is(err, items.ErrUnavailable) || !strings.Contains(err.Error(), "taking back its claims failed too") {
+		t.Fatalf("err = %v, want ErrUnavailable naming the failed undo", err)
+	}
+	if elapsed > 3*time.Second {
+		t.Fatalf("the failed batch took %s on a hung server, want about the 500ms timeout", elapsed)
 	}
 }
