@@ -369,7 +369,7 @@ func TestSlowSlackPostIsSentOnce(t *testing.T) {
 	const claimTimeout = 2 * time.Second
 	slack.delay = claimTimeout + time.Second
 	// The wall clock, shifted to the env's day, so that claims run out as real time passes.
-	offset := e.now().Sub(time.Now())
+	offset := time.Until(e.now())
 	now := func() time.Time { return time.Now().Add(offset) }
 	first := e.dispatcherWith(now, claimTimeout, slack.notifier(t))
 	second := e.dispatcherWith(now, claimTimeout, slack.notifier(t))
