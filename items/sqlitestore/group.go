@@ -216,6 +216,9 @@ next:
 			}
 		}
 		for _, k := range t.keys {
+			if bad == nil {
+				break
+			}
 			if err := bad[itemID(t.tenant, k)]; err != nil {
 				t.err = err
 				continue next
@@ -265,11 +268,7 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 	for i, key := range t.keys {
 		id := itemID(t.tenant, key)
 		cur := seen[id]
-		var arg *items.Item
-		if cur != nil {
-			arg = cur.Clone()
-		}
-		next, err := call(t, i, arg)
+		next, err := call(t, i, cur)
 		if err == nil && next != nil {
 			err = advance(cur, next)
 		}
@@ -291,13 +290,16 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 	return nil
 }
 
-// call runs t's fn for its i-th key, turning a panic into that transition's error: a bug in one decision
-// answers the request that asked for it (a 500), not the others of its group.
+// call runs t's fn for its i-th key on a copy of cur, turning a panic into that transition's error: a
+// bug in one decision answers the request that asked for it (a 500), not the others of its group.
 func call(t *transition, i int, cur *items.Item) (next *items.Item, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			next, err = nil, fmt.Errorf("sqlitestore: deciding item %d of a transition panicked: %v", i, r)
 		}
 	}()
+	if cur != nil {
+		cur = cur.Clone()
+	}
 	return t.fn(i, cur)
 }
