@@ -172,6 +172,13 @@ func TestKillNineUnderLoad(t *testing.T) {
 			t.Fatalf("GET %s after the last restart: %v", key, err)
 		}
 		ledger[key] = it
+		numbers := map[int]bool{}
+		for _, a := range it.Attempts {
+			if numbers[a.Number] || a.Claim == "" {
+				t.Errorf("%s: attempt %d is in the ledger twice, or without a claim: %+v", key, a.Number, it.Attempts)
+			}
+			numbers[a.Number] = true
+		}
 	}
 	for _, pr := range proceeds {
 		it := ledger[pr.key]
