@@ -38,10 +38,10 @@ func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	for _, k := range []string{"k", "bad"} {
-		if _, err := s.TransitionMany(ctx, "acme", []string{k}, claimFn("acme", []string{k})); err != nil {
-			t.Fatal(err)
-		}
+	// The groups are committed here, not by the committer, so that they hold exactly these transitions.
+	setup := newTransition("acme", []string{"k", "bad"}, claimFn("acme", []string{"k", "bad"}))
+	if s.commitGroup([]*transition{setup}); setup.err != nil {
+		t.Fatal(setup.err)
 	}
 	corrupt(t, s, "acme", "bad")
 
