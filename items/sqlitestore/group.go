@@ -186,7 +186,6 @@ func (s *Store) tryGroup(group []*transition) error {
 	seen := map[string]*items.Item{}
 	var bad map[string]error
 	var changed []string // items with a new state, in the order of their first change
-next:
 	for _, t := range group {
 		if t.err != nil {
 			continue
@@ -215,13 +214,9 @@ next:
 				bad[itemID(t.tenant, k)] = err
 			}
 		}
-		for _, k := range t.keys {
-			if bad == nil {
-				break
-			}
-			if err := bad[itemID(t.tenant, k)]; err != nil {
-				t.err = err
-				continue next
+		if bad != nil {
+			if t.err = corruptKey(t, bad); t.err != nil {
+				continue
 			}
 		}
 		if err := decide(t, found, seen, &changed); err != nil {
@@ -245,6 +240,16 @@ next:
 	}
 	s.commits.Add(1)
 	s.grown += estimatedPages(len(changed))
+	return nil
+}
+
+// corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.
+func corruptKey(t *transition, bad map[string]error) error {
+	for _, k := range t.keys {
+		if err := bad[itemID(t.tenant, k)]; err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
