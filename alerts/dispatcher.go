@@ -21,7 +21,7 @@ const (
 	DefaultMaxGroups = 50
 	// DefaultClaimTimeout is how long a claimed group stays with its dispatcher: past it (the dispatcher
 	// died between claiming and recording), another dispatcher may send it. A dispatcher renews its claim
-	// every third of it while it posts, so a slow post keeps its group.
+	// every third of it until it has finished the group, so a slow post keeps its group.
 	DefaultClaimTimeout = 2 * time.Minute
 	// DefaultRefreshTimeout bounds a message update made after a button press.
 	DefaultRefreshTimeout = 10 * time.Second
@@ -220,6 +220,8 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 	if err != nil || len(claimed) == 0 {
 		return err // another dispatcher took the group, or there is nothing left in it
 	}
+	// Renewed until the group is finished or released, however long reading its items and posting take.
+	defer d.renew(ctx, claim)()
 	var live []items.Alert
 	found := map[items.ItemRef]*items.Item{}
 	for _, a := range claimed {
@@ -247,7 +249,7 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
 		notifier = d.log
 	}
-	ref, err := d.send(ctx, notifier, claim, g, live, msg)
+	ref, err := d.send(ctx, notifier, g, live, msg)
 	if err != nil {
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
@@ -301,11 +303,10 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 	return nil
 }
 
-// send delivers a claimed group's message, renewing the claim while it goes out. When a message carrying
-// these alerts went out already (a dispatcher that lost its claim while posting noted it on them), that
-// message is updated instead of posting another: a group gets one message.
-func (d *Dispatcher) send(ctx context.Context, notifier Notifier, claim string, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, error) {
-	defer d.renew(ctx, claim)()
+// send delivers a claimed group's message. When a message carrying these alerts went out already (a
+// dispatcher that lost its claim while posting noted it on them), that message is updated instead of
+// posting another: a group gets one message.
+func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, error) {
 	for _, a := range live {
 		ref := MessageRef{Channel: a.Channel, TS: a.TS}
 		if g.Escalation {
@@ -342,8 +343,7 @@ func (d *Dispatcher) renew(ctx context.Context, claim string) (stop func()) {
 			case err != nil:
 				d.cfg.Logger.WarnContext(ctx, "alert claim renewal failed; will retry", "error", err)
 			case n == 0:
-				d.cfg.Logger.WarnContext(ctx, "alert claim lost while posting; the message will be noted for its next sender")
-				return
+				return // finished, released, or taken over: a message posted meanwhile is noted on the alerts
 			}
 		}
 	}()
