@@ -80,6 +80,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	lookups, err := m.lookups(o)
+	if err != nil {
+		return err
+	}
 	slackCfg, err := m.slackSettings()
 	if err != nil {
 		return err
@@ -105,6 +109,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
+	prober, err := newProber(ledger, lookups, log)
+	if err != nil {
+		store.Close()
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
@@ -113,6 +122,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
+	if prober != nil {
+		hc.Metrics = handlers.NewMetrics()
+		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
+			store.Close()
+			return err
+		}
+	}
 	srv := &http.Server{
 		Handler:           handlers.New(hc),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -136,6 +152,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
+	m.runProbes(prober, o.sweepEvery)
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
 	addr := ln.Addr().String()
@@ -146,8 +163,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
-		o.sweepEvery, alertSvc.where),
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where, auth,
+		o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0),
 		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
 	return nil
