@@ -245,7 +245,9 @@ func (n *recordingNotifier) Post(_ context.Context, _ string, m alerts.Message) 
 	return alerts.MessageRef{Channel: "C1", TS: "1.0"}, nil
 }
 
-func (n *recordingNotifier) Update(context.Context, alerts.MessageRef, alerts.Message) error { return nil }
+func (n *recordingNotifier) Update(context.Context, alerts.MessageRef, alerts.Message) error {
+	return nil
+}
 
 // TestLookup500LeadsToLookupFailedAndOneAlert: the lookup answers 500 at every read; after the third the
 // item waits for a person (lookup_failed), and one alert goes out carrying every read as evidence.
@@ -317,7 +319,7 @@ func TestProbeLosesToTheWorkflow(t *testing.T) {
 	}))
 	defer srv.Close()
 	p, err := probes.New(probes.Config{Ledger: e.ledger, Store: e.store, Lookups: map[string]probes.Lookup{dest: {
-		URL: srv.URL + "/?r={reference}", IDPath: "records.0.id"}}})
+		URL: srv.URL + "/?r={reference}", IDPath: "records.0.id"}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +360,7 @@ func TestTwoProbersOneRead(t *testing.T) {
 	defer srv.Close()
 	e := newEnv(t, probes.Lookup{URL: srv.URL + "/?r={reference}"}, sandbox.Config{})
 	second, err := probes.New(probes.Config{Ledger: e.ledger, Store: e.store, Lookups: map[string]probes.Lookup{dest: {
-		URL: srv.URL + "/?r={reference}", IDPath: "records.0.id"}}})
+		URL: srv.URL + "/?r={reference}", IDPath: "records.0.id"}}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,4 +424,3 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
-

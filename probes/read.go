@@ -170,7 +170,7 @@ func lookupPath(body []byte, steps []string) (id string, empty bool, problem str
 		case nil:
 			return "", true, ""
 		default:
-			return "", false, "cannot be read: " + strconv.Quote(s) + " steps into a " + kind(v)
+			return "", false, "cannot be read: " + strconv.Quote(s) + " steps into a value of type " + kind(v)
 		}
 	}
 	switch val := v.(type) {
@@ -191,7 +191,7 @@ func lookupPath(body []byte, steps []string) (id string, empty bool, problem str
 			return "", true, ""
 		}
 	}
-	return "", false, "holds a " + kind(v) + ", not an id"
+	return "", false, "holds a value of type " + kind(v) + ", not an id"
 }
 
 func kind(v any) string {
