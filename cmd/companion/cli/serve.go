@@ -31,7 +31,8 @@ SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions.
+else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
+the unknown items of the destinations that have a "lookup:" in the config file.
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
 

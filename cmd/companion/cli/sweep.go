@@ -173,7 +173,8 @@ func (m *Main) runSweeps(a *alertServices, spec string) {
 }
 
 const sweepSynopsis = `Sweeps the ledger once and sends the alerts that are due, then exits: records expired leases as
-unknown, marks the items that need a person, and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
+unknown, marks the items that need a person, makes the probes that are due (destinations with a
+"lookup:"), and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
 and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its --sweep-every schedule;
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve.`
 
