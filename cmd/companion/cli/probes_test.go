@@ -204,3 +204,52 @@ func grepLines(text, word string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestSweepOnceProbes: `companion sweep --once` makes the probes that are due, and says what they did.
+func TestSweepOnceProbes(t *testing.T) {
+	rc, err := sandbox.New(sandbox.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiver := httptest.NewServer(rc.Handler())
+	defer receiver.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "companion.yaml")
+	yaml := "destinations:\n  billing:\n    lookup:\n      url: " + receiver.URL + "/records?reference={reference}\n" +
+		"      found: {path: records.0.id}\n      settle_after: [1s]\n"
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(dir, "data")}
+	svc := start(t, env, "--addr", "127.0.0.1:0")
+	if !strings.Contains(svc.err.String(), "probes billing") {
+		t.Errorf("the start line does not name the probed destination:\n%s", svc.err)
+	}
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1},"destination":"billing","reference":"QT-1"}`)
+	if a["decision"] != "proceed" {
+		t.Fatalf("before-write: %v", a)
+	}
+	req, _ := http.NewRequest("POST", receiver.URL+"/records", strings.NewReader(`{"reference":"QT-1"}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("write: %v", err)
+	}
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the settle delay
+	p := newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.out.String(); !strings.Contains(out, "probes of billing: 1 read(s), 1 item(s) settled") {
+		t.Errorf("sweep --once printed:\n%s", out)
+	}
+	p = newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once", "--json"}); err != nil {
+		t.Fatal(err)
+	}
+	if out := p.out.String(); !strings.Contains(out, `"probes":{"looked":0,"reads":{},"settled":{},"lost":0}`) {
+		t.Errorf("a second sweep --once --json: %s", out)
+	}
+}
