@@ -215,3 +215,38 @@ func TestLookupCheck(t *testing.T) {
 		t.Errorf("a good lookup: %+v", probs)
 	}
 }
+
+// TestTLSVerified: a lookup over TLS whose certificate the system does not trust is a failed read; the
+// prober never skips verification.
+func TestTLSVerified(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"id":"rec_1"}`)
+	}))
+	t.Cleanup(srv.Close)
+	e := newEnv(t, probes.Lookup{URL: srv.URL + "/?r={reference}", IDPath: "id", SettleAfter: []time.Duration{time.Second}}, sandbox.Config{})
+	a := e.claim("tls-1", "proceed/new")
+	e.report("tls-1", a, unknownTimeout, "")
+	if c := e.run(time.Second); c.Reads[items.ProbeFailed] != 1 {
+		t.Fatalf("a read against an untrusted certificate: %+v", c)
+	}
+	if reads := e.item("tls-1").ProbeReads(); len(reads) != 1 || !strings.Contains(reads[0].Note, "certificate") {
+		t.Errorf("the read: %+v", reads)
+	}
+}
+
+// TestRateLimit: with rate_per_second 20, six reads of one destination take at least a quarter second.
+func TestRateLimit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, probes.Lookup{RatePerSecond: 20}, sandbox.Config{})
+	for i := range 6 {
+		key := fmt.Sprintf("r-%d", i)
+		a := e.claim(key, "proceed/new")
+		e.report(key, a, unknownTimeout, "")
+	}
+	start := time.Now()
+	c := e.run(30 * time.Second)
+	if took := time.Since(start); c.Reads[items.ProbeAbsent] != 6 || took < 250*time.Millisecond {
+		t.Errorf("%+v in %s; want 6 reads spaced 50 ms apart", c, took)
+	}
+}
