@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS counters (
 `
 
 func (s *Store) migrateOperators(ctx context.Context) error {
-	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
+	if _, err := s.w.ExecContext(ctx, operatorsSchema+probesSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	return nil

@@ -64,6 +64,8 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING PRIMARY KEY"}},
 		{"StatsTenant", statsTenant, statsTenantArgs, []string{"USING COVERING INDEX items_stats"}},
 		{"StatsAll", statsAll, statsAllArgs, []string{"USING COVERING INDEX items_stats"}},
+		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":               {},
