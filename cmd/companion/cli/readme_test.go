@@ -105,7 +105,7 @@ func shellCommands(t *testing.T, text string) [][]string {
 // curlRequest is what one curl command of the README asks.
 type curlRequest struct {
 	method, url, body string
-	header             http.Header
+	header            http.Header
 }
 
 func parseCurl(t *testing.T, words []string) curlRequest {
