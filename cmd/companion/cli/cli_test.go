@@ -156,7 +156,7 @@ tokens:
   - name: make
     tenant: acme
     role: workflow
-    secret_file: `+write("make.secret", "make-secret\n")+`
+    secret_file: `+write("make.secret", "make-secret-0123456\n")+`
   - name: n8n-globex
     tenant: globex
     role: workflow
@@ -164,15 +164,15 @@ tokens:
 `)
 	env := map[string]string{
 		"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "data"), "COMPANION_CONFIG": cfg,
-		"COMPANION_TOKENS_FILE": write("tokens", "n8n:acme:workflow:n8n-secret\n"),
-		"OPS_SECRET":            "ops-secret",
-		"GLOBEX_SECRET_FILE":    write("globex.secret", "globex-secret"),
+		"COMPANION_TOKENS_FILE": write("tokens", "n8n:acme:workflow:n8n-secret-01234567\n"),
+		"OPS_SECRET":            "ops-secret-01234567",
+		"GLOBEX_SECRET_FILE":    write("globex.secret", "globex-secret-0123"),
 	}
 	p := start(t, env)
-	if !strings.Contains(p.err.String(), "auth on (4 token(s))") {
+	if !strings.Contains(p.err.String(), "auth on (4 token(s): n8n (acme, workflow), ops (acme, operator), make (acme, workflow), n8n-globex (globex, workflow))") {
 		t.Errorf("start line: %s", p.err)
 	}
-	for i, secret := range []string{"n8n-secret", "make-secret", "ops-secret", "globex-secret"} {
+	for i, secret := range []string{"n8n-secret-01234567", "make-secret-0123456", "ops-secret-01234567", "globex-secret-0123"} {
 		if status, body := call(t, p, "POST", "/v1/before-write", secret, fmt.Sprintf(`{"key":"k-%d","payload":{}}`, i)); status != 200 {
 			t.Errorf("token %s: %d %v", secret, status, body)
 		}
@@ -180,10 +180,10 @@ tokens:
 	if status, _ := call(t, p, "POST", "/v1/before-write", "", `{"key":"k","payload":{}}`); status != 401 {
 		t.Errorf("no token: %d", status)
 	}
-	if status, _ := call(t, p, "POST", "/v1/items/k-1/resolve", "make-secret", `{"outcome":"succeeded","evidence":"seen in the destination"}`); status != 403 {
+	if status, _ := call(t, p, "POST", "/v1/items/k-1/resolve", "make-secret-0123456", `{"outcome":"succeeded","evidence":"seen in the destination"}`); status != 403 {
 		t.Errorf("workflow token on resolve: %d", status)
 	}
-	if status, _ := call(t, p, "GET", "/v1/items/k-1", "globex-secret", ""); status != 404 {
+	if status, _ := call(t, p, "GET", "/v1/items/k-1", "globex-secret-0123", ""); status != 404 {
 		t.Errorf("globex reads acme's item: %d", status)
 	}
 	if strings.Contains(p.err.String(), "-secret") {
@@ -329,18 +329,28 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 func TestTokenMistakesStopTheStart(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE-0001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenConfig := filepath.Join(dir, "companion.yaml")
+	if err := os.WriteFile(tokenConfig, []byte("tokens:\n  - {name: a, tenant: acme, role: workflow, secret_env: A_SECRET}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]struct {
 		env  map[string]string
 		want string
 	}{
-		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:x1", "COMPANION_TOKENS_FILE": file}, "not both"},
-		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE"}, "COMPANION_TOKENS: token 1"},
-		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE"}, `role "admin"`},
-		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE"}, "the same as token a's"},
+		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0003", "COMPANION_TOKENS_FILE": file}, "not both"},
+		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE-0001"}, "COMPANION_TOKENS: token 1"},
+		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE-0001"}, `role "admin"`},
+		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0001,b:acme:operator:SECRETVALUE-0001"}, "the same as token a's"},
 		"missing tokens file": {map[string]string{"COMPANION_TOKENS_FILE": filepath.Join(dir, "nope")}, "COMPANION_TOKENS_FILE"},
+		// The issue's example: a ';'-separated list read as one token, whose secret then matched nothing.
+		"semicolon list": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0001;b:acme:operator:SECRETVALUE-0002"},
+			"token 1 (a): the secret holds a ';': separate tokens with commas or newlines"},
+		"short secret": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE"}, "shorter than 16 characters"},
+		"config token with a space": {map[string]string{"COMPANION_CONFIG": tokenConfig, "A_SECRET": "SECRETVALUE-0001 SECRETVALUE-0002"},
+			"tokens[0]: token 1 (a): the secret holds whitespace"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

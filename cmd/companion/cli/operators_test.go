@@ -25,16 +25,16 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	dir := t.TempDir()
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir,
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret,anna:acme:operator:op-secret", "COMPANION_SWEEP_EVERY": "@every 1h"})
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,anna:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
 	if !strings.Contains(svc.err.String(), "alerts log only") {
 		t.Errorf("the start line does not say that alerts go to the log:\n%s", svc.err)
 	}
 	for _, key := range []string{"inv-1", "inv-2"} {
-		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
-		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 	}
-	call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"inv-3","payload":{"n":1}}`)
-	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret"}
+	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1}}`)
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
 
 	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
@@ -89,7 +89,7 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not_found (HTTP 404)") {
 		t.Fatalf("show a missing key: %v", err)
 	}
-	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret"}, "stats")
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret-0123456789"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") {
 		t.Fatalf("stats with a workflow token: %v", err)
 	}

@@ -144,7 +144,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	m.mu.Unlock()
 	auth := "off (open mode: tenant default, role operator, loopback only)"
 	if len(tokens) > 0 {
-		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
+		auth = fmt.Sprintf("on (%d token(s): %s)", len(tokens), tokenNames(tokens))
 	}
 	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
 		o.sweepEvery, alertSvc.where),
@@ -194,6 +194,16 @@ func (m *Main) envTokens() ([]handlers.Token, error) {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return tokens, nil
+}
+
+// tokenNames lists the tokens for the start line, "ops (acme, operator), n8n (acme, workflow)": their
+// names, tenants and roles, never their secrets.
+func tokenNames(tokens []handlers.Token) string {
+	parts := make([]string, len(tokens))
+	for i, t := range tokens {
+		parts[i] = fmt.Sprintf("%s (%s, %s)", t.Name, t.Tenant, t.Role)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loopback reports whether addr listens on a loopback interface only.
