@@ -266,3 +266,32 @@ func compareShown(prefix string, want, have map[string]any, seen map[string]stri
 	}
 	return out
 }
+
+// TestDocsAPIExamplesAreJSON: every answer docs/api.md shows is one JSON object, and every error code of
+// the one table from codes to statuses is in its table of error codes.
+func TestDocsAPIExamplesAreJSON(t *testing.T) {
+	n := 0
+	for _, b := range readmeBlocks(t, "../../../docs/api.md") {
+		if b.lang != "json" {
+			continue
+		}
+		var v map[string]any
+		if err := json.Unmarshal([]byte(b.text), &v); err != nil {
+			t.Errorf("docs/api.md line %d: %v", b.line, err)
+		}
+		n++
+	}
+	if n < 10 {
+		t.Errorf("found %d JSON examples in docs/api.md", n)
+	}
+	doc, err := os.ReadFile("../../../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, code := range []string{"invalid_request", "unauthorized", "forbidden", "not_found", "method_not_allowed", "conflict",
+		"payload_too_large", "unsupported_media_type", "internal", "store_unavailable"} {
+		if !strings.Contains(string(doc), "| `"+code+"` |") {
+			t.Errorf("docs/api.md has no row for the error code %s", code)
+		}
+	}
+}
