@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -386,5 +387,68 @@ func TestServeRunsTheCollectorAtGCPercentUnlessGOGCIsSet(t *testing.T) {
 	start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir()})
 	if got := gcPercent(); got != handlers.GCPercent {
 		t.Errorf("without GOGC the collector's target is %d, want %d", got, handlers.GCPercent)
+	}
+}
+
+// TestEveryCommandHasHelpAndVersion runs --help, -h, "help <command>" and --version on every command the
+// program's help lists, and on the subcommands: each exits 0 and prints a usage line with a written
+// description to standard output, or the version.
+func TestEveryCommandHasHelpAndVersion(t *testing.T) {
+	run := func(args ...string) (string, string, error) {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "never-created")})
+		err := p.Run(context.Background(), args)
+		p.Close()
+		return p.out.String(), p.err.String(), err
+	}
+	help, _, err := run("help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	_, list, _ := strings.Cut(help, "commands:\n")
+	for line := range strings.Lines(list) {
+		if !strings.HasPrefix(line, "  ") {
+			break
+		}
+		names = append(names, strings.Fields(line)[0])
+	}
+	if len(names) < 9 {
+		t.Fatalf("the help lists %d commands: %v", len(names), names)
+	}
+	invocations := [][]string{{"items", "list"}, {"items", "show"}, {"items", "resolve"}, {"templates", "render"}}
+	for _, name := range names {
+		invocations = append(invocations, []string{name}, []string{"help", name})
+	}
+	for _, cmd := range invocations {
+		variants := [][]string{cmd}
+		if cmd[0] != "help" {
+			variants = [][]string{append(slices.Clone(cmd), "--help"), append(slices.Clone(cmd), "-h")}
+		}
+		for _, args := range variants {
+			if len(args) == 1 && args[0] == "serve" || args[0] == "help" && len(args) == 1 {
+				continue
+			}
+			out, errOut, err := run(args...)
+			switch {
+			case err != nil:
+				t.Errorf("%v: %v (exit %d)", args, err, cli.ExitCode(err))
+			case !strings.Contains(strings.ToLower(out), "usage: companion "+strings.ToLower(strings.Join(slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+				return a == "help" || strings.HasPrefix(a, "-")
+			}), " "))):
+				t.Errorf("%v: no usage line on stdout:\n%s\nstderr:\n%s", args, out, errOut)
+			case len(strings.Fields(out)) < 12:
+				t.Errorf("%v: no written description:\n%s", args, out)
+			}
+		}
+		if cmd[0] == "help" || cmd[0] == "version" {
+			continue
+		}
+		out, _, err := run(append(slices.Clone(cmd), "--version")...)
+		if err != nil || !strings.HasPrefix(out, "companion ") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%v --version: %v %q", cmd, err, out)
+		}
+	}
+	if out, _, err := run("--version"); err != nil || !strings.HasPrefix(out, "companion ") {
+		t.Errorf("--version: %v %q", err, out)
 	}
 }
