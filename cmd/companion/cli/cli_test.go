@@ -71,7 +71,7 @@ func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 	p := start(t, env)
 
 	startLine := p.err.String()
-	for _, want := range []string{"serving on http://" + p.Addr(), "sqlite " + filepath.Join(dir, "companion.db"), "auth off"} {
+	for _, want := range []string{"serving on http://" + p.Addr(), "sqlite " + filepath.Join(dir, "companion.db"), "auth off", "config none"} {
 		if !strings.Contains(startLine, want) {
 			t.Errorf("start line lacks %q:\n%s", want, startLine)
 		}
@@ -209,6 +209,9 @@ destinations:
 		t.Fatal(err)
 	}
 	p := start(t, map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data")}, "--addr", "127.0.0.1:0", "--config", cfg)
+	if want := "config " + cfg + " (destinations billing)"; !strings.Contains(p.err.String(), want) {
+		t.Errorf("the start line does not say %q:\n%s", want, p.err)
+	}
 
 	_, billing := call(t, p, "POST", "/v1/before-write", "", `{"key":"b1","payload":{},"destination":"billing"}`)
 	_, other := call(t, p, "POST", "/v1/before-write", "", `{"key":"o1","payload":{}}`)
@@ -232,8 +235,15 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown field", "destinations:\n  billing:\n    dedup: key\n", []string{"line 3", "unknown field dedup"}},
-		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3", "unknown field slack"}},
+		{"unknown field", "destinations:\n  billing:\n    dedup: key\n", []string{"line 3: destinations.billing.dedup: unknown field (did you mean dedupe?)"}},
+		// The issue's example, on line 14 of a longer file.
+		{"typo of max_attempts", "defaults:\n  dedupe: none\n" + strings.Repeat("# a comment\n", 7) +
+			"destinations:\n  crm:\n    dedupe: lookup\n  billing:\n    max_attempt: 5\n",
+			[]string{"line 14: destinations.billing.max_attempt: unknown field (did you mean max_attempts?)"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts)"}},
+		{"typo in a token", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_evn: X\n", []string{"line 5: tokens[0].secret_evn: unknown field (did you mean secret_env?)"}},
+		{"typo in a route", "alerts:\n  routes:\n    - workflow: a*\n      ownr: U1\n", []string{"line 4: alerts.routes[0].ownr: unknown field (did you mean owner?)"}},
+		{"typo under defaults", "defaults:\n  lease_second: 60\n", []string{"line 2: defaults.lease_second: unknown field (did you mean lease_seconds?)"}},
 		{"bad dedupe word", "destinations:\n  billing:\n    dedupe: maybe\n", []string{"line 3", "destinations.billing.dedupe", `"maybe" is not one of key, lookup, none`}},
 		{"wrong type", "destinations:\n  billing:\n    max_attempts: many\n", []string{"line 3", "destinations.billing.max_attempts", "whole number"}},
 		{"lease out of range", "defaults:\n  lease_seconds: 2\n", []string{"line 2", "defaults.lease_seconds", "5-86400"}},

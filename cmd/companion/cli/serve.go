@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,9 +148,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s): %s)", len(tokens), tokenNames(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
-		o.sweepEvery, alertSvc.where),
-		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0),
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s", versionString(), addr, where,
+		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where),
+		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
 		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
 	return nil
 }
@@ -194,6 +196,22 @@ func (m *Main) envTokens() ([]handlers.Token, error) {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return tokens, nil
+}
+
+// configLine says which configuration file the service read and which destinations it configured, for
+// the start line: "config /etc/companion.yaml (destinations billing, crm)".
+func configLine(path string, cfg items.Config) string {
+	if path == "" {
+		return fmt.Sprintf("config none (every destination on the defaults: dedupe none, %d attempts, %d s leases)",
+			items.DefaultMaxAttempts, items.DefaultLeaseSeconds)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if len(cfg.Destinations) == 0 {
+		return "config " + path + " (no destinations: the defaults for every one)"
+	}
+	return fmt.Sprintf("config %s (destinations %s)", path, strings.Join(slices.Sorted(maps.Keys(cfg.Destinations)), ", "))
 }
 
 // tokenNames lists the tokens for the start line, "ops (acme, operator), n8n (acme, workflow)": their
