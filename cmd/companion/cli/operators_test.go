@@ -156,6 +156,29 @@ func TestSweepOnceSendsDueAlertsToTheLog(t *testing.T) {
 	}
 }
 
+// TestSweepOnceRefusesAMissingLedger: run from the wrong directory, sweep --once would create an empty
+// ledger and report that all is well; it refuses, creates nothing, and starts one only with --create.
+func TestSweepOnceRefusesAMissingLedger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "elsewhere")
+	_, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once")
+	if err == nil || !strings.Contains(err.Error(), "no ledger in "+dir) || !strings.Contains(err.Error(), "--create") {
+		t.Fatalf("sweep --once on a missing ledger: %v", err)
+	}
+	if _, statErr := os.Stat(dir); statErr == nil {
+		t.Fatalf("the refused sweep created %s", dir)
+	}
+	out, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once", "--create")
+	if err != nil || !strings.Contains(out, "0 lease(s) expired") {
+		t.Fatalf("sweep --once --create: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "companion.db")); err != nil {
+		t.Fatalf("--create made no ledger: %v", err)
+	}
+	if _, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once"); err != nil {
+		t.Fatalf("sweep --once on the ledger --create made: %v", err)
+	}
+}
+
 func TestAlertsConfigAndSlackSettings(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
