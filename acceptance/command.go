@@ -148,8 +148,8 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: companion acceptance [flags]
 
-Runs the replay-safety acceptance suite: the twelve cases of seed 000 and the
-ones this project adds, each as a workflow would run them (before-write, the
+Runs the replay-safety acceptance suite: the twelve cases of a published
+replay-safety test ("seed 000", see docs/README.md) and the eight this project adds, each as a workflow would run them (before-write, the
 write with an injected fault, after-write, replays), asserting both the ledger
 (GET /v1/items/{key}) and the receiver's effects (GET /effects).
 
