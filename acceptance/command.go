@@ -50,6 +50,7 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	receiver := fs.String("receiver", "", "URL of a running sandbox receiver (default: start one in-process)")
 	store := fs.String("store", "sqlite", "store of the in-process service: sqlite (temporary file) or mongodb (MONGODB_URI)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (progress goes to stderr)")
+	wide := fs.Bool("wide", false, "print the result as one table, a row per case (several hundred columns wide)")
 	only := fs.String("only", "", "comma-separated case ids to run (default: all)")
 	parallel := fs.Int("parallel", 4, "cases run at once (the key-retention case always runs alone)")
 	if err := fs.Parse(args); err != nil {
@@ -137,7 +138,11 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		}
 	} else {
 		fmt.Fprintln(stdout)
-		WriteTable(stdout, res)
+		if *wide {
+			WriteTable(stdout, res)
+		} else {
+			WriteReport(stdout, res)
+		}
 	}
 	if res.Failed > 0 {
 		return ErrFailed
