@@ -768,7 +768,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		dest := l.cfg.Destination(it.Destination)
 		if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
 			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
-				"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s", it.State)}
+				"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s%s", it.State, resolvedBefore(it))}
 		}
 		ev := Event{At: now, Kind: EventResolve, Attempt: it.Attempt, From: it.State, Outcome: p.Outcome,
 			ExternalID: p.ExternalID, Note: evidence, By: p.By, Reason: ReasonRecorded}
@@ -797,4 +797,14 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		return nil, "", err
 	}
 	return it, reason, nil
+}
+
+// resolvedBefore says who settled an item already resolved, for the conflict of a second resolution:
+// " (resolved as not_committed by anna at 2026-11-29T19:40:00Z)", or "" for an item never resolved.
+func resolvedBefore(it *Item) string {
+	r := it.Resolution
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (resolved as %s by %s at %s)", r.Outcome, r.By, r.At.UTC().Format(time.RFC3339))
 }

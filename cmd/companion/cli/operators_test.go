@@ -74,8 +74,13 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("items resolve: %v %q", err, out)
 	}
 	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
-	if err != nil || !strings.HasPrefix(out, "already resolved so inv-1") {
+	if err != nil || !strings.HasPrefix(out, "inv-1 was already resolved as succeeded by anna at ") ||
+		!strings.HasSuffix(out, "with the same evidence; nothing changed (state succeeded)\n") {
 		t.Fatalf("repeated resolve: %v %q", err, out)
+	}
+	_, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "not_committed", "--evidence", "looked again: no invoice after all")
+	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || !strings.Contains(err.Error(), "(resolved as succeeded by anna at ") {
+		t.Fatalf("a second, different resolution: %v", err)
 	}
 	_, err = run(t, env, "items", "resolve", "inv-3", "--outcome", "succeeded", "--evidence", "it is there, I saw it")
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || cli.ExitCode(err) != 1 {
@@ -90,8 +95,16 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("show a missing key: %v", err)
 	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret-0123456789"}, "stats")
-	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") {
+	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") || !strings.Contains(err.Error(), "needs one of role operator") {
 		t.Fatalf("stats with a workflow token: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
+		t.Fatalf("stats without COMPANION_TOKEN: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "not-a-known-secret-0000"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
+		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
 
 	out, err = run(t, env, "stats")
