@@ -25,8 +25,9 @@ import (
 const serveSynopsis = `Runs the HTTP service: the before-write / after-write protocol over a durable per-item ledger.
 
 Each flag has an environment twin; a flag given on the command line wins over it.
-Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator), or
-from the file COMPANION_TOKENS_FILE names, and/or from "tokens:" in the config file. Without tokens
+Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator; each
+secret at least 16 characters, without spaces or ';'), or from the file COMPANION_TOKENS_FILE names,
+and/or from "tokens:" in the config file; the start line names them (never their secrets). Without tokens
 the service runs open (tenant "default", role operator) and listens on loopback addresses only.
 SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.
 
