@@ -358,7 +358,7 @@ func TestTokenMistakesStopTheStart(t *testing.T) {
 		"missing tokens file": {map[string]string{"COMPANION_TOKENS_FILE": filepath.Join(dir, "nope")}, "COMPANION_TOKENS_FILE"},
 		// The example: a ';'-separated list read as one token, whose secret then matched nothing.
 		"semicolon list": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0001;b:acme:operator:SECRETVALUE-0002"},
-			"token 1 (a): the secret holds a ';': separate tokens with commas or newlines"},
+			"COMPANION_TOKENS: token 1 (a): the secret holds a ';': separate tokens with commas or newlines"},
 		"short secret": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE"}, "shorter than 16 characters"},
 		"config token with a space": {map[string]string{"COMPANION_CONFIG": tokenConfig, "A_SECRET": "SECRETVALUE-0001 SECRETVALUE-0002"},
 			"tokens[0]: token 1 (a): the secret holds whitespace"},

@@ -193,6 +193,9 @@ func (m *Main) envTokens() ([]handlers.Token, error) {
 		v, source = string(b), "COMPANION_TOKENS_FILE "+file
 	}
 	tokens, err := handlers.ParseTokens(v)
+	if err == nil {
+		err = handlers.CheckTokens(tokens) // here, so that the message names the source
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
