@@ -94,6 +94,15 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 			}
 			cfg.OpenStore, cfg.StoreName = mongoStore(uri), "mongodb (in-process service)"
 		}
+		if *receiver == "" {
+			p, err := StartReceiver(ctx, InProcessConfig{})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			*receiver = p.ReceiverURL
+		}
+		cfg.ReceiverURL = *receiver
 		p, err := StartService(ctx, cfg)
 		if err != nil {
 			return err
@@ -154,7 +163,7 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: companion acceptance [flags]
 
 Runs the replay-safety acceptance suite: the twelve cases of a published
-replay-safety test ("seed 000", see docs/README.md) and the eight this project adds, each as a workflow would run them (before-write, the
+replay-safety test ("seed 000", see docs/README.md) and the ones this project adds, each as a workflow would run them (before-write, the
 write with an injected fault, after-write, replays), asserting both the ledger
 (GET /v1/items/{key}) and the receiver's effects (GET /effects).
 
