@@ -44,6 +44,7 @@ func ExerciseOperators(t *testing.T, open func(t *testing.T) OperatorStore, opts
 	t.Run("Sweep", func(t *testing.T) { exerciseSweepQueries(t, open) })
 	t.Run("Outbox", func(t *testing.T) { exerciseOutbox(t, open, opts) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, open) })
+	t.Run("KeptCounts", func(t *testing.T) { exerciseKeptCounts(t, open) })
 }
 
 type opsHarness struct {

@@ -29,8 +29,6 @@ func TestQueryPlans(t *testing.T) {
 		}
 		return `SELECT doc FROM items ` + where, args
 	}
-	statsTenant, statsTenantArgs := statsQuery("acme", now)
-	statsAll, statsAllArgs := statsQuery("", now)
 	cursor := items.ListCursor{UpdatedAt: now, Key: "k"}.Encode()
 	tests := []struct {
 		name, query string
@@ -57,8 +55,11 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_sweep"}},
 		{"PendingAlertItems", `SELECT doc FROM items ` + pendingAlertItemsWhere, []any{"", "", 100},
 			[]string{"USING INDEX items_alert_pending"}},
-		{"StatsTenant", statsTenant, statsTenantArgs, []string{"USING COVERING INDEX items_stats"}},
-		{"StatsAll", statsAll, statsAllArgs, []string{"USING COVERING INDEX items_stats"}},
+		{"StatsCountsTenant", countsSQL, []any{"acme"}, []string{"SCAN item_counts"}},
+		{"StatsUnresolvedTenant", unresolvedSQL, []any{now.UnixMilli(), "acme"},
+			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
+		{"StatsUnresolvedAll", unresolvedSQL, []any{now.UnixMilli(), ""},
+			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":               {},

@@ -38,6 +38,7 @@ type Store struct {
 	// anew for every item cost a batch of 500 a quarter of its time.
 	updateItem *sql.Stmt
 	inserts    []*sql.Stmt
+	addCounts  *sql.Stmt
 	// rows and doc are write's buffers, used by one transaction at a time.
 	rows []any
 	doc  []byte
@@ -88,6 +89,9 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		return nil, err
 	}
 	s.updateItem, err = w.PrepareContext(ctx, updateItemSQL)
+	if err == nil {
+		s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
+	}
 	for _, rows := range insertRows {
 		if err != nil {
 			break
@@ -157,8 +161,9 @@ func (s *Store) Path() string { return s.path }
 //	                                         BatchItems, BatchCounts
 //	items_sweep              partial         SweepCandidates
 //	items_alert_pending      partial         PendingAlertItems
-//	items_stats              covering        Stats: GET /v1/stats and every metrics scrape read this
-//	                                         index alone, ~60 bytes an item, never the documents
+//
+// Stats reads the counts kept in item_counts (counts.go), and the partial indexes of the unresolved
+// items; the covering index items_stats that earlier builds scanned at every scrape is dropped at start.
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
@@ -200,15 +205,17 @@ CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
 CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
 CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
-CREATE INDEX IF NOT EXISTS items_stats ON items (tenant, destination, state, needs_person, attempt, same_key_recovered,
-	resolutions, duplicate_effect, entered_unknown, needs_person_since, lease_expires_at, updated_at);
+DROP INDEX IF EXISTS items_stats;
 `
 
 func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
-	return s.migrateOperators(ctx)
+	if err := s.migrateOperators(ctx); err != nil {
+		return err
+	}
+	return s.migrateCounts(ctx)
 }
 
 // unavailable translates a database error into the domain's ErrUnavailable, keeping the cause for logs.
@@ -295,8 +302,10 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		s.rows, s.doc = fresh[:0], buf
 	}()
 	var update *sql.Stmt
+	counts := items.CountChanges{}
 	for _, key := range changed {
 		cur, next := found[key], last[key]
+		counts.Move(cur, next)
 		var doc string
 		var err error
 		if doc, buf, err = document(buf, next); err != nil {
@@ -326,7 +335,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 			rows = rows[width:]
 		}
 	}
-	return nil
+	return s.writeCounts(ctx, tx, counts)
 }
 
 // wroteRows checks that a write statement changed the rows it was meant to.
@@ -447,7 +456,7 @@ func (s *Store) Close() error {
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
 	// would not checkpoint.
-	for _, st := range append([]*sql.Stmt{s.updateItem}, s.inserts...) {
+	for _, st := range append([]*sql.Stmt{s.updateItem, s.addCounts}, s.inserts...) {
 		if st != nil {
 			_ = st.Close()
 		}
