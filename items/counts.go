@@ -62,6 +62,15 @@ func (c Counts) Neg() Counts {
 // IsZero reports whether c changes nothing.
 func (c Counts) IsZero() bool { return c == Counts{} }
 
+// Remove records that retention removed it: its group loses it, and the removed group of its tenant and
+// destination gains it with its measures.
+func (cc CountChanges) Remove(it *Item) {
+	g, c := CountsOf(it)
+	cc[g] = cc[g].Add(c.Neg())
+	g.State, g.NeedsPerson = StateRemoved, false
+	cc[g] = cc[g].Add(c)
+}
+
 // CountChanges collects the changes to the kept counts that a set of item writes makes.
 type CountChanges map[CountGroup]Counts
 
@@ -98,6 +107,17 @@ func StatsOf(tenant string, now time.Time, groups map[CountGroup]Counts, unresol
 		}
 		attempted[g.Destination] += c.Attempted
 		attempted[""] += c.Attempted
+		if g.State == StateRemoved {
+			update(g.Destination, func(m *Measures) {
+				m.Removed += c.Items
+				m.Retries += c.Retries
+				m.SameKeyRecoveries += c.SameKeyRecoveries
+				m.ManualResolutions += c.ManualResolutions
+				m.DuplicateEffects += c.DuplicateEffects
+				m.EnteredUnknown += c.EnteredUnknown
+			})
+			continue
+		}
 		update(g.Destination, func(m *Measures) {
 			m.Items += c.Items
 			m.States[g.State] += c.Items

@@ -17,7 +17,7 @@ import (
 // statsLedger fills a store with n items through the ledger, in batches of 500 claims and 500 reports:
 // the first 100 unknown (needing a person once swept), the rest succeeded, over four destinations. The
 // unresolved items are as many at every size, as Stats reads them and only them one by one.
-func statsLedger(b *testing.B, n int) (*sqlitestore.Store, time.Time) {
+func statsLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 	b.Helper()
 	ctx := context.Background()
 	s, err := sqlitestore.Open(ctx, b.TempDir())

@@ -70,7 +70,8 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		return "file:" + path + "?" + q.Encode()
 	}
 	// The writer checkpoints by itself only when the background checkpointer falls far behind.
-	w, err := sql.Open("sqlite", dsn(fmt.Sprintf("wal_autocheckpoint(%d)", walSafetyPages))+"&_txlock=immediate")
+	// auto_vacuum(incremental) takes effect in a new file only (retention.go).
+	w, err := sql.Open("sqlite", dsn(fmt.Sprintf("wal_autocheckpoint(%d)", walSafetyPages), "auto_vacuum(incremental)")+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}

@@ -44,6 +44,9 @@ type destinationConfig struct {
 	// EscalateAfter is a Go duration ("30m", "4h") or whole seconds.
 	EscalateAfter field[durationValue] `yaml:"escalate_after"`
 	CheckHint     field[string]        `yaml:"check_hint"`
+	// Retention is how long a settled item is kept after its last change: a Go duration ("720h") or
+	// whole seconds.
+	Retention field[durationValue] `yaml:"retention"`
 }
 
 // tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
@@ -165,6 +168,16 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 				"false cannot override true under defaults; set it per destination instead of under defaults")
 		}
 	}
+	// A retention shorter than the key retention, with the defaults filled in (either may come from them).
+	if problem := cfg.Check(""); problem != "" {
+		probs.add(max(fc.Defaults.Retention.Line, fc.Defaults.KeyRetentionSeconds.Line), "defaults.retention", problem)
+	}
+	for _, name := range names {
+		if problem := cfg.Check(name); problem != "" {
+			dc := fc.Destinations[name]
+			probs.add(max(dc.Retention.Line, dc.KeyRetentionSeconds.Line, fc.Defaults.Retention.Line), "destinations."+name+".retention", problem)
+		}
+	}
 	var tokens []handlers.Token
 	for i, tc := range fc.Tokens {
 		if t, ok := tc.token(fmt.Sprintf("tokens[%d]", i), getenv, probs); ok {
@@ -266,6 +279,12 @@ func (dc destinationConfig) destination(where string, probs *configProblems) ite
 			probs.add(dc.EscalateAfter.Line, where+".escalate_after", "must not be negative")
 		}
 		d.EscalateAfter = time.Duration(dc.EscalateAfter.Value)
+	}
+	if check(dc.Retention, where+".retention", probs) {
+		if dc.Retention.Value <= 0 {
+			probs.add(dc.Retention.Line, where+".retention", "must be positive")
+		}
+		d.Retention = time.Duration(dc.Retention.Value)
 	}
 	return d
 }

@@ -31,9 +31,14 @@ SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions.
+else to the log. Slack's buttons call POST /v1/slack/actions. Every 10 minutes it removes the settled
+items past their destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
+
+// RetentionEvery is how often serve removes the settled items past their destination's retention
+// (items.Retention), starting at start.
+const RetentionEvery = 10 * time.Minute
 
 // serveOptions are serve's settings from flags and environment.
 type serveOptions struct {
@@ -136,6 +141,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
+	if rs, ok := store.(items.RetentionStore); ok {
+		ret, err := items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log})
+		if err != nil {
+			return err
+		}
+		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
+	}
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
 	addr := ln.Addr().String()

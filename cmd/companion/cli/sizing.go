@@ -353,4 +353,3 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, floor *sqlitestore.Fl
 		fmt.Fprintf(m.Stdout, "\nThe items are the tenant's, keys %s:i…:write:0; list them with\n  companion items list --workflow %s --all\n", o.prefix, o.prefix)
 	}
 }
-

@@ -1,0 +1,86 @@
+package mongostore
+
+import (
+	"context"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// Retention (items.Retention). Settled items are removed by the retention loop, one guarded deleteOne
+// each (the _id, the version and the state it was selected at), not by a TTL index: a TTL index deletes
+// behind the service's back, and the kept counts (counts.go) would go on counting the deleted items. The
+// selection reads the index tenant_state_changed from its oldest end.
+
+// SettledDestinations implements items.RetentionStore.
+func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef, error) {
+	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "items", Value: bson.D{{Key: "$gt", Value: 0}}}, {Key: "needs_person", Value: false},
+		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(items.StateSucceeded), string(items.StateFailed)}}}}})
+	if err != nil {
+		return nil, unavailable("settled destinations", err)
+	}
+	var docs []countsDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, unavailable("settled destinations", err)
+	}
+	seen := map[items.DestinationRef]bool{}
+	var out []items.DestinationRef
+	for _, d := range docs {
+		ref := items.DestinationRef{Tenant: d.Tenant, Destination: d.Destination}
+		if !seen[ref] {
+			seen[ref] = true
+			out = append(out, ref)
+		}
+	}
+	return out, nil
+}
+
+// RemoveSettled implements items.RetentionStore.
+func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, error) {
+	changes := items.CountChanges{}
+	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), changes) }()
+	removed := 0
+	for _, state := range []items.State{items.StateSucceeded, items.StateFailed} {
+		if removed >= p.Limit {
+			break
+		}
+		filter := bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "state", Value: string(state)},
+			{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: p.ChangedBefore}}}, {Key: "destination", Value: p.Destination},
+			{Key: "needs_person", Value: false}}
+		if state == items.StateFailed {
+			// Settled: nothing left for the sweeper (items.Facts.SweepCandidate).
+			filter = append(filter, bson.E{Key: "retryable", Value: false}, bson.E{Key: "duplicate_effect", Value: false})
+		}
+		cur, err := s.items.Find(ctx, filter,
+			options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}}).SetLimit(int64(p.Limit-removed)))
+		if err != nil {
+			return removed, unavailable("find settled items", err)
+		}
+		var docs []itemDoc
+		if err := cur.All(ctx, &docs); err != nil {
+			return removed, unavailable("find settled items", err)
+		}
+		for _, d := range docs {
+			it := d.item()
+			if !it.Settled() {
+				continue
+			}
+			res, err := s.items.DeleteOne(ctx, bson.D{{Key: "_id", Value: itemID(d.Tenant, d.Key)}, {Key: "version", Value: d.Version},
+				{Key: "state", Value: d.State}})
+			if err != nil {
+				return removed, unavailable("remove settled item", err)
+			}
+			if res.DeletedCount == 0 {
+				continue // it changed since: not removed
+			}
+			changes.Remove(it)
+			removed++
+			if _, err := s.alerts().DeleteMany(ctx, bson.D{{Key: "tenant", Value: d.Tenant}, {Key: "key", Value: d.Key}}); err != nil {
+				return removed, unavailable("remove alerts", err)
+			}
+		}
+	}
+	return removed, nil
+}
