@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -85,5 +86,54 @@ func TestCountsOfAnEarlierLedger(t *testing.T) {
 	}
 	if got.Items != 31 || got.States[items.StateInFlight] != 1 {
 		t.Fatalf("after a claim and a reopen: %+v", got.Measures)
+	}
+}
+
+// TestReadManyAtEverySize reads sets of keys of every size around the prepared statements' sizes, with
+// repeats and missing keys, and checks that each stored key is found once and the others are nil.
+func TestReadManyAtEverySize(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var stored []string
+	for i := range 1200 {
+		stored = append(stored, fmt.Sprintf("k%04d", i))
+	}
+	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	if _, err := s.TransitionMany(ctx, "acme", stored, func(_ int, cur *items.Item) (*items.Item, error) {
+		return nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(stored); i += 2 { // the even keys exist
+		key := stored[i]
+		if _, err := s.Transition(ctx, "acme", key, func(*items.Item) (*items.Item, error) {
+			return &items.Item{Tenant: "acme", Key: key, State: items.StateSucceeded, Destination: "d", CreatedAt: now, UpdatedAt: now}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []int{1, 2, 7, 8, 9, 63, 64, 65, 499, 500, 501, 1100} {
+		keys := append(slices.Clone(stored[:n]), stored[0]) // a repeat
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found, err := s.readMany(ctx, tx, "acme", keys)
+		_ = tx.Rollback()
+		if err != nil {
+			t.Fatalf("%d keys: %v", n, err)
+		}
+		if len(found) != n {
+			t.Fatalf("%d keys: %d found", n, len(found))
+		}
+		for i, k := range stored[:n] {
+			if it := found[k]; (it != nil) != (i%2 == 0) || (it != nil && it.Key != k) {
+				t.Fatalf("%d keys: %s = %+v", n, k, it)
+			}
+		}
 	}
 }

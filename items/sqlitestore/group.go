@@ -145,7 +145,7 @@ func (s *Store) commitGroup(group []*transition) {
 			}
 		}
 		if len(unread) > 0 {
-			stored, err := readMany(ctx, tx, t.tenant, unread)
+			stored, err := s.readMany(ctx, tx, t.tenant, unread)
 			if err != nil {
 				fail(err)
 				return
