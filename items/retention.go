@@ -43,13 +43,24 @@ type DestinationRef struct {
 	Destination string
 }
 
-// RemoveParams select the settled items RemoveSettled removes.
+// RemoveParams select the settled items RemoveSettled removes: those of one tenant, destination and
+// state (succeeded or failed), in the order of their last change.
 type RemoveParams struct {
 	DestinationRef
+	State State
 	// ChangedBefore: only items whose last change is at or before it.
 	ChangedBefore time.Time
+	// After continues where the previous call stopped; nil starts at the oldest item.
+	After *RemovePosition
 	// Limit bounds the items removed by one call (and so the time the writer is held).
 	Limit int
+}
+
+// RemovePosition is where a RemoveSettled call stopped: the last change and key of the last item it
+// looked at.
+type RemovePosition struct {
+	UpdatedAt time.Time
+	Key       string
 }
 
 // RetentionStore is what Retention needs of a store.
@@ -57,11 +68,13 @@ type RetentionStore interface {
 	// SettledDestinations returns the tenants' destinations that may hold settled items. Returns
 	// ErrUnavailable.
 	SettledDestinations(ctx context.Context) ([]DestinationRef, error)
-	// RemoveSettled removes up to p.Limit settled items (Item.Settled) of p's tenant and destination
-	// whose last change is at or before p.ChangedBefore, with their alerts, and counts them removed in the
-	// kept counts. An item that changed since it was selected is not removed. Returns how many it removed,
-	// and ErrUnavailable.
-	RemoveSettled(ctx context.Context, p RemoveParams) (int, error)
+	// RemoveSettled removes up to p.Limit settled items (Item.Settled) of p's tenant, destination and
+	// state whose last change is at or before p.ChangedBefore, after p.After, with their alerts, and
+	// counts them removed in the kept counts. The items are selected without holding the writer (items of
+	// other destinations passed over cost no pause); an item that changed since it was selected is not
+	// removed. It returns how many it removed and where to continue, nil when there is nothing more.
+	// Returns ErrUnavailable.
+	RemoveSettled(ctx context.Context, p RemoveParams) (int, *RemovePosition, error)
 }
 
 // DefaultRemoveLimit is how many items one RemoveSettled call removes at most: small enough that the
@@ -121,18 +134,22 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 	now := r.cfg.Config.Now()
 	var errs []error
 	for _, d := range dests {
-		p := RemoveParams{DestinationRef: d, ChangedBefore: now.Add(-r.cfg.Config.Destination(d.Destination).Retention), Limit: r.cfg.Limit}
-		for ctx.Err() == nil {
-			start := time.Now()
-			n, err := r.cfg.Store.RemoveSettled(ctx, p)
-			c.LongestCall = max(c.LongestCall, time.Since(start))
-			c.Removed += n
-			if err != nil {
-				errs = append(errs, fmt.Errorf("retention of %s/%s: %w", d.Tenant, d.Destination, err))
-				break
-			}
-			if n < p.Limit {
-				break
+		cutoff := now.Add(-r.cfg.Config.Destination(d.Destination).Retention)
+		for _, state := range []State{StateSucceeded, StateFailed} {
+			p := RemoveParams{DestinationRef: d, State: state, ChangedBefore: cutoff, Limit: r.cfg.Limit}
+			for ctx.Err() == nil {
+				start := time.Now()
+				n, next, err := r.cfg.Store.RemoveSettled(ctx, p)
+				c.LongestCall = max(c.LongestCall, time.Since(start))
+				c.Removed += n
+				if err != nil {
+					errs = append(errs, fmt.Errorf("retention of %s/%s: %w", d.Tenant, d.Destination, err))
+					break
+				}
+				if next == nil {
+					break
+				}
+				p.After = next
 			}
 		}
 	}

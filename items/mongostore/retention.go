@@ -38,49 +38,57 @@ func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef
 }
 
 // RemoveSettled implements items.RetentionStore.
-func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, error) {
+func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *items.RemovePosition, error) {
+	filter := bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "state", Value: string(p.State)},
+		{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: p.ChangedBefore}}}, {Key: "destination", Value: p.Destination},
+		{Key: "needs_person", Value: false}}
+	if p.State == items.StateFailed {
+		// Settled: nothing left for the sweeper (items.Facts.SweepCandidate).
+		filter = append(filter, bson.E{Key: "retryable", Value: false}, bson.E{Key: "duplicate_effect", Value: false})
+	}
+	if a := p.After; a != nil {
+		filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bson.D{{Key: "updated_at", Value: bson.D{{Key: "$gt", Value: a.UpdatedAt}}}},
+			bson.D{{Key: "updated_at", Value: a.UpdatedAt}, {Key: "key", Value: bson.D{{Key: "$gt", Value: a.Key}}}},
+		}})
+	}
+	cur, err := s.items.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}, {Key: "key", Value: 1}}).
+		SetLimit(int64(p.Limit)))
+	if err != nil {
+		return 0, nil, unavailable("find settled items", err)
+	}
+	var docs []itemDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, nil, unavailable("find settled items", err)
+	}
+	if len(docs) == 0 {
+		return 0, nil, nil
+	}
 	changes := items.CountChanges{}
 	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), changes) }()
 	removed := 0
-	for _, state := range []items.State{items.StateSucceeded, items.StateFailed} {
-		if removed >= p.Limit {
-			break
+	for _, d := range docs {
+		it := d.item()
+		if !it.Settled() {
+			continue
 		}
-		filter := bson.D{{Key: "tenant", Value: p.Tenant}, {Key: "state", Value: string(state)},
-			{Key: "updated_at", Value: bson.D{{Key: "$lte", Value: p.ChangedBefore}}}, {Key: "destination", Value: p.Destination},
-			{Key: "needs_person", Value: false}}
-		if state == items.StateFailed {
-			// Settled: nothing left for the sweeper (items.Facts.SweepCandidate).
-			filter = append(filter, bson.E{Key: "retryable", Value: false}, bson.E{Key: "duplicate_effect", Value: false})
-		}
-		cur, err := s.items.Find(ctx, filter,
-			options.Find().SetSort(bson.D{{Key: "updated_at", Value: 1}}).SetLimit(int64(p.Limit-removed)))
+		res, err := s.items.DeleteOne(ctx, bson.D{{Key: "_id", Value: itemID(d.Tenant, d.Key)}, {Key: "version", Value: d.Version},
+			{Key: "state", Value: d.State}})
 		if err != nil {
-			return removed, unavailable("find settled items", err)
+			return removed, nil, unavailable("remove settled item", err)
 		}
-		var docs []itemDoc
-		if err := cur.All(ctx, &docs); err != nil {
-			return removed, unavailable("find settled items", err)
+		if res.DeletedCount == 0 {
+			continue // it changed since: not removed
 		}
-		for _, d := range docs {
-			it := d.item()
-			if !it.Settled() {
-				continue
-			}
-			res, err := s.items.DeleteOne(ctx, bson.D{{Key: "_id", Value: itemID(d.Tenant, d.Key)}, {Key: "version", Value: d.Version},
-				{Key: "state", Value: d.State}})
-			if err != nil {
-				return removed, unavailable("remove settled item", err)
-			}
-			if res.DeletedCount == 0 {
-				continue // it changed since: not removed
-			}
-			changes.Remove(it)
-			removed++
-			if _, err := s.alerts().DeleteMany(ctx, bson.D{{Key: "tenant", Value: d.Tenant}, {Key: "key", Value: d.Key}}); err != nil {
-				return removed, unavailable("remove alerts", err)
-			}
+		changes.Remove(it)
+		removed++
+		if _, err := s.alerts().DeleteMany(ctx, bson.D{{Key: "tenant", Value: d.Tenant}, {Key: "key", Value: d.Key}}); err != nil {
+			return removed, nil, unavailable("remove alerts", err)
 		}
 	}
-	return removed, nil
+	if len(docs) < p.Limit {
+		return removed, nil, nil
+	}
+	last := docs[len(docs)-1]
+	return removed, &items.RemovePosition{UpdatedAt: last.UpdatedAt, Key: last.Key}, nil
 }

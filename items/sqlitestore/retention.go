@@ -3,7 +3,9 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strconv"
+	"time"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -37,73 +39,90 @@ func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef
 	return out, err
 }
 
-// removeSettledSQL removes the settled items of one tenant, destination and state, oldest change first,
-// walking items_state_changed from its oldest end. Settled is items.Item.Settled in the columns: not
-// needing a person, and succeeded, or failed with nothing for the sweeper (sweep_candidate = 0: not
-// retryable, no duplicate effect).
-const removeSettledSQL = `DELETE FROM items WHERE rowid IN (
-	SELECT rowid FROM items INDEXED BY items_state_changed
-		WHERE tenant = ?1 AND state = ?2 AND updated_at <= ?3 AND destination = ?4 AND needs_person = 0
-		AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at LIMIT ?5)
-	RETURNING key, doc`
+// settledSQL selects, on a reader, the settled items of one tenant, destination and state after a
+// position, oldest change first, walking items_state_changed. Settled is items.Item.Settled in the
+// columns: not needing a person, and succeeded, or failed with nothing for the sweeper (sweep_candidate =
+// 0: not retryable, no duplicate effect). The items of other destinations it passes over are read, but
+// on a reader: no write waits for them.
+const settledSQL = `SELECT key, version, updated_at FROM items INDEXED BY items_state_changed
+	WHERE tenant = ?1 AND state = ?2 AND (updated_at, key) > (?3, ?4) AND updated_at <= ?5 AND destination = ?6
+	AND needs_person = 0 AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at, key LIMIT ?7`
+
+// removeItemSQL removes one selected item if it has not changed since.
+const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING doc`
 
 // RemoveSettled implements items.RetentionStore.
-func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, error) {
+func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *items.RemovePosition, error) {
+	after := items.RemovePosition{UpdatedAt: time.Unix(0, -1<<62)}
+	if p.After != nil {
+		after = *p.After
+	}
+	type candidate struct {
+		key     string
+		version int64
+	}
+	var found []candidate
+	var last items.RemovePosition
+	err := s.scan(ctx, func(rows *sql.Rows) error {
+		var c candidate
+		var at int64
+		if err := rows.Scan(&c.key, &c.version, &at); err != nil {
+			return err
+		}
+		found = append(found, c)
+		last = items.RemovePosition{UpdatedAt: time.Unix(0, at), Key: c.key}
+		return nil
+	}, settledSQL, p.Tenant, string(p.State), after.UpdatedAt.UnixNano(), after.Key, p.ChangedBefore.UnixNano(), p.Destination, p.Limit)
+	if err != nil || len(found) == 0 {
+		return 0, nil, err
+	}
+	next := &last
+	if len(found) < p.Limit {
+		next = nil
+	}
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, unavailable(err)
+		return 0, nil, unavailable(err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	changes := items.CountChanges{}
-	var keys []string
-	for _, state := range []items.State{items.StateSucceeded, items.StateFailed} {
-		rows, err := tx.QueryContext(ctx, removeSettledSQL, p.Tenant, string(state), p.ChangedBefore.UnixNano(), p.Destination, p.Limit-len(keys))
-		if err != nil {
-			return 0, unavailable(err)
-		}
-		for rows.Next() {
-			var key, doc string
-			if err := rows.Scan(&key, &doc); err != nil {
-				rows.Close()
-				return 0, unavailable(err)
-			}
-			it, err := decode(doc)
-			if err != nil {
-				rows.Close()
-				return 0, err
-			}
-			changes.Remove(it)
-			keys = append(keys, key)
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return 0, unavailable(err)
-		}
-		if len(keys) >= p.Limit {
-			break
-		}
-	}
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	del, err := tx.PrepareContext(ctx, `DELETE FROM alerts WHERE tenant = ? AND key = ?`)
+	remove, err := tx.PrepareContext(ctx, removeItemSQL)
 	if err != nil {
-		return 0, unavailable(err)
+		return 0, nil, unavailable(err)
 	}
-	defer del.Close()
-	for _, k := range keys {
-		if _, err := del.ExecContext(ctx, p.Tenant, k); err != nil {
-			return 0, unavailable(err)
+	defer remove.Close()
+	removeAlerts, err := tx.PrepareContext(ctx, `DELETE FROM alerts WHERE tenant = ? AND key = ?`)
+	if err != nil {
+		return 0, nil, unavailable(err)
+	}
+	defer removeAlerts.Close()
+	changes := items.CountChanges{}
+	removed := 0
+	for _, c := range found {
+		var doc string
+		err := remove.QueryRowContext(ctx, p.Tenant, c.key, c.version).Scan(&doc)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // changed since it was selected
 		}
+		if err != nil {
+			return 0, nil, unavailable(err)
+		}
+		it, err := decode(doc)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, err := removeAlerts.ExecContext(ctx, p.Tenant, c.key); err != nil {
+			return 0, nil, unavailable(err)
+		}
+		changes.Remove(it)
+		removed++
 	}
 	if err := s.writeCounts(ctx, tx, changes); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, unavailable(err)
+		return 0, nil, unavailable(err)
 	}
 	// Give the freed pages back; a failure only leaves them for reuse.
 	_, _ = s.w.ExecContext(ctx, `PRAGMA incremental_vacuum(`+strconv.Itoa(vacuumPages)+`)`)
-	return len(keys), nil
+	return removed, next, nil
 }
