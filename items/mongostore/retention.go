@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
@@ -82,8 +83,11 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 		}
 		changes.Remove(it)
 		removed++
-		if _, err := s.alerts().DeleteMany(ctx, bson.D{{Key: "tenant", Value: d.Tenant}, {Key: "key", Value: d.Key}}); err != nil {
-			return removed, nil, unavailable("remove alerts", err)
+		// The item's alerts and probe claims go with it.
+		for _, c := range []*mongo.Collection{s.alerts(), s.probes()} {
+			if _, err := c.DeleteMany(ctx, bson.D{{Key: "tenant", Value: d.Tenant}, {Key: "key", Value: d.Key}}); err != nil {
+				return removed, nil, unavailable("remove the alerts and probes of an item", err)
+			}
 		}
 	}
 	if len(docs) < p.Limit {

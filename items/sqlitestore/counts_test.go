@@ -122,10 +122,10 @@ func TestReadManyAtEverySize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		found, err := s.readMany(ctx, tx, "acme", keys)
+		found, bad, err := s.readMany(ctx, tx, "acme", keys)
 		_ = tx.Rollback()
-		if err != nil {
-			t.Fatalf("%d keys: %v", n, err)
+		if err != nil || len(bad) != 0 {
+			t.Fatalf("%d keys: %v %v", n, err, bad)
 		}
 		if len(found) != n {
 			t.Fatalf("%d keys: %d found", n, len(found))

@@ -38,7 +38,7 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"Get", `SELECT doc FROM items WHERE tenant = ? AND key = ?`, []any{"acme", "k"},
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
-		{"ReadMany", `SELECT doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
+		{"ReadMany", `SELECT key, doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
 			[]string{"USING INDEX items_lease"}},
@@ -64,6 +64,13 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
 		{"StatsUnresolvedAll", unresolvedSQL, []any{now.UnixMilli(), ""},
 			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
+		{"RenewAlertClaim", `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, []any{1, "d_1"},
+			[]string{"USING INDEX alerts_claim"}},
+		{"NoteAlertMessage", `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ?
+			AND status = 'pending' AND ts = ''`, []any{"D1", "1.1", "acme", "k", 1, "no_dedupe"},
+			[]string{"USING PRIMARY KEY"}},
+		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":               {},

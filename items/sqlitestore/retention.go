@@ -10,7 +10,7 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// Retention (items.Retention). A call removes up to a limit of settled items in one transaction on the
+// Retention (items.Retention). A call removes (with their alerts and probe claims) up to a limit of settled items in one transaction on the
 // writer's connection, so every other write waits for it: the limit keeps that to milliseconds. The file
 // gives the space back as it goes: a ledger created by this build has auto_vacuum=INCREMENTAL, and after
 // each removal the pages it freed (at most vacuumPages) are released, also in small steps. (A ledger
@@ -90,11 +90,15 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 		return 0, nil, unavailable(err)
 	}
 	defer remove.Close()
-	removeAlerts, err := tx.PrepareContext(ctx, `DELETE FROM alerts WHERE tenant = ? AND key = ?`)
-	if err != nil {
-		return 0, nil, unavailable(err)
+	var removeRecords []*sql.Stmt // the item's alerts and probe claims go with it
+	for _, q := range []string{`DELETE FROM alerts WHERE tenant = ? AND key = ?`, `DELETE FROM probes WHERE tenant = ? AND key = ?`} {
+		st, err := tx.PrepareContext(ctx, q)
+		if err != nil {
+			return 0, nil, unavailable(err)
+		}
+		defer st.Close()
+		removeRecords = append(removeRecords, st)
 	}
-	defer removeAlerts.Close()
 	changes := items.CountChanges{}
 	removed := 0
 	for _, c := range found {
@@ -110,8 +114,10 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 		if err != nil {
 			return 0, nil, err
 		}
-		if _, err := removeAlerts.ExecContext(ctx, p.Tenant, c.key); err != nil {
-			return 0, nil, unavailable(err)
+		for _, st := range removeRecords {
+			if _, err := st.ExecContext(ctx, p.Tenant, c.key); err != nil {
+				return 0, nil, unavailable(err)
+			}
 		}
 		changes.Remove(it)
 		removed++

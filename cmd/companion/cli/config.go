@@ -17,6 +17,7 @@ import (
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/probes"
 )
 
 // fileConfig is the YAML configuration file (--config, COMPANION_CONFIG). Unknown fields are refused.
@@ -47,6 +48,8 @@ type destinationConfig struct {
 	// Retention is how long a settled item is kept after its last change: a Go duration ("720h") or
 	// whole seconds.
 	Retention field[durationValue] `yaml:"retention"`
+	// Lookup makes the service probe the destination's unknown items itself (probes.go).
+	Lookup *lookupConfig `yaml:"lookup"`
 }
 
 // tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
@@ -93,6 +96,8 @@ func kindName(k reflect.Kind) string {
 		return "a whole number"
 	case reflect.Bool:
 		return "true or false"
+	case reflect.Float64:
+		return "a number"
 	}
 	return "text"
 }
@@ -142,17 +147,28 @@ func (p *configProblems) err() error {
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
 func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, error) {
+	cfg, routing, tokens, _, err := readConfig(path, getenv)
+	return cfg, routing, tokens, err
+}
+
+// readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
+// its tokens and lookup headers.
+func readConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, map[string]probes.Lookup, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config: %w", err)
+		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
 	}
 	probs := &configProblems{path: path}
+	lookups := map[string]probes.Lookup{}
+	if fc.Defaults.Lookup != nil {
+		probs.add(fc.Defaults.Lookup.line(), "defaults.lookup", "a lookup belongs to one destination; give it under destinations.<name>.lookup")
+	}
 	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
 	names := make([]string, 0, len(fc.Destinations))
 	for name := range fc.Destinations {
@@ -166,6 +182,18 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		if f := dc.ServerErrorsNotCommitted; f.Set && !f.Value && cfg.Defaults.ServerErrorsNotCommitted {
 			probs.add(f.Line, "destinations."+name+".server_errors_not_committed",
 				"false cannot override true under defaults; set it per destination instead of under defaults")
+		}
+		if dc.Lookup != nil {
+			lookups[name] = dc.Lookup.lookup("destinations."+name+".lookup", getenv, probs)
+			d := cfg.Destinations[name]
+			switch {
+			case !dc.Dedupe.Set:
+				d.Dedupe = items.DedupeLookup // a destination that can be looked up dedupes by lookup
+				cfg.Destinations[name] = d
+			case d.Dedupe != items.DedupeLookup:
+				probs.add(dc.Dedupe.Line, "destinations."+name+".dedupe", fmt.Sprintf(
+					"is %s, but the destination has a lookup: probes settle only items whose dedupe is lookup; write dedupe: lookup or leave it out", dc.Dedupe.Value))
+			}
 		}
 	}
 	// A retention shorter than the key retention, with the defaults filled in (either may come from them).
@@ -186,9 +214,9 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 	}
 	routing := fc.Alerts.routing(probs)
 	if err := probs.err(); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, err
+		return items.Config{}, alerts.Routing{}, nil, nil, err
 	}
-	return cfg, routing, tokens, nil
+	return cfg, routing, tokens, lookups, nil
 }
 
 var (
