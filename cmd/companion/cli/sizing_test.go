@@ -11,8 +11,8 @@ import (
 // the floor, and checks the summary and that the items it wrote are there, succeeded, under its prefix.
 func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret,anna:acme:operator:op-secret", "COMPANION_SWEEP_EVERY": "@every 1h"})
-	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wf-secret"}
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,anna:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wf-secret-0123456789"}
 	floor := t.TempDir()
 
 	out, err := run(t, env, "bench", "--items", "40", "--callers", "4", "--prefix", "bench-single", "--floor", floor, "--floor-items", "20")
@@ -44,7 +44,7 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 		t.Errorf("bench batch:\n%s", out)
 	}
 
-	op := map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "op-secret"}
+	op := map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "op-secret-0123456789"}
 	for prefix, n := range map[string]string{"bench-single": "40", "bench-batch": "110"} {
 		out, err = run(t, op, "items", "list", "--workflow", prefix, "--state", "succeeded", "--limit", "500", "--all")
 		if err != nil || !strings.Contains(out, n+" item(s)") {
