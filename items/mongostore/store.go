@@ -158,6 +158,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
+	if err := s.buildCounts(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -311,6 +315,7 @@ func (s *Store) transition(ctx context.Context, log undoLog, tenant, key string,
 		if stored == nil {
 			continue // another writer created or changed the item since the read: decide again
 		}
+		s.countWrite(ctx, cur, stored)
 		return stored.item(), nil
 	}
 }
@@ -335,8 +340,11 @@ func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc)
 	} else {
 		stored, err = s.update(ctx, cur, d)
 	}
-	if err == nil && stored == nil {
+	switch {
+	case err == nil && stored == nil:
 		forget() // certainly not written: another writer came first
+	case err == nil:
+		log.acked(stored) // and counted by the caller
 	}
 	return stored, err
 }
@@ -477,6 +485,11 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
 		}
 	}
+	// The counts of the items written here go in one upsert per group, once the writes are done or one
+	// fails (those before it are recorded); those decided again are counted by transition. See CONSISTENCY
+	// in counts.go.
+	counts := items.CountChanges{}
+	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), counts) }()
 	forget := make([]func(), len(newDocs))
 	for j, d := range newDocs {
 		forget[j] = log.wrote(nil, d)
@@ -493,6 +506,10 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 	created := make(map[int]*itemDoc, len(newAt))
 	for j, i := range newAt {
 		created[i] = inserted[j]
+		if inserted[j] != nil {
+			counts.Move(nil, inserted[j].item())
+			log.acked(inserted[j])
+		}
 	}
 
 	out := make([]*items.Item, len(keys))
@@ -520,6 +537,9 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 		if !ok {
 			if stored, err = s.write(ctx, log, st.seen, *st.next); err != nil {
 				return nil, err
+			}
+			if stored != nil {
+				counts.Move(itemOf(st.seen), itemOf(stored))
 			}
 		}
 		if stored == nil {

@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -31,6 +29,9 @@ type undoEntry struct {
 	base *itemDoc
 	// last is the call's last write of the item, applied or not.
 	last itemDoc
+	// counted is the state the kept counts (counts.go) hold the item in: base, or the call's last
+	// acknowledged write (each is counted once acknowledged).
+	counted *itemDoc
 }
 
 // wrote records a write of d over replaced (nil: an insert), before it is sent. It returns the function
@@ -47,11 +48,18 @@ func (u undoLog) wrote(replaced *itemDoc, d itemDoc) (forget func()) {
 	}
 	if had && replaced != nil && replaced.Version == prev.last.Version {
 		// The call's own earlier write is what this one replaces: the base stays.
-		u[id] = &undoEntry{base: prev.base, last: d}
+		u[id] = &undoEntry{base: prev.base, last: d, counted: prev.counted}
 		return forget
 	}
-	u[id] = &undoEntry{base: replaced, last: d}
+	u[id] = &undoEntry{base: replaced, last: d, counted: replaced}
 	return forget
+}
+
+// acked records that the write of d was acknowledged, and so counted.
+func (u undoLog) acked(d *itemDoc) {
+	if e, ok := u[itemID(d.Tenant, d.Key)]; ok && e.last.Version == d.Version {
+		e.counted = d
+	}
 }
 
 // claimed reports whether e's last write holds a claim its base did not.
@@ -60,38 +68,51 @@ func (e *undoEntry) claimed() bool {
 }
 
 // undo takes back the claims in log and returns err, which made the call fail; an undo that fails too is
-// added to it. It runs even when ctx has ended (a timeout is one of the failures it repairs), as one
-// unordered bulk write (a delete or an update per claim: one round trip for a batch's 500), bounded by the
-// store's timeout as a whole.
+// added to it. It runs even when ctx has ended (a timeout is one of the failures it repairs), one
+// conditional write per claim, all under one deadline (the store's timeout), so that a server that is
+// gone costs one timeout, not one per claim. The kept counts follow each undo that matched.
 func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
-	var models []mongo.WriteModel
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	counts := items.CountChanges{}
+	var failed error
 	for id, e := range log {
 		if !e.claimed() {
 			continue
 		}
-		// ATOMICITY: each model is one conditional single-document write, as update: it matches only while
-		// the item is still at the call's own write, under its claim.
+		// ATOMICITY: one conditional single-document write, as update: it matches only while the item is
+		// still at the call's own write, under its claim.
 		guard := bson.D{{Key: "_id", Value: id}, {Key: "version", Value: e.last.Version}, {Key: "claim", Value: e.last.Claim}}
+		var matched bool
 		if e.base == nil {
-			models = append(models, mongo.NewDeleteOneModel().SetFilter(guard))
-			continue
+			res, uerr := s.items.DeleteOne(ctx, guard)
+			if uerr != nil {
+				failed = uerr
+				continue
+			}
+			matched = res.DeletedCount == 1
+		} else {
+			back := *e.base
+			back.ID = ""
+			back.Version = e.last.Version + 1
+			back.UpdatedAt = msTime(time.Now())
+			if !back.UpdatedAt.After(e.last.UpdatedAt) {
+				back.UpdatedAt = e.last.UpdatedAt.Add(time.Millisecond)
+			}
+			res, uerr := s.items.UpdateOne(ctx, guard, bson.D{{Key: "$set", Value: back}})
+			if uerr != nil {
+				failed = uerr
+				continue
+			}
+			matched = res.MatchedCount == 1
 		}
-		back := *e.base
-		back.ID = ""
-		back.Version = e.last.Version + 1
-		back.UpdatedAt = msTime(time.Now())
-		if !back.UpdatedAt.After(e.last.UpdatedAt) {
-			back.UpdatedAt = e.last.UpdatedAt.Add(time.Millisecond)
+		if matched {
+			counts.Move(itemOf(e.counted), itemOf(e.base))
 		}
-		models = append(models, mongo.NewUpdateOneModel().SetFilter(guard).SetUpdate(bson.D{{Key: "$set", Value: back}}))
 	}
-	if len(models) == 0 {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
-	defer cancel()
-	if _, uerr := s.items.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false)); uerr != nil {
-		return fmt.Errorf("%w (taking back its claims failed too; they expire into unknown: %v)", err, uerr)
+	_ = s.addCounts(context.WithoutCancel(ctx), counts) // a count that fails is off by the item: see counts.go
+	if failed != nil {
+		return fmt.Errorf("%w (taking back its claims failed too; they expire into unknown: %v)", err, failed)
 	}
 	return err
 }

@@ -75,6 +75,15 @@ func TestFailedBatchTakesBackItsClaims(t *testing.T) {
 				t.Fatalf("after the undo: %s got %s/%s attempt %d, want proceed at attempt 1", a.Key, a.Decision, a.Reason, a.Attempt)
 			}
 		}
+		// The kept counts followed the undo: every item of every round so far is counted once, in flight.
+		st, err := s.Stats(t.Context(), "acme", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Items != 7*k || st.States[items.StateInFlight] != 7*k || st.States[items.StatePrepared] != 0 {
+			t.Fatalf("failure after write %d: the stats count %d items, %d in flight, %d prepared; want %d in flight",
+				k, st.Items, st.States[items.StateInFlight], st.States[items.StatePrepared], 7*k)
+		}
 	}
 }
 
