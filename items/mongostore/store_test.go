@@ -569,7 +569,8 @@ func TestLedgerSecretIsReadWithMajority(t *testing.T) {
 	var reads []bson.Raw
 	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
 		if ev.CommandName == "find" {
-			if coll, ok := ev.Command.Lookup("find").StringValueOK(); ok && coll == mongostore.MetaCollection {
+			coll, _ := ev.Command.Lookup("find").StringValueOK()
+			if id, _ := ev.Command.Lookup("filter", "_id").StringValueOK(); coll == mongostore.MetaCollection && id == "ledger_secret" {
 				mu.Lock()
 				reads = append(reads, slices.Clone(ev.Command))
 				mu.Unlock()
@@ -595,7 +596,7 @@ func TestLedgerSecretIsReadWithMajority(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(reads) != 1 {
-		t.Fatalf("LedgerSecret read the meta collection %d times, want once", len(reads))
+		t.Fatalf("LedgerSecret read the secret %d times, want once", len(reads))
 	}
 	level, _ := reads[0].Lookup("readConcern", "level").StringValueOK()
 	if level != "majority" {
