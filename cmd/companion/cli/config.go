@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -30,6 +31,9 @@ type fileConfig struct {
 	Tokens []tokenConfig `yaml:"tokens"`
 	// Alerts routes the alerts of items that need a person (sweep.go).
 	Alerts alertsConfig `yaml:"alerts"`
+	// PublicURL is the service's address as people reach it; alert lines link to the console under it.
+	// COMPANION_PUBLIC_URL overrides it.
+	PublicURL field[string] `yaml:"public_url"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -138,16 +142,16 @@ func (p *configProblems) err() error {
 }
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
-func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, error) {
+func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config: %w", err)
+		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
 	}
 	probs := &configProblems{path: path}
 	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
@@ -172,10 +176,28 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		}
 	}
 	routing := fc.Alerts.routing(probs)
-	if err := probs.err(); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, err
+	if f := fc.PublicURL; f.Set {
+		if err := checkPublicURL(f.Value); err != nil {
+			probs.add(f.Line, "public_url", err.Error())
+		}
 	}
-	return cfg, routing, tokens, nil
+	if err := probs.err(); err != nil {
+		return items.Config{}, alerts.Routing{}, nil, "", err
+	}
+	return cfg, routing, tokens, fc.PublicURL.Value, nil
+}
+
+// checkPublicURL accepts an absolute http(s) URL without query, fragment or characters that would break
+// a Slack link (| < >).
+func checkPublicURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("%q is not an absolute http(s) URL such as https://companion.example.com", s)
+	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(s, "|<> "):
+		return fmt.Errorf("%q must be a plain base URL: no query, fragment, spaces or | < >", s)
+	}
+	return nil
 }
 
 var (
