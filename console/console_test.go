@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
@@ -55,8 +57,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open,
-		Console: handlers.ConsoleConfig{Refresh: o.refresh,
+	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Console: handlers.ConsoleConfig{Refresh: o.refresh, CauseText: alerts.CauseText,
 			Target: func(it *items.Item) console.Target {
 				return console.Target{Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}
 			}}}
@@ -360,3 +362,5 @@ func TestARefusedResolutionShowsTheContractsReason(t *testing.T) {
 		t.Fatalf("a refused resolution changed the item: %s", it.State)
 	}
 }
+
+func urlQuery(s string) string { return url.QueryEscape(s) }
