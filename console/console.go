@@ -32,6 +32,11 @@ const Prefix = "/console/"
 // SessionTTL is how long a sign-in lasts.
 const SessionTTL = 12 * time.Hour
 
+// MaxSessions bounds the session map: past it, making a session drops the one closest to expiry, so a
+// client that never keeps its cookie (open mode makes a session per cookie-less visit) cannot grow it
+// without bound.
+const MaxSessions = 10000
+
 // DefaultRefresh is how often an open page reloads itself.
 const DefaultRefresh = 15 * time.Second
 
@@ -261,10 +266,16 @@ func (c *Console) newSession(w http.ResponseWriter, r *http.Request, who Princip
 	s := &session{who: who, csrf: randomToken(), expires: time.Now().Add(SessionTTL)}
 	c.mu.Lock()
 	// Expired sessions go whenever a new one is made, so the map holds only live ones.
+	var soonest string
 	for k, old := range c.sessions {
 		if time.Now().After(old.expires) {
 			delete(c.sessions, k)
+		} else if soonest == "" || old.expires.Before(c.sessions[soonest].expires) {
+			soonest = k
 		}
+	}
+	if len(c.sessions) >= MaxSessions {
+		delete(c.sessions, soonest)
 	}
 	c.sessions[id] = s
 	c.mu.Unlock()

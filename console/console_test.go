@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -364,3 +365,30 @@ func TestARefusedResolutionShowsTheContractsReason(t *testing.T) {
 }
 
 func urlQuery(s string) string { return url.QueryEscape(s) }
+
+func TestTheQueuePagesOldestFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	n := console.QueuePageSize + 5
+	for i := range n {
+		e.unknownItem(fmt.Sprintf("inv-%03d", i), "", "", 0)
+	}
+	c := e.client()
+	rows := regexp.MustCompile(`data-key="(inv-\d+)"`)
+	keys := func(body string) []string {
+		var out []string
+		for _, m := range rows.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	_, first, _ := e.page(c, "/console/")
+	_, second, _ := e.page(c, "/console/?page=2")
+	k1, k2 := keys(first), keys(second)
+	if len(k1) != console.QueuePageSize || k1[0] != "inv-000" || len(k2) != 5 || k2[4] != fmt.Sprintf("inv-%03d", n-1) {
+		t.Fatalf("page 1 has %d items from %v, page 2 %v", len(k1), k1[:1], k2)
+	}
+	if !strings.Contains(first, `href="/console/?page=2"`) || !strings.Contains(second, "page 2 of 2") {
+		t.Fatal("the pages do not link to each other")
+	}
+}
