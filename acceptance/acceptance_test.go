@@ -263,15 +263,22 @@ func TestDocsShowTheDestinationConfiguration(t *testing.T) {
 func TestSuiteAgainstCompanionServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The receiver runs first: the probed destination's lookup names it.
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
 	config := filepath.Join(dir, "companion.yaml")
-	if err := os.WriteFile(config, []byte(acceptance.DestinationsYAML()), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(acceptance.DestinationsYAMLFor(r.ReceiverURL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const workflowSecret, operatorSecret = "wf-4f9c2a71d6e3b805", "op-91d7e0c3a5b24f68"
 	env := map[string]string{"COMPANION_TOKENS": "ci-workflow:acme:workflow:" + workflowSecret + ",ci-owner:acme:operator:" + operatorSecret}
 	serve := cli.NewMain()
 	serve.Stdout, serve.Stderr, serve.Getenv = io.Discard, io.Discard, func(k string) string { return env[k] }
-	if err := serve.Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", config}); err != nil {
+	if err := serve.Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", config,
+		"--sweep-every", acceptance.ProbeEvery}); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 	t.Cleanup(func() { serve.Close() })
@@ -279,7 +286,7 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 	var stdout bytes.Buffer
 	run := cli.NewMain()
 	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
-	err := run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(),
+	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL,
 		"--token", workflowSecret, "--operator-token", operatorSecret})
 	out := stdout.String()
 	t.Log("\n" + out)

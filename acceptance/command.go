@@ -93,6 +93,15 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 			}
 			cfg.OpenStore, cfg.StoreName = mongoStore(uri), "mongodb (in-process service)"
 		}
+		if *receiver == "" {
+			p, err := StartReceiver(ctx, InProcessConfig{})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			*receiver = p.ReceiverURL
+		}
+		cfg.ReceiverURL = *receiver
 		p, err := StartService(ctx, cfg)
 		if err != nil {
 			return err

@@ -327,6 +327,7 @@ func timelineEvent(e items.Event) event {
 		items.EventClaimed: "Claimed", items.EventPrepared: "Prepared", items.EventAfterWrite: "Report after the write",
 		items.EventLeaseExpired: "Lease expired (sweep)", items.EventReconcile: "Lookup", items.EventResolve: "Resolved by a person",
 		items.EventNeedsPerson: "Needs a person", items.EventEscalated: "Escalated", items.EventAlerted: "Alert sent",
+		items.EventProbe: "Probe (the service's own lookup)",
 	}
 	ev.Title = titles[e.Kind]
 	if ev.Title == "" {

@@ -43,6 +43,10 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// Register adds a collector of this process's measures (the prober's reads, for one), shown with every
+// scrape.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.process.Register(c) }
+
 // ObserveDecision counts one before-write decision (single or in a batch).
 func (m *Metrics) ObserveDecision(d items.Decision, r items.Reason) {
 	if m == nil {

@@ -638,6 +638,9 @@ type ReconcileParams struct {
 	ExternalID string
 	Evidence   string
 	By         string
+	// Attempt, when not 0, limits the finding to that attempt: the item must still be at it (a probe's
+	// finding is about the attempt it read for).
+	Attempt int
 }
 
 // Reconcile records a lookup finding for an unknown item whose recorded dedupe is lookup. found settles it
@@ -671,7 +674,7 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 			return nil, nil
 		}
 		l.expireLease(it, now)
-		if it.State != StateUnknown || it.Dedupe != DedupeLookup || it.LookupFailed {
+		if it.State != StateUnknown || it.Dedupe != DedupeLookup || it.LookupFailed || (p.Attempt != 0 && p.Attempt != it.Attempt) {
 			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
 				"reconcile is only for an unknown item with dedupe lookup and no failed lookup; this item is %s (dedupe %s)", it.State, it.Dedupe)}
 		}

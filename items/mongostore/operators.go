@@ -335,6 +335,41 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	return n, nil
 }
 
+// RenewAlertClaim keeps the alerts held by claim with it until until: a dispatcher renews its claim while
+// its message is being posted, so that a slow post is not taken for a dead dispatcher. It returns how
+// many alerts the claim holds; 0 means it was released, finished or taken over. Returns ErrUnavailable.
+func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error) {
+	res, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: claim}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_until", Value: msTime(until)}}}})
+	if err != nil {
+		return 0, unavailable("renew alert claim", err)
+	}
+	return int(res.MatchedCount), nil
+}
+
+// NoteAlertMessage records on the alerts as where a message carrying them landed (m's channel and ts;
+// for an escalation, as its escalation message) without finishing them, for alerts not yet finished that
+// have no such message: a dispatcher whose claim ran out while it posted leaves its message where the
+// dispatcher holding the group now finds it, and updates it instead of posting another. It returns how
+// many alerts it changed. Returns ErrUnavailable.
+func (s *Store) NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error) {
+	status, channel, ts := items.AlertPending, "channel", "ts"
+	if m.Escalation {
+		status, channel, ts = items.AlertSent, "escalation_channel", "escalation_ts"
+	}
+	n := 0
+	for _, a := range as {
+		res, err := s.alerts().UpdateOne(ctx, bson.D{{Key: "_id", Value: alertID(a.Tenant, a.Key, a.Attempt, a.Cause)},
+			{Key: "status", Value: status}, {Key: ts, Value: ""}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: channel, Value: m.Channel}, {Key: ts, Value: m.TS}}}})
+		if err != nil {
+			return n, unavailable("note alert message", err)
+		}
+		n += int(res.ModifiedCount)
+	}
+	return n, nil
+}
+
 // ReleaseAlerts gives up a claim without sending. Returns ErrUnavailable.
 func (s *Store) ReleaseAlerts(ctx context.Context, claim string) error {
 	_, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: claim}},

@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 
 	"github.com/replaysafe/companion/items"
@@ -12,9 +13,11 @@ import (
 const readChunk = 500
 
 // readMany returns the stored item of every key (nil for a key without one) in a few queries instead of
-// one per key: a batch of 500 items reads them in one statement. Returns ErrUnavailable.
-func readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []string) (map[string]*items.Item, error) {
-	found := make(map[string]*items.Item, len(keys))
+// one per key: a batch of 500 items reads them in one statement. A key whose stored document cannot be
+// decoded is in bad with its error instead of in found: that fault belongs to the requests about that key
+// alone. Returns ErrUnavailable when the database cannot be read.
+func readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []string) (found map[string]*items.Item, bad map[string]error, err error) {
+	found = make(map[string]*items.Item, len(keys))
 	var distinct []string
 	for _, k := range keys {
 		if _, ok := found[k]; !ok {
@@ -29,29 +32,36 @@ func readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []string) (ma
 		for _, k := range chunk {
 			args = append(args, k)
 		}
-		q := `SELECT doc FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
+		q := `SELECT key, doc FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		rows, err := tx.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, nil, unavailable(err)
 		}
 		for rows.Next() {
-			var doc string
-			if err := rows.Scan(&doc); err != nil {
+			var key, doc string
+			if err := rows.Scan(&key, &doc); err != nil {
 				rows.Close()
-				return nil, unavailable(err)
+				return nil, nil, unavailable(err)
 			}
 			it, err := decode(doc)
-			if err != nil {
-				rows.Close()
-				return nil, err
+			if err == nil && it.Key != key {
+				err = fmt.Errorf("sqlitestore: corrupt item document: stored under another key")
 			}
-			found[it.Key] = it
+			if err != nil {
+				if bad == nil {
+					bad = map[string]error{}
+				}
+				delete(found, key)
+				bad[key] = err
+				continue
+			}
+			found[key] = it
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, unavailable(err)
+			return nil, nil, unavailable(err)
 		}
 	}
-	return found, nil
+	return found, bad, nil
 }

@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS counters (
 `
 
 func (s *Store) migrateOperators(ctx context.Context) error {
-	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
+	if _, err := s.w.ExecContext(ctx, operatorsSchema+probesSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	return nil
@@ -295,6 +295,49 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	}
 	n, err := res.RowsAffected()
 	return int(n), unavailable(err)
+}
+
+// RenewAlertClaim keeps the alerts held by claim with it until until: a dispatcher renews its claim while
+// its message is being posted, so that a slow post is not taken for a dead dispatcher. It returns how
+// many alerts the claim holds; 0 means it was released, finished or taken over. Returns ErrUnavailable.
+func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, nanos(until), claim)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// NoteAlertMessage records on the alerts as where a message carrying them landed (m's channel and ts;
+// for an escalation, as its escalation message) without finishing them, for alerts not yet finished that
+// have no such message: a dispatcher whose claim ran out while it posted leaves its message where the
+// dispatcher holding the group now finds it, and updates it instead of posting another. It returns how
+// many alerts it changed. Returns ErrUnavailable.
+func (s *Store) NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error) {
+	q := `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ? AND status = 'pending' AND ts = ''`
+	if m.Escalation {
+		q = `UPDATE alerts SET escalation_channel = ?, escalation_ts = ?
+			WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ? AND status = 'sent' AND escalation_ts = ''`
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	n := 0
+	for _, a := range as {
+		res, err := tx.ExecContext(ctx, q, m.Channel, m.TS, a.Tenant, a.Key, a.Attempt, a.Cause)
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		n += int(k)
+	}
+	return n, unavailable(tx.Commit())
 }
 
 // ReleaseAlerts gives up a claim without sending, so the next dispatch tries again. Returns ErrUnavailable.

@@ -40,7 +40,7 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"Get", `SELECT doc FROM items WHERE tenant = ? AND key = ?`, []any{"acme", "k"},
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
-		{"ReadMany", `SELECT doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
+		{"ReadMany", `SELECT key, doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
 			[]string{"USING INDEX items_lease"}},
@@ -57,8 +57,15 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_sweep"}},
 		{"PendingAlertItems", `SELECT doc FROM items ` + pendingAlertItemsWhere, []any{"", "", 100},
 			[]string{"USING INDEX items_alert_pending"}},
+		{"RenewAlertClaim", `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, []any{1, "d_1"},
+			[]string{"USING INDEX alerts_claim"}},
+		{"NoteAlertMessage", `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ?
+			AND status = 'pending' AND ts = ''`, []any{"D1", "1.1", "acme", "k", 1, "no_dedupe"},
+			[]string{"USING PRIMARY KEY"}},
 		{"StatsTenant", statsTenant, statsTenantArgs, []string{"USING COVERING INDEX items_stats"}},
 		{"StatsAll", statsAll, statsAllArgs, []string{"USING COVERING INDEX items_stats"}},
+		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":               {},

@@ -280,7 +280,7 @@ func advance(cur, next *items.Item) error {
 // of 32766 bound parameters.
 var insertRows = []int{100, 10, 1}
 
-// write stores the final state (in last) of every changed key, inserting the items that did not exist
+// write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
 // when the transaction started (found) and updating the others guarded by the version found.
 func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*items.Item, changed []string) error {
 	// The transaction's statements need no cancellation of their own: a cancelled request still rolls
@@ -295,12 +295,12 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		s.rows, s.doc = fresh[:0], buf
 	}()
 	var update *sql.Stmt
-	for _, key := range changed {
-		cur, next := found[key], last[key]
+	for _, id := range changed {
+		cur, next := found[id], last[id]
 		var doc string
 		var err error
 		if doc, buf, err = document(buf, next); err != nil {
-			return err
+			return &itemFault{id: id, err: err}
 		}
 		if cur == nil {
 			fresh = appendColumns(fresh, next, doc)
@@ -368,8 +368,15 @@ func insertItemsSQL(rows int) string {
 
 // document encodes next for the doc column. buf is reused across a transaction's items, so that a batch
 // leaves one copy of each document (the string bound to the statement) rather than three.
-func document(buf []byte, next *items.Item) (string, []byte, error) {
-	buf, err := next.AppendJSON(buf[:0])
+//
+// A state that cannot be encoded (or whose encoding panics) is an error of the transition that made it.
+func document(buf []byte, next *items.Item) (doc string, _ []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			doc, err = "", fmt.Errorf("sqlitestore: encode item: panicked: %v", r)
+		}
+	}()
+	buf, err = next.AppendJSON(buf[:0])
 	if err != nil {
 		return "", buf, fmt.Errorf("sqlitestore: encode item: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/probes"
 )
 
 // fileConfig is the YAML configuration file (--config, COMPANION_CONFIG). Unknown fields are refused.
@@ -48,6 +49,8 @@ type destinationConfig struct {
 	// EscalateAfter is a Go duration ("30m", "4h") or whole seconds.
 	EscalateAfter field[durationValue] `yaml:"escalate_after"`
 	CheckHint     field[string]        `yaml:"check_hint"`
+	// Lookup makes the service probe the destination's unknown items itself (probes.go).
+	Lookup *lookupConfig `yaml:"lookup"`
 }
 
 // tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
@@ -94,6 +97,8 @@ func kindName(k reflect.Kind) string {
 		return "a whole number"
 	case reflect.Bool:
 		return "true or false"
+	case reflect.Float64:
+		return "a number"
 	}
 	return "text"
 }
@@ -142,18 +147,40 @@ func (p *configProblems) err() error {
 }
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
+// It returns the ledger's configuration, the alert routing, the tokens and the public URL.
 func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, string, error) {
+	f, err := readConfig(path, getenv)
+	return f.cfg, f.routing, f.tokens, f.publicURL, err
+}
+
+// fileSettings is what the configuration file says.
+type fileSettings struct {
+	cfg     items.Config
+	routing alerts.Routing
+	tokens  []handlers.Token
+	lookups map[string]probes.Lookup
+	// publicURL is the service's address as people reach it; empty when the file names none.
+	publicURL string
+}
+
+// readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
+// its tokens and lookup headers.
+func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("config: %w", err)
+		return fileSettings{}, fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
 	}
 	probs := &configProblems{path: path}
+	lookups := map[string]probes.Lookup{}
+	if fc.Defaults.Lookup != nil {
+		probs.add(fc.Defaults.Lookup.line(), "defaults.lookup", "a lookup belongs to one destination; give it under destinations.<name>.lookup")
+	}
 	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
 	names := make([]string, 0, len(fc.Destinations))
 	for name := range fc.Destinations {
@@ -167,6 +194,18 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		if f := dc.ServerErrorsNotCommitted; f.Set && !f.Value && cfg.Defaults.ServerErrorsNotCommitted {
 			probs.add(f.Line, "destinations."+name+".server_errors_not_committed",
 				"false cannot override true under defaults; set it per destination instead of under defaults")
+		}
+		if dc.Lookup != nil {
+			lookups[name] = dc.Lookup.lookup("destinations."+name+".lookup", getenv, probs)
+			d := cfg.Destinations[name]
+			switch {
+			case !dc.Dedupe.Set:
+				d.Dedupe = items.DedupeLookup // a destination that can be looked up dedupes by lookup
+				cfg.Destinations[name] = d
+			case d.Dedupe != items.DedupeLookup:
+				probs.add(dc.Dedupe.Line, "destinations."+name+".dedupe", fmt.Sprintf(
+					"is %s, but the destination has a lookup: probes settle only items whose dedupe is lookup; write dedupe: lookup or leave it out", dc.Dedupe.Value))
+			}
 		}
 	}
 	var tokens []handlers.Token
@@ -182,9 +221,9 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		}
 	}
 	if err := probs.err(); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, "", err
+		return fileSettings{}, err
 	}
-	return cfg, routing, tokens, fc.PublicURL.Value, nil
+	return fileSettings{cfg: cfg, routing: routing, tokens: tokens, lookups: lookups, publicURL: fc.PublicURL.Value}, nil
 }
 
 // checkPublicURL accepts an absolute http(s) URL without query, fragment or characters that would break

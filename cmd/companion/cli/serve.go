@@ -31,7 +31,8 @@ SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions.
+else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
+the unknown items of the destinations that have a "lookup:" in the config file.
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
 
@@ -80,6 +81,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	lookups, err := m.lookups(o)
+	if err != nil {
+		return err
+	}
 	slackCfg, err := m.slackSettings()
 	if err != nil {
 		return err
@@ -105,6 +110,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
+	prober, err := newProber(ledger, lookups, log)
+	if err != nil {
+		store.Close()
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
@@ -113,6 +123,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
+	if prober != nil {
+		hc.Metrics = handlers.NewMetrics()
+		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
+			store.Close()
+			return err
+		}
+	}
 	srv := &http.Server{
 		Handler:           handlers.New(hc),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -136,6 +153,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
+	m.runProbes(prober, o.sweepEvery)
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
 	addr := ln.Addr().String()
@@ -146,8 +164,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
-		o.sweepEvery, alertSvc.where),
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where, auth,
+		o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0),
 		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
 	return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
+	"github.com/replaysafe/companion/probes"
 )
 
 func init() {
@@ -178,7 +179,8 @@ func (m *Main) runSweeps(a *alertServices, spec string) {
 }
 
 const sweepSynopsis = `Sweeps the ledger once and sends the alerts that are due, then exits: records expired leases as
-unknown, marks the items that need a person, and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
+unknown, marks the items that need a person, makes the probes that are due (destinations with a
+"lookup:"), and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
 and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its --sweep-every schedule;
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve.`
 
@@ -197,6 +199,10 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return usageErrorf("sweep: give --once (serve sweeps on its own schedule, --sweep-every)")
 	}
 	cfg, routing, _, publicURL, err := m.settings(o)
+	if err != nil {
+		return err
+	}
+	lookups, err := m.lookups(o)
 	if err != nil {
 		return err
 	}
@@ -222,17 +228,30 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	prober, err := newProber(ledger, lookups, log)
+	if err != nil {
+		return err
+	}
+	var probed probes.Counts
+	if prober != nil {
+		if probed, err = prober.RunOnce(ctx); err != nil {
+			return fmt.Errorf("probes: %w", err)
+		}
+	}
 	sent, err := a.dispatcher.RunOnce(ctx)
 	a.dispatcher.Wait()
 	if err != nil {
 		return fmt.Errorf("alerts: %w", err)
 	}
 	if asJSON {
-		return json.NewEncoder(m.Stdout).Encode(map[string]any{"sweep": swept, "alerts": sent})
+		return json.NewEncoder(m.Stdout).Encode(map[string]any{"sweep": swept, "probes": probed, "alerts": sent})
 	}
 	fmt.Fprintf(m.Stdout, "swept %s: %d lease(s) expired, %d item(s) newly need a person", where, swept.Expired, sum(swept.NeedsPerson))
 	for _, cause := range slices.Sorted(maps.Keys(swept.NeedsPerson)) {
 		fmt.Fprintf(m.Stdout, " (%s %d)", cause, swept.NeedsPerson[cause])
+	}
+	if prober != nil {
+		fmt.Fprintf(m.Stdout, "\nprobes of %s: %d read(s), %d item(s) settled", probesDescription(prober), sum(probed.Reads), sum(probed.Settled))
 	}
 	fmt.Fprintf(m.Stdout, "\nalerts to %s: %d queued, %d message(s) with %d alert(s), %d escalated, %d closed unsent, %d failed delivery\n",
 		a.where, sent.Queued, sent.Messages, sent.Alerted, sent.Escalated, sent.Closed, sent.Failed)
