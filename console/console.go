@@ -37,6 +37,9 @@ const SessionTTL = 12 * time.Hour
 // without bound.
 const MaxSessions = 10000
 
+// MaxFormBytes is the largest form body read; a larger one reads as empty and is refused.
+const MaxFormBytes = 64 << 10
+
 // DefaultRefresh is how often an open page reloads itself.
 const DefaultRefresh = 15 * time.Second
 
@@ -165,6 +168,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Allow", "GET, HEAD, POST")
 		c.fail(w, r, nil, PublicError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: r.Method + " is not allowed here"})
 		return
+	}
+	if r.Method == http.MethodPost {
+		// A console form is a few kB at most (evidence ≤ 2000 characters).
+		r.Body = http.MaxBytesReader(w, r.Body, MaxFormBytes)
 	}
 	if r.Method == http.MethodPost && !sameOrigin(r) {
 		c.fail(w, r, nil, PublicError{Status: http.StatusForbidden, Code: "forbidden", Message: "the form came from another site"})

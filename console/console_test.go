@@ -278,6 +278,11 @@ func TestAFormPostedWithoutTheCSRFTokenIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("a cross-site form answered %d, want 403", resp.StatusCode)
 	}
+	// A form larger than MaxFormBytes is not read at all, so its token is not seen either.
+	big := with(with(form, "csrf", csrf), "external_id", strings.Repeat("x", console.MaxFormBytes))
+	if resp, _ := e.post(c, "/console/item/resolve", big, nil); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an oversized form answered %d, want 403", resp.StatusCode)
+	}
 	if it := e.get("inv-742"); it.State != items.StateUnknown || it.Resolution != nil {
 		t.Fatalf("a refused form changed the item: %s %+v", it.State, it.Resolution)
 	}
