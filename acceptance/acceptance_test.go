@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/replaysafe/companion/acceptance"
 	"github.com/replaysafe/companion/cmd/companion/cli"
@@ -191,6 +192,22 @@ func TestCommandFailsAgainstAReceiverIgnoringKeys(t *testing.T) {
 	}
 	if !strings.HasSuffix(out, "1 passed, 1 failed\n") {
 		t.Errorf("the last line is not the summary:\n%s", out)
+	}
+	// The default report is a block per case within ReportWidth columns; --wide is the one-row table.
+	for line := range strings.Lines(out) {
+		if n := utf8.RuneCountInString(strings.TrimSuffix(line, "\n")); n > acceptance.ReportWidth {
+			t.Errorf("a line of %d columns:\n%s", n, line)
+		}
+	}
+	for _, want := range []string{"case 5   FAIL  commit_then_drop @ after_commit", "  effects     1 → 1, observed 1 → 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	err = acceptance.Command(context.Background(), []string{"--receiver", r.ReceiverURL, "--only", "5", "--wide"}, &stdout, &stderr)
+	if !errors.Is(err, acceptance.ErrFailed) || !strings.Contains(stdout.String(), "CASE  INJECTED FAULT @ BOUNDARY") {
+		t.Errorf("--wide: %v\n%s", err, stdout.String())
 	}
 }
 

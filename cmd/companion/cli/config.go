@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -174,7 +175,9 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		var root yaml.Node
+		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
+		return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err, &root), "\n  "))
 	}
 	probs := &configProblems{path: path}
 	lookups := map[string]probes.Lookup{}
@@ -244,9 +247,10 @@ var (
 	wrongKind    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`[^`]*` )?into (\\S+)$")
 )
 
-// yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7: unknown field
-// dedup") instead of Go's.
-func yamlProblems(err error) []string {
+// yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7:
+// destinations.billing.dedup: unknown field (did you mean dedupe?)") instead of Go's. root is the
+// file's node tree, in which an unknown field's path is found.
+func yamlProblems(err error, root *yaml.Node) []string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
@@ -255,7 +259,8 @@ func yamlProblems(err error) []string {
 	out := make([]string, len(te.Errors))
 	for i, e := range te.Errors {
 		if m := unknownField.FindStringSubmatch(e); m != nil {
-			e = fmt.Sprintf("line %s: unknown field %s", m[1], m[2])
+			line, _ := strconv.Atoi(m[1])
+			e = fmt.Sprintf("line %s: %s", m[1], unknownFieldProblem(root, line, m[2]))
 		} else if m := wrongKind.FindStringSubmatch(e); m != nil {
 			want := "a mapping of names to settings"
 			if strings.HasPrefix(m[3], "[]") {
@@ -270,6 +275,99 @@ func yamlProblems(err error) []string {
 		out[i] = e
 	}
 	return out
+}
+
+// unknownFieldProblem says where the unknown field name on line is ("destinations.billing.max_attempt")
+// and which known field it probably meant, or, when none is close, which fields are known there.
+func unknownFieldProblem(root *yaml.Node, line int, name string) string {
+	path, known := findUnknown(root, reflect.TypeFor[fileConfig](), "", line, name)
+	if known == nil {
+		return "unknown field " + name
+	}
+	if guess := nearest(name, known); guess != "" {
+		return fmt.Sprintf("%s: unknown field (did you mean %s?)", path, guess)
+	}
+	return fmt.Sprintf("%s: unknown field (known here: %s)", path, strings.Join(known, ", "))
+}
+
+// findUnknown walks the node tree n alongside the configuration type t to the mapping key name on line
+// that t does not declare, and returns its dotted path and the fields t declares there.
+func findUnknown(n *yaml.Node, t reflect.Type, path string, line int, name string) (string, []string) {
+	switch {
+	case n == nil:
+		return "", nil
+	case n.Kind == yaml.DocumentNode && len(n.Content) > 0:
+		return findUnknown(n.Content[0], t, path, line, name)
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, c := range n.Content {
+			if p, known := findUnknown(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), line, name); known != nil {
+				return p, known
+			}
+		}
+	case n.Kind == yaml.MappingNode && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map):
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, value := n.Content[i], n.Content[i+1]
+			at := strings.TrimPrefix(path+"."+key.Value, ".")
+			if t.Kind() == reflect.Map {
+				if p, known := findUnknown(value, t.Elem(), at, line, name); known != nil {
+					return p, known
+				}
+				continue
+			}
+			var fields []string
+			var match reflect.Type
+			for f := range t.Fields() {
+				if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag != "" && tag != "-" && tag != "secret" {
+					fields = append(fields, tag)
+					if tag == key.Value {
+						match = f.Type
+					}
+				}
+			}
+			if match == nil && key.Line == line && key.Value == name {
+				return at, fields
+			}
+			if match != nil {
+				if p, known := findUnknown(value, match, at, line, name); known != nil {
+					return p, known
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// nearest returns the known field name closest to name by edit distance, if it is close enough to be a
+// typo of it (at most a third of its letters differ, and at least one may), or "".
+func nearest(name string, known []string) string {
+	best, bestDist := "", max(1, len(name)/3)+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes (field names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // check adds the type problem of a field, if any, and reports whether the field holds a usable value.
