@@ -255,6 +255,9 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
 		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
+		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
+			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
+		{"retention not positive", "defaults:\n  retention: 0s\n", []string{"line 2", "defaults.retention", "positive"}},
 		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
 			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
 	}

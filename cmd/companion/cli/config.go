@@ -50,6 +50,9 @@ type destinationConfig struct {
 	// EscalateAfter is a Go duration ("30m", "4h") or whole seconds.
 	EscalateAfter field[durationValue] `yaml:"escalate_after"`
 	CheckHint     field[string]        `yaml:"check_hint"`
+	// Retention is how long a settled item is kept after its last change: a Go duration ("720h") or
+	// whole seconds.
+	Retention field[durationValue] `yaml:"retention"`
 	// Lookup makes the service probe the destination's unknown items itself (probes.go).
 	Lookup *lookupConfig `yaml:"lookup"`
 }
@@ -209,6 +212,16 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 				probs.add(dc.Dedupe.Line, "destinations."+name+".dedupe", fmt.Sprintf(
 					"is %s, but the destination has a lookup: probes settle only items whose dedupe is lookup; write dedupe: lookup or leave it out", dc.Dedupe.Value))
 			}
+		}
+	}
+	// A retention shorter than the key retention, with the defaults filled in (either may come from them).
+	if problem := cfg.Check(""); problem != "" {
+		probs.add(max(fc.Defaults.Retention.Line, fc.Defaults.KeyRetentionSeconds.Line), "defaults.retention", problem)
+	}
+	for _, name := range names {
+		if problem := cfg.Check(name); problem != "" {
+			dc := fc.Destinations[name]
+			probs.add(max(dc.Retention.Line, dc.KeyRetentionSeconds.Line, fc.Defaults.Retention.Line), "destinations."+name+".retention", problem)
 		}
 	}
 	var tokens []handlers.Token
@@ -425,6 +438,12 @@ func (dc destinationConfig) destination(where string, probs *configProblems) ite
 			probs.add(dc.EscalateAfter.Line, where+".escalate_after", "must not be negative")
 		}
 		d.EscalateAfter = time.Duration(dc.EscalateAfter.Value)
+	}
+	if check(dc.Retention, where+".retention", probs) {
+		if dc.Retention.Value <= 0 {
+			probs.add(dc.Retention.Line, where+".retention", "must be positive")
+		}
+		d.Retention = time.Duration(dc.Retention.Value)
 	}
 	return d
 }

@@ -549,6 +549,7 @@ type apiMeasures struct {
 	SameKeyRecoveries          int            `json:"same_key_recoveries"`
 	ManualResolutions          int            `json:"manual_resolutions"`
 	DuplicateEffects           int            `json:"duplicate_effects"`
+	Removed                    int            `json:"removed"`
 }
 
 func (m *Main) stats(ctx context.Context, args []string) error {
@@ -579,15 +580,15 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "tenant %s at %s\n\n", st.Tenant, st.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\t")
+	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\tREMOVED\t")
 	line := func(name string, m apiMeasures) {
 		oldest := "-"
 		if m.OldestUnresolvedAgeSeconds > 0 {
 			oldest = ago(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
 			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
-			m.ManualResolutions, m.DuplicateEffects)
+			m.ManualResolutions, m.DuplicateEffects, m.Removed)
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.Destinations)) {
 		line(name, st.Destinations[name])

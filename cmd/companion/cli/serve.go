@@ -35,9 +35,14 @@ The sweeper runs inside serve on --sweep-every: it records expired leases as unk
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
 else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
-the unknown items of the destinations that have a "lookup:" in the config file.
+the unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
+removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
+
+// RetentionEvery is how often serve removes the settled items past their destination's retention
+// (items.Retention), starting at start.
+const RetentionEvery = 10 * time.Minute
 
 // serveOptions are serve's settings from flags and environment.
 type serveOptions struct {
@@ -156,6 +161,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
+	if rs, ok := store.(items.RetentionStore); ok {
+		ret, err := items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log})
+		if err != nil {
+			return err
+		}
+		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
+	}
 	m.runProbes(prober, o.sweepEvery)
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
