@@ -13,7 +13,7 @@ import (
 // duration or whole seconds.
 func TestMaxClockSkew(t *testing.T) {
 	m := &Main{Getenv: func(string) string { return "" }}
-	cfg, _, _, err := m.settings(serveOptions{})
+	cfg, _, _, _, err := m.settings(serveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +26,7 @@ func TestMaxClockSkew(t *testing.T) {
 		if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cfg, _, _, err := loadConfig(path, func(string) string { return "" })
+		cfg, _, _, _, err := loadConfig(path, func(string) string { return "" })
 		if err != nil {
 			t.Fatalf("%q: %v", yaml, err)
 		}
