@@ -435,6 +435,9 @@ func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
 		field("destination", "string", t.Destination),
 		field("dedupe", "string", string(t.Dedupe)),
 		field("write_url", "string", s.WriteURL),
+		// Where the write node puts the id of what it wrote: the first of these paths in its output that
+		// holds a value (an HTTP Request's body.id, a record's id, Send Email's messageId).
+		field("external_id_fields", "string", ExternalIDFields),
 	}
 	if t.Dedupe == DedupeLookup {
 		as = append(as, field("lookup_url", "string", s.LookupURL))
@@ -482,54 +485,104 @@ func preDispatchClassesJS() string {
 }
 
 // evidenceJS turns what the write returned into an after-write body (API.md). claimNode names the
-// node whose item carries the claim (key, claim).
+// node whose item carries the claim (key, claim). It serves any write node run with On Error →
+// Continue (using error output): an HTTP Request node's full response is judged by its status; any
+// other node's success output is the effect itself; an error is judged from what the node says about it.
 func evidenceJS(claimNode string) string {
-	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write.
-// An HTTP answer arrives as {statusCode, headers, body} (Never Error is on);
-// a transport failure arrives on the error output as the input item plus error.code.
+	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
+// On Error → Continue (using error output), so every item it returns arrives here:
+// - an HTTP Request node (Never Error, Include Response Headers and Status) gives {statusCode, headers,
+//   body}: it is judged by the status;
+// - any other node (Send Email, Gmail, Sheets, Slack, …) that returns an item on its success output has
+//   written: succeeded, with the external id read from the first of Settings → external_id_fields found;
+// - its error output arrives through "Write error" as write_error and is judged from the error: an HTTP
+//   status where the node gives one, a transport code, an SMTP reply code; anything else is unknown.
 const claim = $('CLAIM_NODE').item.json;
 const report = { key: claim.key, claim: claim.claim };
 const clip = (s) => String(s ?? '').slice(0, 300);
-if (typeof $json.statusCode === 'number') {
-  const status = $json.statusCode;
-  const headers = $json.headers || {};
-  const body = $json.body;
+const retryAfter = (ra) => {
+  if (ra === undefined || ra === null) return undefined;
+  const secs = /^\d+$/.test(String(ra)) ? Number(ra) : Math.ceil((Date.parse(ra) - Date.now()) / 1000);
+  return Number.isFinite(secs) && secs > 0 ? secs : undefined;
+};
+const byStatus = (status, headers, body) => {
   report.http_status = status;
-  if (headers['x-request-id']) report.receiver_request_id = String(headers['x-request-id']);
   if (status >= 200 && status < 300) {
     report.outcome = 'succeeded';
-    // YOUR DESTINATION: where it puts the id of what it created.
-    report.external_id = body && body.id != null ? String(body.id) : null;
-    if (body && typeof body === 'object' && !Array.isArray(body)) report.result = body;
-  } else if (status < 400) {
-    report.outcome = 'unknown';
-  } else {
-    report.outcome = 'failed';
-    report.error = { class: 'http', code: String(status), message: clip(typeof body === 'string' ? body : JSON.stringify(body)) };
-    const ra = headers['retry-after'];
-    if (ra !== undefined) {
-      const secs = /^\d+$/.test(String(ra)) ? Number(ra) : Math.ceil((Date.parse(ra) - Date.now()) / 1000);
-      if (Number.isFinite(secs) && secs > 0) report.retry_after = secs;
-    }
+    return;
   }
+  if (status < 400 || status > 599) {
+    report.outcome = 'unknown'; // a redirect or an odd status proves nothing
+    return;
+  }
+  report.outcome = 'failed';
+  report.error = { class: 'http', code: String(status), message: clip(typeof body === 'string' ? body : JSON.stringify(body ?? null)) };
+  const secs = retryAfter(headers && headers['retry-after']);
+  if (secs !== undefined) report.retry_after = secs;
+};
+const externalId = (out) => {
+  // YOUR DESTINATION: Settings → external_id_fields lists where the node puts the id of what it wrote.
+  const fields = String($('Settings').first().json.external_id_fields || 'id').split(',').map((f) => f.trim()).filter(Boolean);
+  for (const f of fields) {
+    const v = f.split('.').reduce((o, k) => (o != null && typeof o === 'object' ? o[k] : undefined), out);
+    if (v !== undefined && v !== null && v !== '') return String(v);
+  }
+  return null;
+};
+if ($json.write_error === undefined) {
+  const out = $json;
+  if (typeof out.statusCode === 'number' && out.headers && typeof out.headers === 'object') {
+    byStatus(out.statusCode, out.headers, out.body);
+    if (out.headers['x-request-id']) report.receiver_request_id = String(out.headers['x-request-id']);
+    if (report.outcome === 'succeeded' && out.body && typeof out.body === 'object' && !Array.isArray(out.body)) report.result = out.body;
+  } else {
+    report.outcome = 'succeeded';
+  }
+  if (report.outcome === 'succeeded') report.external_id = externalId(out);
 } else {
-  const err = $json.error || {};
-  const code = String(err.code || (err.cause && err.cause.code) || '');
+  const err = $json.write_error;
+  const e = err && typeof err === 'object' ? err : {};
+  const message = clip(typeof err === 'string' ? err : (e.message || e.description || JSON.stringify(err)));
+  const status = Number(e.httpCode || e.statusCode || e.status || (/^(\d{3}) - /.exec(message) || [])[1]);
   const classes = TRANSPORT;
-  const cls = classes[code] || 'other';
-  // Refused and DNS failures happen before anything is sent; everything else may have been committed.
-  report.outcome = PRE_DISPATCH.includes(cls) ? 'failed' : 'unknown';
-  report.error = { class: cls, code, message: clip(err.message) };
+  const code = String(e.code || (e.cause && e.cause.code) || (message.match(/\b[A-Z][A-Z_]{3,}\b/g) || []).find((c) => classes[c]) || '');
+  // An SMTP reply (nodemailer puts it after a colon: "Message failed: 451 4.3.0 try later").
+  const smtp = /: ([45]\d\d)[ -]/.exec(message);
+  if (status >= 100 && status <= 599) {
+    byStatus(status, e.headers || {}, message);
+  } else if (classes[code]) {
+    // Refused and DNS failures happen before anything is sent; everything else may have been committed.
+    report.outcome = PRE_DISPATCH.includes(classes[code]) ? 'failed' : 'unknown';
+    report.error = { class: classes[code], code, message };
+  } else if (smtp) {
+    // The mail server answered and refused the message (4xx: try later, 5xx: never): it holds no
+    // message, so nothing was committed. The contract's class for "refused, nothing committed" is
+    // connection_refused: retried after a backoff, never counted as a possible dispatch.
+    report.outcome = 'failed';
+    report.error = { class: 'connection_refused', code: 'smtp_' + smtp[1], message };
+  } else {
+    report.outcome = 'unknown';
+    report.error = { class: 'other', code, message };
+  }
 }
 return { json: report };`)
 }
+
+// ExternalIDFields is the default of Settings → external_id_fields.
+const ExternalIDFields = "body.id, id, messageId"
 
 // Node names shared by the renderers and the e2e runner.
 const (
 	NodeWrite       = "YOUR WRITE: create the record"
 	NodeLookup      = "YOUR LOOKUP: find by reference"
 	NodeBeforeWrite = "Before-write"
+	NodeWriteError  = "Write error"
 )
+
+// writeErrorJS marks an item of the write's error output: n8n gives the failing node's input item
+// with the error merged in (error is a message for most nodes, an object for some).
+const writeErrorJS = `// The write node's error output: nothing here is a result. Evidence judges the error.
+return { json: { write_error: $json.error ?? 'the write node failed without saying why' } };`
 
 // guardedWriteTail adds write → evidence → after-write → outcome, fed by `from` output `out`.
 // It returns the name of the node that ends the proceed path.
@@ -557,19 +610,23 @@ func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x,
 		Notes:   "THE SLOT: replace with your own write, keeping the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status, On Error = Continue (using error output), and Retry On Fail OFF.",
 	})
 	evidence := "Evidence"
+	// The error output goes through "Write error", which marks the item, so that Evidence never takes a
+	// node's failure for its result.
+	g.add(codeNode(NodeWriteError, "runOnceForEachItem", writeErrorJS, [2]int{x + 220, y + 180}))
+	g.connect(NodeWrite, 1, NodeWriteError)
 	if batch {
-		// One Merge so that HTTP answers and transport failures reach one batch after-write.
-		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 220, y}, Parameters: MergeParams{}})
+		// One Merge so that results and errors reach one batch after-write.
+		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 440, y}, Parameters: MergeParams{}})
 		g.connectInput(NodeWrite, 0, "Both outcomes", 0)
-		g.connectInput(NodeWrite, 1, "Both outcomes", 1)
-		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
+		g.connectInput(NodeWriteError, 0, "Both outcomes", 1)
+		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 660, y}))
 		g.connect("Both outcomes", 0, evidence)
 		return NodeWrite, evidence
 	}
-	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 220, y}))
+	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
 	g.connect(NodeWrite, 0, evidence)
-	g.connect(NodeWrite, 1, evidence)
-	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 440, y}))
+	g.connect(NodeWriteError, 0, evidence)
+	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 660, y}))
 	g.connect(evidence, 0, "After-write")
 	g.add(codeNode("Write outcome", "runOnceForEachItem", `// The write's outcome as the ledger recorded it, with the evidence sent.
 const evidence = $('Evidence').item.json;
@@ -581,7 +638,7 @@ return { json: {
   external_id: evidence.external_id ?? null,
   result: evidence.result ?? null,
   evidence,
-} };`, [2]int{x + 660, y}))
+} };`, [2]int{x + 880, y}))
 	g.connect("After-write", 0, "Write outcome")
 	return NodeWrite, "Write outcome"
 }
@@ -730,7 +787,7 @@ return { json: out };`, [2]int{x + 660, y + 620}))
 	}
 	g.connect("Decision", fallback, "Surface")
 
-	ex := x + 1320
+	ex := x + 1540
 	end := "Outcome"
 	if t.TriggerGuard {
 		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex, y}))

@@ -61,9 +61,9 @@ const calls = [];
 for (let start = 0; start < all.length; start += 500) {
   calls.push({ json: { items: all.slice(start, start + 500) } });
 }
-return calls;`, [2]int{2200, y}))
+return calls;`, [2]int{2420, y}))
 	g.connect(last, 0, "Batch report")
-	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2420, y})
+	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2640, y})
 	n.Parameters = func() HTTPParams {
 		p := n.Parameters.(HTTPParams)
 		p.URL = "={{ $('Settings').first().json.companion_url }}" + PathBatchAfterWrite
@@ -77,7 +77,7 @@ const counts = {};
 for (const call of calls) {
   for (const [decision, n] of Object.entries(call.counts)) counts[decision] = (counts[decision] || 0) + n;
 }
-return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2640, y}))
+return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2860, y}))
 	g.connect("Batch after-write", 0, "Outcome")
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 300}))
 	g.connect("Decision", 1, "Stored result")
