@@ -63,6 +63,27 @@ var Decisions = []Decision{
 	{"reconcile", "the outcome of an earlier attempt is unknown and the destination is searchable (dedupe `lookup`): look the reference up, report found / absent / lookup_failed to /v1/reconcile, then ask before-write again."},
 }
 
+// WriteKind is one kind of write a builder puts in the slot, and the dedupe mode that is safe for it.
+type WriteKind struct {
+	Kind     string
+	Examples string
+	Dedupe   Dedupe
+	Why      string
+}
+
+// WriteKinds say, per kind of write, which dedupe mode is safe: `key` lets companion answer an unknown
+// outcome with a same-key retry, which is safe only when the destination itself drops the repeat.
+var WriteKinds = []WriteKind{
+	{"HTTP API that honours an idempotency key", "Stripe, Adyen, most payment and billing APIs, the sandbox receiver (HTTP Request node with header Idempotency-Key)",
+		DedupeKey, "a same-key retry after an unknown outcome is dropped by the destination"},
+	{"write that is idempotent by itself", "PUT to a fixed id, Sheets *Append or Update* matched on a key column, a database insert that ignores a duplicate key, a CRM *upsert* by external id",
+		DedupeKey, "a repeat updates the same record instead of creating a second one"},
+	{"create in a destination you can search by a reference you write into it", "CRM records (HubSpot, Salesforce) with a reference field, a sheet row with a reference column, invoices by number",
+		DedupeLookup, "after an unknown outcome the lookup slot proves the record exists or is absent before anything is sent again"},
+	{"message that cannot be taken back or searched", "Send Email (SMTP), Gmail, Slack, Teams, SMS, a webhook to a system without idempotency",
+		DedupeNone, "the node sends no idempotency key and nothing can be searched: an unknown outcome waits for a person, never a second send"},
+}
+
 // TransportError maps a transport failure code, as n8n (axios/Node) and Make report it, to the
 // after-write error class of the contract, and says whether a request may have left the caller.
 type TransportError struct {

@@ -568,6 +568,24 @@ if ($json.write_error === undefined) {
 return { json: report };`)
 }
 
+// slotNote is the sticky note over the write slot: what to keep, and which dedupe is safe for which write.
+func slotNote(batch bool) string {
+	var b strings.Builder
+	b.WriteString("## Your write goes here\nReplace **" + NodeWrite + "** with any write node (HTTP Request, Send Email, Gmail, Sheets, Slack, …). Keep:\n" +
+		"- Settings → On Error: *Continue (using error output)*, both outputs connected as they are\n" +
+		"- **Retry On Fail: OFF** (a retry here can duplicate the write; companion decides retries)\n" +
+		"- Settings node → `external_id_fields`: where your node puts the id it wrote\n" +
+		"- HTTP Request: header `Idempotency-Key` = `{{ $json.idempotency_key }}`, *Include Response Headers and Status*, *Never Error*\n")
+	if batch {
+		b.WriteString("- Options → Batching: 1 item per batch (one by one)\n")
+	}
+	b.WriteString("\n**Which `dedupe` (Settings)**\n")
+	for _, k := range WriteKinds {
+		fmt.Fprintf(&b, "- %s → `%s`\n", k.Kind, k.Dedupe)
+	}
+	return b.String()
+}
+
 // ExternalIDFields is the default of Settings → external_id_fields.
 const ExternalIDFields = "body.id, id, messageId"
 
@@ -607,7 +625,7 @@ func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x,
 	g.add(N8nNode{
 		Name: NodeWrite, Type: n8nHTTPRequest, Position: [2]int{x, y}, Parameters: h,
 		OnError: "continueErrorOutput",
-		Notes:   "THE SLOT: replace with your own write, keeping the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status, On Error = Continue (using error output), and Retry On Fail OFF.",
+		Notes:   "THE SLOT: replace with any write node, keeping On Error = Continue (using error output) with both outputs connected, and Retry On Fail OFF. An HTTP Request also keeps the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status.",
 	})
 	evidence := "Evidence"
 	// The error output goes through "Write error", which marks the item, so that Evidence never takes a
@@ -730,7 +748,7 @@ return { json: { duplicate: true, key: $json.key, reason: $json.reason, state: $
 	}
 	g.add(decisionSwitch(t.Slug, "Decision", words, [2]int{x + 220, y}))
 	g.connect(NodeBeforeWrite, 0, "Decision")
-	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF** (a retry here can duplicate the write; companion decides retries)", [2]int{x + 380, y - 300}, 420, 240, 5))
+	g.add(sticky("Slot note", slotNote(false), [2]int{x + 380, y - 420}, 520, 360, 5))
 	_, last := g.guardedWriteTail(s, NodeBeforeWrite, false, x+440, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{x + 660, y + 260}))

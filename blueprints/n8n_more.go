@@ -52,7 +52,7 @@ return $input.all().flatMap((call) => call.json.items).map((d, i) => ({
 	g.connect("Batch before-write", 0, "One item per decision")
 	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1320, y}))
 	g.connect("One item per decision", 0, "Decision")
-	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Batching: 1 item per batch (one by one)\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF**", [2]int{1480, y - 320}, 440, 260, 5))
+	g.add(sticky("Slot note", slotNote(true), [2]int{1480, y - 440}, 520, 380, 5))
 	_, last := g.guardedWriteTail(s, "One item per decision", true, 1540, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence, 500 reports to a POST /v1/batches/after-write.
