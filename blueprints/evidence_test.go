@@ -2,6 +2,7 @@ package blueprints
 
 import (
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -59,6 +60,7 @@ func TestEvidenceJudgesAnyWriteNode(t *testing.T) {
 			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "other", "code": "", "message": "Something went wrong"}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			prog := `const $json = ` + c.item + `;
 const $ = (name) => ({ item: { json: ` + claim + ` }, first: () => ({ json: { external_id_fields: '` + ExternalIDFields + `' } }) });
 const out = (() => {` + code + `})();
@@ -87,5 +89,90 @@ process.stdout.write(JSON.stringify(out.json));`
 	}
 	if !strings.Contains(code, "write_error") {
 		t.Error("Evidence does not read the error output's mark")
+	}
+}
+
+// runCode runs a Code node's JavaScript of the rendered guarded-write template in Node.js with $json
+// as given and $() answering every node with self, and returns what it returned.
+func runCode(t *testing.T, name, input, self string) map[string]any {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js) is not on PATH: the template's code cannot be run here")
+	}
+	var code string
+	for _, n := range RenderN8n(Templates()[0], DefaultSettings()).Nodes {
+		if n.Name == name {
+			code = n.Parameters.(CodeParams).JSCode
+		}
+	}
+	if code == "" {
+		t.Fatalf("guarded-write has no node %q", name)
+	}
+	prog := `const $json = ` + input + `;
+const $ = (name) => ({ item: { json: ` + self + ` }, first: () => ({ json: ` + self + ` }) });
+const out = (() => {` + code + `})();
+process.stdout.write(JSON.stringify(out.json));`
+	b, err := exec.Command(node, "-e", prog).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, b)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("output %s: %v", b, err)
+	}
+	return got
+}
+
+// TestWebhookAnswersMakeSendersRedeliver runs the Answer node's code against the ends a run can reach
+// and checks the status, Retry-After and whether the execution then fails.
+func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
+	for _, c := range []struct {
+		name, in   string
+		status     float64
+		retryAfter any
+		end        string
+	}{
+		{"written", `{"key": "k", "decision": "proceed", "state": "succeeded", "evidence": {"outcome": "succeeded"}}`, 200, nil, "done"},
+		{"stored result", `{"key": "k", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
+		{"duplicate of a finished delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
+		{"duplicate of a running delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "in_progress", "state": "in_flight", "retry_after": 12}`, 503, "12", "done"},
+		{"missing fields", `{"delivery": "incomplete", "missing": ["amount", "invoice"]}`, 400, nil, "done"},
+		{"conflict", `{"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "surface": true, "message": "m"}`, 409, nil, "surface"},
+		{"retry later", `{"key": "k", "decision": "skip", "reason": "retry_later", "state": "failed", "retry_after": 40}`, 503, "40", "surface"},
+		{"awaiting owner", `{"key": "k", "decision": "skip", "reason": "awaiting_owner", "state": "unknown"}`, 503, "60", "surface"},
+		{"failed for good before", `{"key": "k", "decision": "skip", "reason": "failed_permanent", "state": "failed"}`, 422, nil, "surface"},
+		{"written and unknown", `{"key": "k", "decision": "proceed", "state": "unknown", "evidence": {"outcome": "unknown"}}`, 503, "60", "surface"},
+		{"written and 429", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "http_status": 429, "retry_after": 7}}`, 503, "7", "surface"},
+		{"written and refused for good", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "http_status": 422}}`, 422, nil, "surface"},
+		{"SMTP 451", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "error": {"class": "connection_refused", "code": "smtp_451"}}}`, 503, "60", "surface"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			got := runCode(t, "Answer", c.in, `{}`)
+			if got["status"] != c.status || got["retry_after"] != c.retryAfter || got["end"] != c.end {
+				t.Errorf("answer status %v retry_after %v end %v, want %v %v %s", got["status"], got["retry_after"], got["end"], c.status, c.retryAfter, c.end)
+			}
+			if later := got["later"] == "later"; later != (c.status == 503) {
+				t.Errorf("later = %v for status %v", got["later"], c.status)
+			}
+		})
+	}
+}
+
+// TestDeliveryIsCheckedBeforeTheKey: a delivery missing a field the key is built from is refused before
+// any key exists.
+func TestDeliveryIsCheckedBeforeTheKey(t *testing.T) {
+	got := runCode(t, NodeCheckDelivery, `{"body": {"invoice": "742", "recipient": "c-19", "amount": 120.5, "reminder": 2}}`, `{}`)
+	if got["delivery"] != "complete" {
+		t.Errorf("a full delivery is %v", got)
+	}
+	got = runCode(t, NodeCheckDelivery, `{"body": {"invoice": "", "recipient": "c-19", "reminder": 2}}`, `{}`)
+	if got["delivery"] != "incomplete" || fmt.Sprint(got["missing"]) != "[amount invoice]" {
+		t.Errorf("a delivery without amount and with an empty invoice is %v", got)
+	}
+	got = runCode(t, NodeCheckDelivery, `{"headers": {}}`, `{}`)
+	if got["delivery"] != "incomplete" {
+		t.Errorf("a delivery without a body is %v", got)
 	}
 }

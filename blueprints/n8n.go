@@ -20,6 +20,7 @@ const (
 	n8nMerge        = "n8n-nodes-base.merge"
 	n8nErrorTrigger = "n8n-nodes-base.errorTrigger"
 	n8nStickyNote   = "n8n-nodes-base.stickyNote"
+	n8nRespond      = "n8n-nodes-base.respondToWebhook"
 )
 
 // N8nNodeVersions are the typeVersions the templates are written against; a test checks every
@@ -35,6 +36,7 @@ var N8nNodeVersions = map[string]float64{
 	n8nMerge:        3.2,
 	n8nErrorTrigger: 1,
 	n8nStickyNote:   1,
+	n8nRespond:      1.1,
 }
 
 // N8nWorkflow is an n8n workflow as `n8n import:workflow` and the editor's import read it.
@@ -104,6 +106,24 @@ type WebhookParams struct {
 	Path         string   `json:"path"`
 	ResponseMode string   `json:"responseMode"`
 	Options      struct{} `json:"options"`
+}
+
+// RespondParams configure a Respond to Webhook node (typeVersion 1.1) answering JSON.
+type RespondParams struct {
+	RespondWith  string         `json:"respondWith"`
+	ResponseBody string         `json:"responseBody"`
+	Options      RespondOptions `json:"options"`
+}
+
+// RespondOptions set the answer's status and headers.
+type RespondOptions struct {
+	ResponseCode    string          `json:"responseCode"`
+	ResponseHeaders *RespondHeaders `json:"responseHeaders,omitempty"`
+}
+
+// RespondHeaders are the answer's headers.
+type RespondHeaders struct {
+	Entries []NameValue `json:"entries"`
 }
 
 // SetParams configure an Edit Fields (Set) node in manual mode (typeVersion 3.4).
@@ -568,6 +588,33 @@ if ($json.write_error === undefined) {
 return { json: report };`)
 }
 
+// addAnswer adds the end of a webhook run at x: the answer (status, Retry-After), then Done, or a stop
+// with an error when the run ended in anything but its effect.
+func (g *n8nGraph) addAnswer(slug string, x, y int) {
+	g.add(codeNode("Answer", "runOnceForEachItem", answerJS, [2]int{x, y}))
+	g.add(switchOn(slug, "Redeliver later?", "later", []string{"now", "later"}, [2]int{x + 220, y}))
+	g.connect("Answer", 0, "Redeliver later?")
+	respond := func(name string, headers *RespondHeaders, pos [2]int) {
+		g.add(N8nNode{Name: name, Type: n8nRespond, Position: pos, Parameters: RespondParams{
+			RespondWith: "json", ResponseBody: "={{ JSON.stringify($json.body) }}",
+			Options: RespondOptions{ResponseCode: "={{ $json.status }}", ResponseHeaders: headers},
+		}})
+	}
+	respond("Respond", nil, [2]int{x + 440, y - 100})
+	respond("Respond: redeliver later", &RespondHeaders{Entries: []NameValue{{Name: "Retry-After", Value: "={{ $json.retry_after }}"}}}, [2]int{x + 440, y + 100})
+	g.connect("Redeliver later?", 0, "Respond")
+	g.connect("Redeliver later?", 1, "Respond: redeliver later")
+	// done → continue; surface → stop the execution with an error so a person sees it.
+	g.add(switchOn(slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{x + 660, y}))
+	g.connect("Respond", 0, "Needs a person?")
+	g.connect("Respond: redeliver later", 0, "Needs a person?")
+	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json.body };", [2]int{x + 880, y - 100}))
+	g.connect("Needs a person?", 0, "Done")
+	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{x + 880, y + 100},
+		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.body.message }}"}})
+	g.connect("Needs a person?", 1, "Stop: needs a person")
+}
+
 // slotNote is the sticky note over the write slot: what to keep, and which dedupe is safe for which write.
 func slotNote(batch bool) string {
 	var b strings.Builder
@@ -595,6 +642,8 @@ const (
 	NodeLookup      = "YOUR LOOKUP: find by reference"
 	NodeBeforeWrite = "Before-write"
 	NodeWriteError  = "Write error"
+	// NodeCheckDelivery checks the delivery's fields before any key is built.
+	NodeCheckDelivery = "Check delivery"
 )
 
 // writeErrorJS marks an item of the write's error output: n8n gives the failing node's input item
@@ -686,14 +735,18 @@ return { json: {
 
 // runOutcomeJS reports the trigger claim from the write's outcome: succeeded when the write is
 // known to exist; the write's own evidence when this run wrote (so a re-sent trigger is allowed
-// exactly when the write may be retried); "validation" (nothing sent by this run) otherwise.
+// exactly when the write may be retried); "validation" (nothing sent by this run) otherwise. A run
+// that did not hold the trigger claim (it went on to the write's own before-write) reports nothing.
 const runOutcomeJS = `// The trigger event's claim is reported like the write it guarded:
 // - the write exists (succeeded now or before): succeeded, so a duplicate delivery is short-circuited;
 // - this run wrote and the outcome is failed or unknown: the same evidence, so a re-sent trigger runs again
 //   exactly when the write may be retried (after Retry-After; with the same key after an unknown);
-// - this run sent nothing: failed/validation, so a later delivery may ask again (bounded by max_attempts).
+// - this run sent nothing: failed/validation, so a later delivery may ask again.
+// A run that did not claim the trigger (its claim was spent or refused, and the write's own before-write
+// decided) has nothing to report.
 const trigger = $('Claim trigger event').item.json;
 const w = $json;
+if (trigger.decision !== 'proceed') return { json: { trigger: 'not_claimed', write: w } };
 const report = { key: trigger.key, claim: trigger.claim };
 if (w.state === 'succeeded') {
   report.outcome = 'succeeded';
@@ -705,7 +758,48 @@ if (w.state === 'succeeded') {
   report.outcome = 'failed';
   report.error = { class: 'validation', code: w.decision + '/' + w.reason, message: 'this run sent nothing: ' + w.decision + '/' + w.reason };
 }
-return { json: { report, write: w, end: w.surface ? 'surface' : 'done' } };`
+return { json: { trigger: 'claimed', report, write: w } };`
+
+// checkDeliveryJS checks, before any key is built, that the delivery carries every field the key,
+// reference and payload are made of.
+const checkDeliveryJS = `// Before any key is built: the delivery must carry every field the key, the reference and the payload
+// are made of. A missing one would build a key like invoice-undefined:reminder:2 that every malformed
+// delivery shares. YOUR TRIGGER: list the fields your Settings mapping reads.
+const required = REQUIRED;
+const body = $json.body && typeof $json.body === 'object' ? $json.body : {};
+const missing = required.filter((f) => body[f] === undefined || body[f] === null || String(body[f]).trim() === '');
+return { json: Object.assign({}, $json, { delivery: missing.length ? 'incomplete' : 'complete', missing }) };`
+
+// answerJS decides what the webhook answers, so that a sender (Stripe, Shopify, a form tool) that
+// redelivers on any non-2xx answer redelivers exactly when a later delivery can still make the effect exist.
+const answerJS = `// What the webhook answers. Senders redeliver on a non-2xx answer, so:
+// 200 the effect exists (written now or before; a duplicate of a finished delivery);
+// 400 the delivery lacks fields (nothing was claimed; a redelivery of the same body cannot help);
+// 409 conflict: the same key arrived with a different payload (a person decides);
+// 422 the destination refused the write for good (a 4xx): the same content would be refused again;
+// 503 + Retry-After: anything a later delivery can still finish: in progress, retry later, a write that
+//     failed retryably or is unknown, an item waiting for its owner.
+const r = $json;
+const ev = r.evidence || {};
+const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
+let status = 503;
+let retryAfter = r.retry_after ?? ev.retry_after ?? null;
+if (r.delivery === 'incomplete') status = 400;
+else if (r.state === 'succeeded') status = 200;
+else if (r.decision === 'conflict') status = 409;
+else if (r.surface) status = 500;
+else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
+else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
+if (status !== 503) retryAfter = null;
+else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60;
+const body = r.delivery === 'incomplete'
+  ? { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing }
+  : Object.assign({}, r, { status });
+// A run that ends in anything but its effect (or a harmless duplicate, or a malformed delivery) fails the
+// execution after answering, so it shows in n8n's failed executions and the error workflow runs.
+const end = status === 200 || status === 400 || r.duplicate ? 'done' : 'surface';
+if (!body.message) body.message = 'companion: ' + (r.key || '') + ' ended ' + (r.decision || '') + '/' + (r.reason || r.state || '') + ', answered ' + status;
+return { json: { status, retry_after: retryAfter === null ? null : String(retryAfter), later: status === 503 ? 'later' : 'now', end, body } };`
 
 // n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup).
 func n8nSingle(t Template, s Settings) N8nWorkflow {
@@ -713,12 +807,22 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 	y := 300
 	g.add(N8nNode{
 		Name: "Webhook", Type: n8nWebhook, Position: [2]int{0, y}, WebhookID: stableID(t.Slug, "webhook"),
-		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "lastNode"},
-		Notes:      "Trigger. Example body: " + t.Example.Event,
+		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "responseNode"},
+		Notes:      "Trigger. Example body: " + t.Example.Event + ". Answered by the Respond nodes at the end (200, 400, 409, 422, 503 + Retry-After).",
 	})
-	g.add(settingsNode(t, s, "$json.body", [2]int{220, y}))
-	g.connect("Webhook", 0, "Settings")
-	x := 440
+	var required []string
+	for f := range t.Example.Fields {
+		required = append(required, "'"+f+"'")
+	}
+	sort.Strings(required)
+	g.add(codeNode(NodeCheckDelivery, "runOnceForEachItem", strings.Replace(checkDeliveryJS, "REQUIRED", "["+strings.Join(required, ", ")+"]", 1), [2]int{220, y}))
+	g.connect("Webhook", 0, NodeCheckDelivery)
+	g.add(switchOn(t.Slug, "Delivery complete?", "delivery", []string{"complete", "incomplete"}, [2]int{440, y}))
+	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
+	g.add(settingsNode(t, s, "$json.body", [2]int{660, y}))
+	g.connect("Delivery complete?", 0, "Settings")
+	g.connect("Delivery complete?", 1, "Answer")
+	x := 880
 	prev := "Settings"
 	if t.TriggerGuard {
 		g.add(companionHTTP(s, "Claim trigger event", "POST", "={{ $json.companion_url }}"+PathBeforeWrite,
@@ -727,12 +831,23 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 		g.connect(prev, 0, "Claim trigger event")
 		g.add(decisionSwitch(t.Slug, "First delivery?", []string{"proceed", "skip"}, [2]int{x + 220, y}))
 		g.connect("Claim trigger event", 0, "First delivery?")
+		// Only a finished or a running delivery of the same event stops here. Any other skip (the trigger's
+		// attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides:
+		// the trigger guard never stops a write that the ledger would let through.
+		dup := switchOn(t.Slug, "Duplicate?", "reason", []string{"succeeded", "in_progress"}, [2]int{x + 440, y + 260})
+		dp := dup.Parameters.(SwitchParams)
+		dp.Options = SwitchOptions{FallbackOutput: "extra", RenameFallbackOutput: "not a duplicate"}
+		dup.Parameters = dp
+		g.add(dup)
+		g.connect("First delivery?", 1, "Duplicate?")
 		g.add(codeNode("Duplicate trigger: stop", "runOnceForEachItem", `// This event is already being handled, or was: a duplicate delivery runs nothing.
-return { json: { duplicate: true, key: $json.key, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 440, y + 260}))
-		g.connect("First delivery?", 1, "Duplicate trigger: stop")
-		g.add(N8nNode{Name: "Trigger conflict", Type: n8nStopAndError, Position: [2]int{x + 440, y + 440},
-			Parameters: StopAndErrorParams{ErrorMessage: "={{ 'trigger ' + $json.key + ': ' + $json.decision + '/' + $json.reason + ' — the same event arrived with different content' }}"}})
-		g.connect("First delivery?", 2, "Trigger conflict")
+return { json: { duplicate: true, key: $json.key, decision: $json.decision, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 660, y + 260}))
+		g.connect("Duplicate?", 0, "Duplicate trigger: stop")
+		g.connect("Duplicate?", 1, "Duplicate trigger: stop")
+		g.connect("Duplicate?", 2, NodeBeforeWrite)
+		g.connect("Duplicate trigger: stop", 0, "Answer")
+		// A conflict on the trigger (the same event with other content) is surfaced like the write's.
+		g.connect("First delivery?", 2, "Surface")
 		prev, x = "First delivery?", x+440
 	}
 	bw := "={{ JSON.stringify({ key: $('Settings').item.json.key, payload: $('Settings').item.json.payload, destination: $('Settings').item.json.destination, dedupe: $('Settings').item.json.dedupe, reference: $('Settings').item.json.reference, batch_id: $('Settings').item.json.batch_id, batch_index: BATCH_INDEX, execution_id: $execution.id }) }}"
@@ -806,33 +921,26 @@ return { json: out };`, [2]int{x + 660, y + 620}))
 	g.connect("Decision", fallback, "Surface")
 
 	ex := x + 1540
-	end := "Outcome"
 	if t.TriggerGuard {
 		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex, y}))
 		for _, from := range []string{last, "Stored result", "Surface"} {
 			g.connect(from, 0, "Run outcome")
 		}
-		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 220, y}))
-		g.connect("Run outcome", 0, "Record trigger outcome")
-		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
-const run = $('Run outcome').item.json;
-return { json: Object.assign({}, run.write, { end: run.end }) };`, [2]int{ex + 440, y}))
-		g.connect("Record trigger outcome", 0, end)
+		g.add(switchOn(t.Slug, "Trigger claimed?", "trigger", []string{"claimed", "not_claimed"}, [2]int{ex + 220, y}))
+		g.connect("Run outcome", 0, "Trigger claimed?")
+		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 440, y}))
+		g.connect("Trigger claimed?", 0, "Record trigger outcome")
+		g.add(codeNode("Outcome", "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
+return { json: $('Run outcome').item.json.write };`, [2]int{ex + 660, y}))
+		g.connect("Record trigger outcome", 0, "Outcome")
+		g.connect("Trigger claimed?", 1, "Outcome")
+		g.connect("Outcome", 0, "Answer")
+		ex += 880
 	} else {
-		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
-return { json: Object.assign({}, $json, { end: $json.surface ? 'surface' : 'done' }) };`, [2]int{ex, y}))
 		for _, from := range []string{last, "Stored result", "Surface"} {
-			g.connect(from, 0, end)
+			g.connect(from, 0, "Answer")
 		}
-		ex -= 220
 	}
-	// done → continue; surface → stop the execution with an error so a person sees it.
-	g.add(switchOn(t.Slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{ex + 660, y}))
-	g.connect(end, 0, "Needs a person?")
-	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json };", [2]int{ex + 880, y - 100}))
-	g.connect("Needs a person?", 0, "Done")
-	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{ex + 880, y + 100},
-		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.message }}"}})
-	g.connect("Needs a person?", 1, "Stop: needs a person")
+	g.addAnswer(t.Slug, ex, y)
 	return g.workflow(t, s)
 }
