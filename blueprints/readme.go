@@ -56,7 +56,7 @@ func templateList(n8n bool) string {
 }
 
 func n8nReadme(s Settings) string {
-	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", s.ServiceURL, "WRITE", s.WriteURL, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields).Replace(n8nReadmeText)
+	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", s.ServiceURL, "WRITE", s.WriteURL, "OPCRED", s.OperatorCredentialName, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields).Replace(n8nReadmeText)
 }
 
 func makeReadme(s Settings) string {
@@ -77,7 +77,9 @@ LIST
    (any token with the ` + "`workflow`" + ` role; without tokens companion runs open on loopback and any value works).
 2. Workflows → **Import from File** (or ` + "`n8n import:workflow --input=<file>`" + `), one file per workflow.
    Import ` + "`error-workflow.json`" + ` too, then open each guarded-write workflow → Settings → **Error workflow** →
-   choose it (` + "`companion templates render --error-workflow-id ID`" + ` writes the id in for you).
+   choose it (` + "`companion templates render --error-workflow-id ID`" + ` writes the id in for you). The error
+   workflow lists the failed execution's items (` + "`GET /v1/items?execution_id=`" + `, an operator call), so it uses a
+   second **Bearer Auth** credential named ` + "`OPCRED`" + ` holding a token with the ` + "`operator`" + ` role.
 3. Open the **Settings** node and fill it in (next section), replace the slot, publish the workflow.
 
 Own defaults (URLs, credential id, error workflow id) in every file at once:

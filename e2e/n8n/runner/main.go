@@ -32,6 +32,9 @@ import (
 
 const token = "e2e-secret-token-0123456789"
 
+// operatorToken is the error workflow's: it lists a failed execution's items, an operator call.
+const operatorToken = "e2e-operator-token-0123456789"
+
 // Workflow ids given to the imported templates.
 var workflowIDs = map[string]string{
 	"guarded-write":       "e2eGuardedWrite1",
@@ -160,7 +163,7 @@ func (e *env) start(ctx context.Context) error {
 	if err := e.spawn(ctx, "receiver", []string{"COMPANION_TOKENS="}, bin, "receiver", "--addr", strings.TrimPrefix(e.receiver, "http://")); err != nil {
 		return err
 	}
-	if err := e.spawn(ctx, "companion", []string{"COMPANION_TOKENS=e2e:default:workflow:" + token}, bin, "serve", "--addr", strings.TrimPrefix(e.companion, "http://"), "--data-dir", filepath.Join(e.work, "ledger"), "--config", cfg); err != nil {
+	if err := e.spawn(ctx, "companion", []string{"COMPANION_TOKENS=e2e:default:workflow:" + token + ",e2e-op:default:operator:" + operatorToken}, bin, "serve", "--addr", strings.TrimPrefix(e.companion, "http://"), "--data-dir", filepath.Join(e.work, "ledger"), "--config", cfg); err != nil {
 		return err
 	}
 	if err := e.startProxy(ports[3]); err != nil {
@@ -288,6 +291,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.WriteURL = e.receiver + "/records"
 	s.LookupURL = e.receiver + "/records"
 	s.CredentialID = "e2eCompanionCred"
+	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
 	dir := filepath.Join(e.work, "workflows")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -311,7 +315,8 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 			return err
 		}
 	}
-	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}}]`, s.CredentialID, s.CredentialName, token)
+	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}}]`,
+		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken)
 	credFile := filepath.Join(e.work, "credentials.json")
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		return err
