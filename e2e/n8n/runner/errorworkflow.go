@@ -87,3 +87,39 @@ func scenarioErrorWorkflowBatch(ctx context.Context, e *env) error {
 	}
 	return nil
 }
+
+// scenarioErrorWorkflowRerun fails a re-run: its write item belongs to the first run's batch, so only
+// the list by execution (the latest claim's) finds it; the error workflow reports it unknown at once.
+func scenarioErrorWorkflowRerun(ctx context.Context, e *env) error {
+	body, key, ref := reminder(4002)
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
+		return err
+	}
+	if code, out, err := e.trigger(single, body); err != nil || code != 503 {
+		return fmt.Errorf("first run: %d %v %v, want 503 (unknown)", code, out, err)
+	}
+	e.failReports.Store(true)
+	code, _, err := e.trigger(single, body)
+	e.failReports.Store(false)
+	if err != nil {
+		return err
+	}
+	if code < 500 {
+		return fmt.Errorf("re-run answered %d; the execution should have failed", code)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = e.expect(key, "unknown", 2, ref, 1); last == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if last != nil {
+		return last
+	}
+	if it, _ := e.item(key); it.Cause == "lease_expired" {
+		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", key)
+	}
+	return nil
+}

@@ -91,6 +91,7 @@ func run() int {
 		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
+		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},
 		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
 	}
 	passed, failed := 0, 0
