@@ -3,6 +3,7 @@ package blueprints
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -219,8 +220,10 @@ func statusEvidence(c, w int, succeeded bool) string {
 		return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s"}`,
 			ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), ref(w, "data.id"), ref(w, "headers.`x-request-id`"))
 	}
-	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), w, ref(w, "statusCode"))
+	// A 3xx (redirects are not followed) proves nothing: unknown. 4xx and 5xx are failed, and the service
+	// decides what a 5xx means.
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), w, ref(w, "statusCode"))
 }
 
 func transportEvidence(c, w int) string {
@@ -376,7 +379,7 @@ func (f *makeFlow) reconcileRoute(t Template, c int, x, y int) []MakeModule {
 		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s failed: Make %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "error.type")))
 	lk.OnError = []MakeModule{failed, f.module("End the item here", "builtin:Ignore", x+600, y+300)}
 	found := withBody(f.companion("Reconcile: found", PathReconcile, "", x+600, y-150),
-		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; \"id\"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; \"id\"); \", \")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
+		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; "id"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; "id"); ", ")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
 	found.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
 	absent := withBody(f.companion("Reconcile: absent", PathReconcile, "", x+600, y+150),
 		fmt.Sprintf(`{"key": "%s", "finding": "absent", "evidence": "lookup by reference %s found no record (HTTP 200, empty list)"}`, ref(c, "data.key"), ref(c, "data.reference")))
@@ -402,16 +405,27 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	compose := f.module("One batch item", "util:ComposeTransformer", 600, 0)
 	compose.Parameters = map[string]string{}
 	compose.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s"}`, one(ex.KeyMake), one(ex.PayloadMake), t.Destination, t.Dedupe, one(ex.RefMake))}
+	// The aggregator keeps, beside each batch item's JSON, the key and the fields the write sends: once
+	// it has closed the loop, the feeder's bundles are gone, and the write finds its values here by key.
 	agg := f.module("All items", "builtin:BasicAggregator", 900, 0)
 	agg.Parameters = map[string]int{"feeder": items.ID}
-	agg.Mapper = map[string]string{"value": ref(compose.ID, "value")}
+	aggFields := map[string]string{"value": ref(compose.ID, "value"), "key": one(ex.KeyMake)}
+	for field := range ex.Fields {
+		aggFields[field] = ref(items.ID, field)
+	}
+	agg.Mapper = aggFields
 	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
+	// An empty aggregation (no items, or a re-run where the trigger sent none) stops here instead of
+	// sending {"items": []}, which the service refuses.
+	claim.Filter = &MakeFilter{Name: "at least one item", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"}}}}
 	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
 	each.Parameters = map[string]string{}
 	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
 	// The write: only proceeding items pass its filter; skip and conflict items end here (their
 	// stored result is in the decision bundle for anything that follows).
-	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), one(writeBody(ex)), 1800, 0)
+	// Each write's values come from its decision: the aggregated item with the decision's key.
+	fromDecision := regexp.MustCompile(`\{\{1\.(\w+)\}\}`).ReplaceAllString(writeBody(ex), fmt.Sprintf(`{{first(map(%d.array; "$1"; "key"; %d.key))}}`, agg.ID, each.ID))
+	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), fromDecision, 1800, 0)
 	mp := w.Mapper.(MakeHTTPMapper)
 	mp.Headers = []MakeHeader{{Name: "Idempotency-Key", Value: ref(each.ID, "idempotency_key")}}
 	w.Mapper = mp
@@ -422,8 +436,8 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	}
 	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
 	ev.Parameters = map[string]string{}
-	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; \"succeeded\"; \"failed\")}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
-		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
+		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
