@@ -29,6 +29,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dedupe := fs.String("dedupe", string(DedupeKey), "how a repeated Idempotency-Key is treated: key (replay or 422) or none (always create)")
 	var retention retentionFlag
 	fs.Var(&retention, "key-retention", "forget an Idempotency-Key this long after its record was created: seconds (3600) or a duration (1h); 0 keeps keys forever")
+	smtpAddr := fs.String("smtp-addr", "", "also answer SMTP on this address (host:port): a mail destination counted at GET /mail; empty: no SMTP")
 	dataDir := fs.String("data-dir", "", "directory where records and keys are kept as JSON so a restart keeps them; empty keeps them in memory only")
 
 	if err := fs.Parse(args); err != nil {
@@ -68,7 +69,22 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "companion receiver listening on http://%s (dedupe=%s, key_retention=%s, data=%s)\n",
 		ln.Addr(), Dedupe(*dedupe), keys, storage)
-	return rc.Serve(ctx, ln)
+	if *smtpAddr == "" {
+		return rc.Serve(ctx, ln)
+	}
+	sl, err := lc.Listen(ctx, "tcp", *smtpAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("receiver: smtp: %w", err)
+	}
+	fmt.Fprintf(stdout, "companion receiver answering SMTP on %s (messages counted at GET /mail)\n", sl.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	smtpDone := make(chan error, 1)
+	go func() { smtpDone <- rc.ServeSMTP(ctx, sl) }()
+	err = rc.Serve(ctx, ln)
+	cancel()
+	return errors.Join(err, <-smtpDone)
 }
 
 func printUsage(w io.Writer, fs *flag.FlagSet) {
