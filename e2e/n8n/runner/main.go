@@ -50,6 +50,7 @@ type env struct {
 	companion   string // direct URL
 	proxy       string // companion behind the fault proxy, as the workflows see it
 	receiver    string
+	smtpPort    int
 	n8n         string
 	failReports atomic.Bool // the proxy answers after-write with 503 while set
 	// failBatchReports: the proxy answers batch after-write with 503 while set
@@ -85,6 +86,10 @@ func run() int {
 		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
 		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
 		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
+		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
+		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
+		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
+		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
 		{"batch: three items claimed and written once each", scenarioBatch},
 		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
 		{"batch: commit-then-drop on one item leaves only it unknown", scenarioBatchDrop},
@@ -148,7 +153,7 @@ func (e *env) start(ctx context.Context) error {
 			return fmt.Errorf("build companion: %w", err)
 		}
 	}
-	ports := make([]int, 5)
+	ports := make([]int, 6)
 	for i := range ports {
 		if ports[i], err = freePort(); err != nil {
 			return err
@@ -157,11 +162,12 @@ func (e *env) start(ctx context.Context) error {
 	e.companion = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	e.receiver = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	e.n8n = fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+	e.smtpPort = ports[5]
 	cfg := filepath.Join(e.work, "companion.yaml")
-	if err := os.WriteFile(cfg, []byte("destinations:\n  billing: {dedupe: key, max_attempts: 3}\n  quotes: {dedupe: lookup, max_attempts: 3}\n  n8n-triggers: {dedupe: key, max_attempts: 5}\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("destinations:\n  billing: {dedupe: key, max_attempts: 3}\n  quotes: {dedupe: lookup, max_attempts: 3}\n  n8n-triggers: {dedupe: key, max_attempts: 5}\n  mail: {dedupe: none, max_attempts: 3}\n"), 0o644); err != nil {
 		return err
 	}
-	if err := e.spawn(ctx, "receiver", []string{"COMPANION_TOKENS="}, bin, "receiver", "--addr", strings.TrimPrefix(e.receiver, "http://")); err != nil {
+	if err := e.spawn(ctx, "receiver", []string{"COMPANION_TOKENS="}, bin, "receiver", "--addr", strings.TrimPrefix(e.receiver, "http://"), "--smtp-addr", fmt.Sprintf("127.0.0.1:%d", e.smtpPort)); err != nil {
 		return err
 	}
 	if err := e.spawn(ctx, "companion", []string{"COMPANION_TOKENS=e2e:default:workflow:" + token + ",e2e-op:default:operator:" + operatorToken}, bin, "serve", "--addr", strings.TrimPrefix(e.companion, "http://"), "--data-dir", filepath.Join(e.work, "ledger"), "--config", cfg); err != nil {
@@ -316,8 +322,20 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 			return err
 		}
 	}
-	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}}]`,
-		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken)
+	ewf, err := json.Marshal(emailWorkflow(s))
+	if err != nil {
+		return err
+	}
+	var em map[string]any
+	_ = json.Unmarshal(ewf, &em)
+	em["id"] = emailWorkflowID
+	ewf, _ = json.Marshal(em)
+	if err := os.WriteFile(filepath.Join(dir, "email-write.json"), ewf, 0o644); err != nil {
+		return err
+	}
+	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
+		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}}]`,
+		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort)
 	credFile := filepath.Join(e.work, "credentials.json")
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		return err
@@ -332,8 +350,12 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
+	ids := []string{emailWorkflowID}
 	for _, t := range blueprints.Templates() {
-		if err := e.n8nCLI(ctx, env, "publish:workflow", "--id="+workflowIDs[t.Slug]); err != nil {
+		ids = append(ids, workflowIDs[t.Slug])
+	}
+	for _, id := range ids {
+		if err := e.n8nCLI(ctx, env, "publish:workflow", "--id="+id); err != nil {
 			return err
 		}
 	}
