@@ -132,7 +132,14 @@ permanently (408, 409, 425 → ` + "`unknown`" + `); 5xx → ` + "`unknown`" + `
 TRANSPORT
 In the single-item template the trigger event itself is claimed first (**Claim trigger event**, key
 ` + "`<key>:trigger`" + `): a duplicate delivery, or two at once, finds it claimed and stops at **Duplicate trigger: stop**.
+Any other answer to the trigger claim (its attempts spent, a retry time) goes on to the write's own before-write, which decides.
 At the end the trigger claim is reported like the write it guarded, so a re-sent trigger runs again only when the write may be retried.
+
+The single-item webhooks answer so that senders redeliver exactly when that can still help (**Answer**, then **Respond** or
+**Respond: redeliver later**): 200 when the effect exists; 400 for a delivery missing a field the key is built from
+(**Check delivery**: nothing is claimed); 409 for a conflict; 422 when the destination refused for good; 503 with
+` + "`Retry-After`" + ` for in progress, retry later, a write that failed retryably or is unknown, or an item waiting for its owner.
+A run that ended in anything but its effect (or a harmless duplicate) then fails the execution, so the error workflow runs.
 A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
 execution on purpose so it shows up in n8n's failed executions.
 
