@@ -376,3 +376,13 @@ func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
 		t.Error("checker accepted a write mapping {{2.invoice}} after aggregator 4 closed feeder 2")
 	}
 }
+
+// The READMEs name the slots by their node names: no placeholder may be substituted inside another word.
+func TestReadmesNameTheSlots(t *testing.T) {
+	s := DefaultSettings()
+	for name, text := range map[string]string{"n8n": n8nReadme(s), "make": makeReadme(s)} {
+		if !strings.Contains(text, "**"+NodeWrite+"**") || strings.Contains(text, "YOUR "+s.WriteURL) {
+			t.Errorf("%s README does not name the slot %q as it is", name, NodeWrite)
+		}
+	}
+}
