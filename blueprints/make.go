@@ -237,6 +237,7 @@ func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y 
 	w := f.writeModule(claimID, filter, body, x, y)
 	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
 	onerr = append(onerr, extra("transport", w.ID, x+600, y+300)...)
+	onerr = append(onerr, extra("answer transport", w.ID, x+750, y+300)...)
 	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
 	onerr = append(onerr, ign)
 	w.OnError = onerr
@@ -244,10 +245,12 @@ func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y 
 	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
 	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
 	okRoute := append([]MakeModule{ok}, extra("succeeded", w.ID, x+900, y-150)...)
+	okRoute = append(okRoute, extra("answer succeeded", w.ID, x+1200, y-150)...)
 	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
 	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
 	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
 	badRoute := append([]MakeModule{bad}, extra("failed", w.ID, x+900, y+150)...)
+	badRoute = append(badRoute, extra("answer failed", w.ID, x+1200, y+150)...)
 	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
 	return []MakeModule{w, r}
 }
@@ -286,6 +289,15 @@ func (f *makeFlow) respond(name, status, body string, x, y int) MakeModule {
 	return m
 }
 
+// respondLater answers so that the sender redelivers: status (a formula that may give 503) with a
+// Retry-After of retryAfter seconds (a formula).
+func (f *makeFlow) respondLater(name, status, retryAfter, body string, x, y int) MakeModule {
+	m := f.respond(name, status, body, x, y)
+	mp := m.Mapper.(map[string]any)
+	mp["headers"] = []map[string]string{{"key": "content-type", "value": "application/json"}, {"key": "retry-after", "value": retryAfter}}
+	return m
+}
+
 func (f *makeFlow) single(t Template) []MakeModule {
 	hook := f.module("Trigger", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
@@ -306,6 +318,19 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
 	c := bw.ID
 	report := func(kind string, w int, x, y int) []MakeModule {
+		// The webhook's answer after the write: 200 when it exists, else 503 with Retry-After so that the
+		// sender delivers again (a 4xx is refused for good: 422).
+		switch kind {
+		case "answer succeeded":
+			return []MakeModule{f.respond("Answer: written", "200", fmt.Sprintf(`{"key": "%s", "state": "succeeded", "external_id": "%s"}`, ref(c, "data.key"), ref(w, "data.id")), x, y)}
+		case "answer failed":
+			return []MakeModule{f.respondLater("Answer: deliver again later",
+				fmt.Sprintf(`{{if(%d.statusCode >= 400; if(%d.statusCode < 500; if(%d.statusCode = 429; 503; 422); 503); 503)}}`, w, w, w),
+				fmt.Sprintf(`{{ifempty(%d.headers.`+"`retry-after`"+`; 60)}}`, w),
+				fmt.Sprintf(`{"key": "%s", "http_status": %s}`, ref(c, "data.key"), ref(w, "statusCode")), x, y)}
+		case "answer transport":
+			return []MakeModule{f.respondLater("Answer: deliver again later", "503", "60", fmt.Sprintf(`{"key": "%s", "state": "unknown or failed"}`, ref(c, "data.key")), x, y)}
+		}
 		if trig == 0 {
 			return nil
 		}
@@ -333,7 +358,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		}}}
 		stored = append(storedFirst, f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+1200, 150))
 	} else {
-		r := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
+		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
 		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
 		stored = []MakeModule{r}
 	}
@@ -344,7 +369,8 @@ func (f *makeFlow) single(t Template) []MakeModule {
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
 		}}
-		nothing = append(nothing, f.respond("Answer: needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
+		nothing = append(nothing, f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
+			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
 		routes = append(routes, nothing)
 	} else {
 		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
@@ -359,10 +385,16 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		return append(flow, bw, decision)
 	}
 	bw.Filter = equal("first delivery", ref(trig, "data.decision"), "proceed")
-	dup := f.respond("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; 200)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
+	dup := f.respondLater("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; if(%d.data.reason = "succeeded"; 200; 503))}}`, trig, trig), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 30)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
 	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{{{A: ref(trig, "data.decision"), O: "text:notequal", B: "proceed"}}}}
 	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
 	return append(flow, guard)
+}
+
+// skipStatus is the answer to a skip: 200 when the effect exists, 422 when it failed for good, else 503
+// (in progress, retry later, waiting for a person: a later delivery can still finish it).
+func skipStatus(c int) string {
+	return fmt.Sprintf(`{{if(%d.data.reason = "succeeded"; 200; if(%d.data.reason = "failed_permanent"; 422; 503))}}`, c, c)
 }
 
 // reconcileRoute: look the reference up, report the finding, ask before-write again and write
