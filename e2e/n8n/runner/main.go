@@ -90,6 +90,7 @@ func run() int {
 		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
 		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
 		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
+		{"side by side: Remove Duplicates loses a refused write's redelivery; the template writes it once", scenarioSideBySide},
 		{"batch: three items claimed and written once each", scenarioBatch},
 		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
 		{"batch: commit-then-drop on one item leaves only it unknown", scenarioBatchDrop},
@@ -333,6 +334,10 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := os.WriteFile(filepath.Join(dir, "email-write.json"), ewf, 0o644); err != nil {
 		return err
 	}
+	nwf, _ := json.Marshal(naiveWorkflow(s))
+	if err := os.WriteFile(filepath.Join(dir, "remove-duplicates.json"), nwf, 0o644); err != nil {
+		return err
+	}
 	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
 		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}}]`,
 		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort)
@@ -350,7 +355,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
-	ids := []string{emailWorkflowID}
+	ids := []string{emailWorkflowID, naiveWorkflowID}
 	for _, t := range blueprints.Templates() {
 		ids = append(ids, workflowIDs[t.Slug])
 	}
