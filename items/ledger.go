@@ -388,6 +388,7 @@ func (l *Ledger) claim(it *Item, p BeforeWriteParams, now time.Time, reason Reas
 	if p.Owner != "" {
 		it.Owner = p.Owner
 	}
+	it.ExecutionID = p.ExecutionID
 	it.Attempts = append(it.Attempts, Attempt{Number: it.Attempt, Claim: it.Claim, ExecutionID: p.ExecutionID,
 		BatchID: p.BatchID, Dedupe: mode, Fingerprint: p.Fingerprint, StartedAt: now})
 	it.record(ev)

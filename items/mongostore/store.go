@@ -181,6 +181,8 @@ var indexes = []mongo.IndexModel{
 	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
 	// order without sorting the whole batch.
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+	// A run's items (the operator list by execution_id), newest change first.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
 	// Items waiting for a person (alerts, the operator's queue).
 	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
 	// Lookups by business reference.
@@ -208,6 +210,42 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		if err := s.items.Indexes().DropOne(ctx, name); err != nil && !isServerError(err) {
 			return unavailable("drop index", err)
 		}
+	}
+	return s.fillExecutionIDs(ctx)
+}
+
+// fillExecutionIDs gives the items stored by an earlier build their top-level execution_id, the
+// execution of their latest claim, which they hold only in their last attempt. It runs at every start
+// and finds nothing to do once every item has the field. Each item is set only if it still lacks the
+// field, so a replica that claimed it meanwhile keeps its value.
+func (s *Store) fillExecutionIDs(ctx context.Context) error {
+	cur, err := s.items.Find(ctx, bson.D{{Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
+		options.Find().SetProjection(bson.D{{Key: "attempts.execution_id", Value: 1}}))
+	if err != nil {
+		return unavailable("fill execution ids", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			ID       string `bson:"_id"`
+			Attempts []struct {
+				ExecutionID string `bson:"execution_id"`
+			} `bson:"attempts"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("mongostore: fill execution ids: %w", err)
+		}
+		latest := ""
+		if n := len(d.Attempts); n > 0 {
+			latest = d.Attempts[n-1].ExecutionID
+		}
+		if _, err := s.items.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "execution_id", Value: latest}}}}); err != nil {
+			return unavailable("fill execution ids", err)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return unavailable("fill execution ids", err)
 	}
 	return nil
 }

@@ -404,7 +404,7 @@ func TestOpenCreatesTheIndexesOnce(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant", "tenant_reference"} {
+	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant", "tenant_reference", "tenant_execution_changed"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("index %s missing; have %q", want, names)
 		}
@@ -601,5 +601,37 @@ func TestLedgerSecretIsReadWithMajority(t *testing.T) {
 	level, _ := reads[0].Lookup("readConcern", "level").StringValueOK()
 	if level != "majority" {
 		t.Fatalf("the ledger secret was read with read concern %q, want majority (command %s)", level, reads[0])
+	}
+}
+
+// TestOpenFillsExecutionIDsOfEarlierItems starts on an item stored by a build without the top-level
+// execution_id (made here by unsetting it): Open fills it from the item's last attempt.
+func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	ctx := t.Context()
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := fmt.Sprintf("upgrade-%d", time.Now().UnixNano())
+	fp, err := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: tenant, Key: "a", Fingerprint: fp, ExecutionID: "run-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.collection(mongostore.ItemsCollection).UpdateMany(ctx, bson.D{{Key: "tenant", Value: tenant}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "execution_id", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.open().ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 1 || page.Items[0].ExecutionID != "run-7" {
+		t.Fatalf("after a restart, execution run-7 lists %+v, want item a with its execution_id", page.Items)
 	}
 }

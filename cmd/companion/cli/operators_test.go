@@ -37,10 +37,15 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
 		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 	}
-	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1}}`)
+	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1},"execution_id":"exec-8"}`)
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
 
-	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
+	out, err := run(t, env, "items", "list", "--execution", "exec-8")
+	if err != nil || !strings.Contains(out, "inv-3") || !strings.Contains(out, "1 item(s)") {
+		t.Fatalf("items list --execution: %v\n%s", err, out)
+	}
+
+	out, err = run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
 		t.Fatal(err)
 	}
