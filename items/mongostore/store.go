@@ -115,36 +115,43 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	return s, nil
 }
 
-// indexes are the ledger's secondary indexes. Creating an index that exists with the same keys and
+// indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
 // options is a no-op, so every replica creates them at every start.
+//
+// The models are built afresh at every call: creating an index writes to its model's options (the
+// driver's IndexView.CreateMany appends a SetName to the options builder every time, even when the model
+// names its index), so models shared by stores opened at once in one process were a data race, and every
+// start grew their option lists.
 //
 // needs_person is a plain index rather than a partial one ({needs_person: true}): the items a person
 // must look at are a small range of it either way, and FerretDB, the test server, refuses partial
 // indexes.
-var indexes = []mongo.IndexModel{
-	// The sweeper: in-flight items whose lease has run out.
-	{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
-	// The operator's lists, newest change first (key breaking ties, also descending), with and without a
-	// state.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_changed")},
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_state_changed")},
-	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
-	// order without sorting the whole batch.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
-	// Items waiting for a person (alerts, the operator's queue).
-	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
-	// Lookups by business reference.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+func indexes() []mongo.IndexModel {
+	return []mongo.IndexModel{
+		// The sweeper: in-flight items whose lease has run out.
+		{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
+		// The operator's lists, newest change first (key breaking ties, also descending), with and without a
+		// state.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_changed")},
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_state_changed")},
+		// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
+		// order without sorting the whole batch.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+		// Items waiting for a person (alerts, the operator's queue).
+		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
+		// Lookups by business reference.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+	}
 }
 
-// retiredIndexes are indexes of earlier builds that indexes replaced (tenant_updated and
+// retiredIndexes are indexes of earlier builds that indexes() replaced (tenant_updated and
 // tenant_state_updated sorted ties by key ascending); they only cost writes now.
 var retiredIndexes = []string{"tenant_updated", "tenant_state_updated"}
 
 // ensureIndexes creates the indexes one command each: FerretDB v1 (the test server) fails a createIndexes
 // that names more than one existing index, and six commands once per start cost nothing.
 func (s *Store) ensureIndexes(ctx context.Context) error {
-	for _, ix := range indexes {
+	for _, ix := range indexes() {
 		if _, err := s.items.Indexes().CreateOne(ctx, ix); err != nil {
 			if isServerError(err) {
 				// The server refused the index (e.g. one of the same name with other keys): not an outage.

@@ -556,3 +556,44 @@ func TestStoreDoesNotLinkFerretDB(t *testing.T) {
 		t.Fatal("items/mongostore depends on FerretDB; only its tests may")
 	}
 }
+
+// Stores opened at once in one process (replicas embedded in one program; the conformance suite opens
+// one per subtest) each create the indexes. They used to share the index models, whose options the
+// driver writes to while creating an index: run with -race, this test found that data race.
+func TestOpenSeveralStoresAtOnce(t *testing.T) {
+	t.Parallel()
+	envs := []env{newEnv(t), newEnv(t)}
+	const perEnv = 3
+	stores := make([]*mongostore.Store, len(envs)*perEnv)
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i := range stores {
+		e := envs[i%len(envs)]
+		wg.Go(func() { stores[i], errs[i] = mongostore.Open(t.Context(), e.uri, e.db) })
+	}
+	wg.Wait()
+	for i, s := range stores {
+		if errs[i] != nil {
+			t.Fatalf("Open %d: %v", i, errs[i])
+		}
+		t.Cleanup(func() { s.Close() })
+	}
+	// Every store works, and the replicas of one database share its ledger.
+	for i, s := range stores {
+		if err := s.Ping(t.Context()); err != nil {
+			t.Errorf("store %d: %v", i, err)
+		}
+	}
+	secrets := map[string]string{}
+	for i, s := range stores {
+		secret, err := s.LedgerSecret(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := envs[i%len(envs)].db
+		if prev, ok := secrets[db]; ok && prev != string(secret) {
+			t.Errorf("store %d: another ledger secret than the other replicas of its database", i)
+		}
+		secrets[db] = string(secret)
+	}
+}
