@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
@@ -595,5 +596,22 @@ func TestOpenSeveralStoresAtOnce(t *testing.T) {
 			t.Errorf("store %d: another ledger secret than the other replicas of its database", i)
 		}
 		secrets[db] = string(secret)
+	}
+}
+
+// The stored fingerprint is keyed with the ledger secret, which lives in the database: two stores sharing
+// one database, and a store opened again after the others closed, keep and recognise the same one.
+func TestFingerprintSharedByReplicasAndRestarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const payload = `{"card":"4111111111111111"}`
+	a, b := e.open(), e.open()
+	fa := itemstest.KeyedFingerprint(t, a, "card", payload)
+	fb := itemstest.KeyedFingerprint(t, b, "card", payload)
+	a.Close()
+	b.Close()
+	fc := itemstest.KeyedFingerprint(t, e.open(), "card", payload)
+	if fa != fb || fb != fc {
+		t.Fatalf("fingerprints %s (first replica), %s (second), %s (after a restart): want one", fa, fb, fc)
 	}
 }
