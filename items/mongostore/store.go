@@ -54,6 +54,8 @@ type Store struct {
 	client *mongo.Client
 	items  *mongo.Collection
 	meta   *mongo.Collection
+	// timeout bounds every operation on the server (WithTimeout), and a whole batch (TransitionMany).
+	timeout time.Duration
 }
 
 var _ items.Store = (*Store)(nil)
@@ -99,7 +101,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), err)
 	}
 	db := client.Database(database)
-	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection)}
+	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection), timeout: set.timeout}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		s.Close()
 		return nil, unavailable("connect to "+Redacted(uri), err)
@@ -357,8 +359,14 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 //
 // Only the first pass is all or nothing. If another writer changes an item between the two passes, that
 // item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
-// items written before it stay written (each of them atomic and correct on its own).
+// items written before it stay written (each of them atomic and correct on its own). The items another
+// writer created in between are read again in one query, not one round trip each.
+//
+// The whole call is bounded by the store's timeout, as one operation is: a batch against a slow server
+// answers ErrUnavailable within the timeout instead of taking a round trip's timeout per item.
 func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
 	type step struct{ seen, next *itemDoc }
 	steps := make([]step, len(keys))
@@ -408,8 +416,21 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		return nil, err
 	}
 	created := make(map[int]*itemDoc, len(newAt))
+	var lost []string
 	for j, i := range newAt {
 		created[i] = inserted[j]
+		if inserted[j] == nil {
+			lost = append(lost, keys[i])
+		}
+	}
+	// The items another writer created since the first read (a batch racing the same batch: all of them)
+	// are read again at once; each one's calls are then decided on what was read, without a round trip
+	// unless they change it.
+	var fresh map[string]*itemDoc
+	if len(lost) > 0 {
+		if fresh, err = s.readMany(ctx, tenant, lost); err != nil {
+			return nil, err
+		}
 	}
 
 	out := make([]*items.Item, len(keys))
@@ -440,8 +461,13 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 			}
 		}
 		if stored == nil {
-			// Another writer came first: decide this call again, and the later ones on this key.
-			stored, err := s.transition(ctx, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			// Another writer came first: decide this call again, and the later ones on this key. For an item
+			// another writer created, on the document read above (a first guess, as hints are).
+			var hint *seen
+			if doc, ok := fresh[key]; ok && st.seen == nil {
+				hint = &seen{doc: doc}
+			}
+			stored, err := s.transition(ctx, tenant, key, hint, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}
