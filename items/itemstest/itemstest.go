@@ -14,7 +14,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -424,12 +423,6 @@ func checkCode(t *testing.T, err error, code items.Code) {
 	if got := items.ErrorCode(err); got != code {
 		t.Errorf("error %v has code %s, want %s", err, got, code)
 	}
-}
-
-// secondsUntil is the retry_after the contract gives for a time: the remaining seconds rounded up, at
-// least 1.
-func secondsUntil(now, t time.Time) int {
-	return max(int(math.Ceil(t.Sub(now).Seconds())), 1)
 }
 
 // jsonEqual reports whether got is want up to insignificant whitespace: numbers and member order as sent.

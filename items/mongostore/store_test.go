@@ -119,7 +119,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-var fp1, fp2 = strings.Repeat("a", 64), strings.Repeat("b", 64)
+var fp1 = strings.Repeat("a", 64)
 
 func newLedger(t *testing.T, s items.Store, now func() time.Time) *items.Ledger {
 	t.Helper()
