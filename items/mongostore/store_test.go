@@ -68,10 +68,25 @@ func newEnv(t *testing.T) env {
 	return env{t: t, uri: sharedSrv.URI(), db: sharedSrv.Database()}
 }
 
+// raceEnabled is set when the tests run under the race detector (race_test.go).
+var raceEnabled bool
+
+// testTimeout is the store timeout of the tests' stores. The test server is FerretDB in this process, on
+// SQLite, and it is slow: counting a 600-item batch takes it 0.5-4 s on the shared 2-core machine, and the
+// race detector, which instruments FerretDB too, makes every query several times slower again. The tests
+// check what the store answers, not how fast, so they give it a timeout that scales; the tests of
+// timeouts and outages set their own.
+func testTimeout() time.Duration {
+	if raceEnabled {
+		return 12 * mongostore.DefaultTimeout
+	}
+	return 3 * mongostore.DefaultTimeout
+}
+
 // open opens a store on the env's database, as one more replica would: its own client, its own pool.
 func (e env) open() *mongostore.Store {
 	e.t.Helper()
-	s, err := mongostore.Open(e.t.Context(), e.uri, e.db)
+	s, err := mongostore.Open(e.t.Context(), e.uri, e.db, mongostore.WithTimeout(testTimeout()))
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}
@@ -441,6 +456,42 @@ func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "hunter2") {
 			t.Errorf("Open(%s): %v; want an error that does not show the password", mongostore.Redacted(uri), err)
 		}
+	}
+}
+
+// A batch against a slow server answers ErrUnavailable within the store's timeout: the whole batch is
+// bounded by it, not each of its round trips (60 updates of 200 ms each took 12 s before).
+func TestSlowServerBatchAnswersWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	if realURI() != "" {
+		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
+	}
+	e := newEnv(t)
+	direct := e.open()
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("slow-%02d", i)
+		create(t, direct, keys[i])
+	}
+	proxy := startProxy(t, sharedSrv.Addr())
+	const timeout = time.Second
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", e.db, mongostore.WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	proxy.slow(100 * time.Millisecond) // each round trip: 200 ms or more
+	start := time.Now()
+	_, err = s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
+		cur.Owner = "ops-anna"
+		return cur, nil
+	})
+	took := time.Since(start)
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("a 60-item batch on a server 200 ms away with a 1 s timeout: %v, want ErrUnavailable", err)
+	}
+	if took > 4*timeout {
+		t.Errorf("the batch answered after %v, want about the %v timeout", took, timeout)
 	}
 }
 

@@ -1,0 +1,5 @@
+//go:build race
+
+package mongostore_test
+
+func init() { raceEnabled = true }
