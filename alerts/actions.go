@@ -129,7 +129,8 @@ func slackUser(u slack.User) string { return "slack:" + u.ID }
 func (a *Actions) blockActions(ctx context.Context, cb *slack.InteractionCallback) (Reply, error) {
 	for _, act := range cb.ActionCallback.BlockActions {
 		var v ButtonValue
-		if act.ActionID != ActionResolveCommitted && act.ActionID != ActionResolveNotCommitted && act.ActionID != ActionEscalate {
+		if act.ActionID != ActionResolveCommitted && act.ActionID != ActionResolveNotCommitted && act.ActionID != ActionAcknowledge &&
+			act.ActionID != ActionEscalate {
 			continue
 		}
 		if err := json.Unmarshal([]byte(act.Value), &v); err != nil || v.Tenant == "" || !items.ValidKey(v.Key) {
@@ -140,8 +141,11 @@ func (a *Actions) blockActions(ctx context.Context, cb *slack.InteractionCallbac
 			a.escalate(ctx, cb, v)
 		default:
 			outcome := items.ResolveSucceeded
-			if act.ActionID == ActionResolveNotCommitted {
+			switch act.ActionID {
+			case ActionResolveNotCommitted:
 				outcome = items.ResolveNotCommitted
+			case ActionAcknowledge:
+				outcome = items.ResolveAcknowledged
 			}
 			a.openModal(ctx, cb, ResolveMetadata{Tenant: v.Tenant, Key: v.Key, Outcome: outcome})
 		}
@@ -236,7 +240,7 @@ func (a *Actions) submitEvidence(ctx context.Context, cb *slack.InteractionCallb
 	}
 	switch items.ErrorCode(err) {
 	case items.CodeConflict:
-		if it, gerr := a.cfg.Dispatcher.cfg.Ledger.Get(ctx, p.Tenant, p.Key); gerr == nil && it.Resolution != nil {
+		if it, gerr := a.cfg.Dispatcher.cfg.Ledger.Get(ctx, p.Tenant, p.Key); gerr == nil && it.Resolution != nil && !it.NeedsPerson {
 			r := it.Resolution
 			a.cfg.Dispatcher.settled(p.Tenant, p.Key)
 			return modalErrors(BlockEvidence, fmt.Sprintf("Already resolved as %s by %s at %s: %s", outcomeWord(r.Outcome),

@@ -318,3 +318,123 @@ func TestSlackEscalateButtonReroutes(t *testing.T) {
 		}
 	}
 }
+
+// A duplicate effect is settled by neither Committed nor Not committed: its line offers Acknowledge (and
+// Escalate), whose modal asks for the evidence only; the acknowledgement clears the need for a person,
+// closes the alert and shows on the message, and the item's state, attempt and result stay.
+func TestSlackAcknowledgeButtonSettlesADuplicateEffect(t *testing.T) {
+	t.Parallel()
+	s := newSlackSide(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0OWNER"}}}, alerts.Routing{})
+	e := s.e
+	e.needsPerson("inv", "", 1) // an unknown item beside it keeps the usual buttons
+	a := e.claim("dup", withDedupe(items.DedupeKey))
+	e.report("dup", a.Claim, succeeded, func(p *items.AfterWriteParams) { p.ExternalID = "INV-1" })
+	e.report("dup", a.Claim, succeeded, func(p *items.AfterWriteParams) { p.ExternalID = "INV-2" })
+	e.dispatch(s.d)
+	posts := s.Posts()
+	if len(posts) != 1 {
+		t.Fatalf("%d messages, want 1", len(posts))
+	}
+	msg := posts[0]
+	var dupButtons, unknownButtons []string
+	for _, b := range msg.buttons() {
+		switch {
+		case strings.Contains(b[1], `"key":"dup"`):
+			dupButtons = append(dupButtons, b[0])
+		case strings.Contains(b[1], `"key":"inv-000"`):
+			unknownButtons = append(unknownButtons, b[0])
+		}
+	}
+	if fmt.Sprint(dupButtons) != fmt.Sprint([]string{alerts.ActionAcknowledge, alerts.ActionEscalate}) ||
+		fmt.Sprint(unknownButtons) != fmt.Sprint([]string{alerts.ActionResolveCommitted, alerts.ActionResolveNotCommitted, alerts.ActionEscalate}) {
+		t.Fatalf("buttons: duplicate effect %v, unknown item %v", dupButtons, unknownButtons)
+	}
+
+	s.send(t, s.click("U0ALICE", msg, alerts.ActionAcknowledge, buttonOf(t, msg, "dup", alerts.ActionAcknowledge)))
+	views := s.Views()
+	if len(views) != 1 {
+		t.Fatalf("%d views opened, want 1", len(views))
+	}
+	v := views[0]
+	md := v.View["private_metadata"].(string)
+	if md != `{"tenant":"default","key":"dup","outcome":"acknowledged"}` {
+		t.Fatalf("private_metadata %s", md)
+	}
+	blocks := fmt.Sprint(v.View["blocks"])
+	if !strings.Contains(blocks, alerts.BlockEvidence) || strings.Contains(blocks, alerts.BlockExternalID) || !strings.Contains(blocks, "Acknowledge `dup`") {
+		t.Fatalf("the acknowledge modal, want the evidence input only: %s", blocks)
+	}
+	// Too short evidence comes back on the modal; nothing is recorded.
+	if r := s.send(t, submit("U0ALICE", md, "seen", "")); !strings.Contains(string(r.Body), `"response_action":"errors"`) {
+		t.Fatalf("short evidence answered %s", r.Body)
+	}
+	evidence := "INV-2 voided in billing; customer told"
+	if r := s.send(t, submit("U0ALICE", md, evidence, "")); r.Body != nil {
+		t.Fatalf("submission answered %s, want an empty 200 (the modal closes)", r.Body)
+	}
+	it := e.get("dup")
+	if it.State != items.StateSucceeded || it.NeedsPerson || it.ExternalID != "INV-1" || it.Attempt != 1 || !it.DuplicateEffect {
+		t.Fatalf("item is %s needs_person=%v external id %q attempt %d duplicate %v", it.State, it.NeedsPerson, it.ExternalID, it.Attempt, it.DuplicateEffect)
+	}
+	if r := it.Resolution; r == nil || r.Outcome != items.ResolveAcknowledged || r.By != "slack:U0ALICE" || r.Evidence != evidence {
+		t.Fatalf("resolution %+v", it.Resolution)
+	}
+	alertsOf, err := e.store.ItemAlerts(e.ctx, "default", "dup")
+	if err != nil || len(alertsOf) != 1 || alertsOf[0].Status != items.AlertClosed {
+		t.Fatalf("the item's alerts %+v (%v), want one, closed", alertsOf, err)
+	}
+	ups := s.Updates()
+	if len(ups) != 1 || ups[0].TS != msg.TS {
+		t.Fatalf("updates %v, want one of the original message", ups)
+	}
+	if text := ups[0].texts(); !strings.Contains(text, "Resolved as *acknowledged* by <@U0ALICE>: "+evidence) {
+		t.Fatalf("updated message does not show the acknowledgement:\n%s", text)
+	}
+	for _, b := range ups[0].buttons() {
+		if strings.Contains(b[1], `"key":"dup"`) {
+			t.Fatalf("the acknowledged item still has buttons: %v", b)
+		}
+	}
+	// A click on the old message now tells who acknowledged it; the sweeper does not raise it again.
+	s.send(t, s.click("U0BOB", msg, alerts.ActionAcknowledge, buttonOf(t, msg, "dup", alerts.ActionAcknowledge)))
+	if eph := s.Ephemerals(); len(eph) != 1 || !strings.Contains(eph[0], "already resolved as acknowledged by <@U0ALICE>") {
+		t.Fatalf("answers to the person %v", eph)
+	}
+	e.advance(24 * time.Hour)
+	if c := e.sweep(0); c.NeedsPerson[items.CauseDuplicateEffect] != 0 || e.get("dup").NeedsPerson {
+		t.Fatalf("the sweeper raises the acknowledged item again: %+v", c)
+	}
+}
+
+// A retryable failure nobody acted on for escalate_after is flagged unresolved_too_long: its line offers
+// Acknowledge too, and an acknowledgement leaves the retry as it was.
+func TestSlackAcknowledgeButtonOnAStaleRetryableFailure(t *testing.T) {
+	t.Parallel()
+	s := newSlackSide(t, items.Config{Destinations: map[string]items.Destination{
+		"billing": {Owner: "U0OWNER", Dedupe: items.DedupeKey, EscalateAfter: time.Hour}}}, alerts.Routing{})
+	e := s.e
+	a := e.claim("stale")
+	e.report("stale", a.Claim, items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429}, func(p *items.AfterWriteParams) { p.RetryAfter = ptr(60) })
+	e.advance(time.Hour + time.Second)
+	if c := e.sweep(0); c.NeedsPerson[items.CauseStale] != 1 {
+		t.Fatalf("sweep %+v, want one item unresolved_too_long", c)
+	}
+	e.dispatch(s.d)
+	msg := s.Posts()[0]
+	if got := fmt.Sprint(msg.buttons()); !strings.Contains(got, alerts.ActionAcknowledge) || strings.Contains(got, alerts.ActionResolveCommitted) {
+		t.Fatalf("buttons of a stale retryable failure: %s", got)
+	}
+	s.send(t, s.click("U0ALICE", msg, alerts.ActionAcknowledge, buttonOf(t, msg, "stale", alerts.ActionAcknowledge)))
+	s.send(t, submit("U0ALICE", s.Views()[0].View["private_metadata"].(string), "the customer's account is frozen until Monday", ""))
+	it := e.get("stale")
+	if it.NeedsPerson || it.State != items.StateFailed || !it.Retryable || it.Resolution == nil || it.Resolution.Outcome != items.ResolveAcknowledged {
+		t.Fatalf("after acknowledging: %s retryable=%v needs_person=%v resolution %+v", it.State, it.Retryable, it.NeedsPerson, it.Resolution)
+	}
+	e.advance(3 * time.Hour)
+	if c := e.sweep(0); len(c.NeedsPerson) != 0 {
+		t.Fatalf("the sweeper raises the acknowledged failure again in the same attempt: %+v", c)
+	}
+	if b := e.claim("stale"); b.Reason != items.ReasonRetry || b.Attempt != 2 {
+		t.Fatalf("next before-write: %s attempt %d, want retry attempt 2", b.Reason, b.Attempt)
+	}
+}

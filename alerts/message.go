@@ -51,6 +51,9 @@ type Line struct {
 	CheckHint string
 	// Open is true while the item still waits for its owner: the line carries the buttons.
 	Open bool
+	// Acknowledge is true on an open line only an acknowledgement settles (items.Item.Acknowledgeable): it
+	// carries Acknowledge instead of Committed and Not committed.
+	Acknowledge bool
 	// Resolution is the person's resolution of a settled item; nil when it settled without one.
 	Resolution *items.Resolution
 	// EscalatedTo and EscalatedBy say where the alert escalated and who asked (empty: the clock).
@@ -81,7 +84,8 @@ func (m Message) Text() string {
 // newLine describes an item for a message.
 func newLine(it *items.Item, a items.Alert, hint string, open bool, now time.Time) Line {
 	l := Line{Tenant: it.Tenant, Key: it.Key, Reference: it.Reference, Destination: it.Destination, State: it.State,
-		Attempts: it.Attempt, LastErrorClass: lastErrorClass(it), Cause: a.Cause, CheckHint: hint, Open: open}
+		Attempts: it.Attempt, LastErrorClass: lastErrorClass(it), Cause: a.Cause, CheckHint: hint, Open: open,
+		Acknowledge: open && it.Acknowledgeable()}
 	since := a.CreatedAt
 	if it.NeedsPersonSince != nil && it.NeedsPersonCause == a.Cause {
 		since = *it.NeedsPersonSince
@@ -128,8 +132,11 @@ func settledNote(it *items.Item, r *items.Resolution) string {
 
 // outcomeWord names a resolution outcome as the buttons do.
 func outcomeWord(outcome string) string {
-	if outcome == items.ResolveNotCommitted {
+	switch outcome {
+	case items.ResolveNotCommitted:
 		return "not committed"
+	case items.ResolveAcknowledged:
+		return "acknowledged"
 	}
 	return "committed"
 }

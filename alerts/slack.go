@@ -21,6 +21,9 @@ const (
 	ActionResolveCommitted    = "resolve_committed"
 	ActionResolveNotCommitted = "resolve_not_committed"
 	ActionEscalate            = "escalate"
+	// ActionAcknowledge replaces Committed and Not committed on an item neither settles (a duplicate effect,
+	// a retryable failure unresolved for too long): resolve outcome acknowledged.
+	ActionAcknowledge = "acknowledge"
 	// CallbackResolveEvidence is the callback id of the evidence modal.
 	CallbackResolveEvidence = "resolve_evidence"
 	// BlockEvidence/ActionEvidenceText and BlockExternalID/ActionExternalIDText are the modal's inputs.
@@ -95,15 +98,16 @@ type ButtonValue struct {
 }
 
 // ResolveMetadata is the evidence modal's private_metadata: the item and the outcome the owner chose, in
-// the resolve endpoint's words (succeeded or not_committed).
+// the resolve endpoint's words (succeeded, not_committed or acknowledged).
 type ResolveMetadata struct {
 	Tenant  string `json:"tenant"`
 	Key     string `json:"key"`
 	Outcome string `json:"outcome"`
 }
 
-// Blocks renders a message as Slack blocks: a title, one section per listed item with its three buttons
-// while it is open (or a note saying how it was settled), and "and N more" with the query that lists all.
+// Blocks renders a message as Slack blocks: a title, one section per listed item with its buttons while it
+// is open (Committed, Not committed and Escalate; Acknowledge and Escalate where only an acknowledgement
+// settles it), or a note saying how it was settled, and "and N more" with the query that lists all.
 func Blocks(m Message) []slack.Block {
 	blocks := []slack.Block{slack.NewSectionBlock(mrkdwn("*"+escape(m.Text())+"*"), nil, nil)}
 	for i, l := range m.Lines {
@@ -115,10 +119,16 @@ func Blocks(m Message) []slack.Block {
 			continue
 		}
 		value, _ := json.Marshal(ButtonValue{Tenant: l.Tenant, Key: l.Key})
+		escalate := slack.NewButtonBlockElement(ActionEscalate, string(value), plain("Escalate")).WithStyle(slack.StyleDanger)
+		if l.Acknowledge {
+			blocks = append(blocks, slack.NewActionBlock(fmt.Sprintf("item_%d", i),
+				slack.NewButtonBlockElement(ActionAcknowledge, string(value), plain("Acknowledge")).WithStyle(slack.StylePrimary), escalate))
+			continue
+		}
 		blocks = append(blocks, slack.NewActionBlock(fmt.Sprintf("item_%d", i),
 			slack.NewButtonBlockElement(ActionResolveCommitted, string(value), plain("Committed")).WithStyle(slack.StylePrimary),
 			slack.NewButtonBlockElement(ActionResolveNotCommitted, string(value), plain("Not committed")),
-			slack.NewButtonBlockElement(ActionEscalate, string(value), plain("Escalate")).WithStyle(slack.StyleDanger),
+			escalate,
 		))
 	}
 	if m.More > 0 {
@@ -223,14 +233,15 @@ func plain(s string) *slack.TextBlockObject {
 	return slack.NewTextBlockObject(slack.PlainTextType, s, false, false)
 }
 
-// ResolveModal returns the evidence modal for an item and the outcome the owner chose.
+// ResolveModal returns the evidence modal for an item and the outcome the owner chose. An acknowledgement
+// asks for the evidence only: it changes no result, so there is no external id to give.
 func ResolveModal(meta ResolveMetadata, it *items.Item, checkHint string) slack.ModalViewRequest {
-	word := "committed"
-	if meta.Outcome == items.ResolveNotCommitted {
-		word = "not committed"
-	}
 	md, _ := json.Marshal(meta)
-	intro := fmt.Sprintf("Mark `%s` as *%s*.", meta.Key, word)
+	intro := fmt.Sprintf("Mark `%s` as *%s*.", meta.Key, outcomeWord(meta.Outcome))
+	if meta.Outcome == items.ResolveAcknowledged {
+		intro = fmt.Sprintf("Acknowledge `%s`: you have seen it and take it from here. It stops waiting for a person; "+
+			"its state, attempts and result stay as they are.", meta.Key)
+	}
 	if it != nil {
 		if it.Reference != "" {
 			intro += fmt.Sprintf("\nReference *%s* at %s.", escape(it.Reference), escape(it.Destination))
@@ -246,20 +257,25 @@ func ResolveModal(meta ResolveMetadata, it *items.Item, checkHint string) slack.
 	evidence.Multiline = true
 	evidence.MinLength = items.MinEvidenceLength
 	evidence.MaxLength = 2000
-	externalID := slack.NewPlainTextInputBlockElement(plain("the destination's id for the record, if you found one"), ActionExternalIDText)
-	externalID.MaxLength = 500
+	blocks := []slack.Block{
+		slack.NewSectionBlock(mrkdwn(intro), nil, nil),
+		slack.NewInputBlock(BlockEvidence, plain("Evidence"), plain("At least 10 characters: where you looked and what you found."), evidence),
+	}
+	submit := "Acknowledge"
+	if meta.Outcome != items.ResolveAcknowledged {
+		externalID := slack.NewPlainTextInputBlockElement(plain("the destination's id for the record, if you found one"), ActionExternalIDText)
+		externalID.MaxLength = 500
+		blocks = append(blocks, slack.NewInputBlock(BlockExternalID, plain("External id"), nil, externalID).WithOptional(true))
+		submit = "Resolve"
+	}
 	return slack.ModalViewRequest{
 		Type:            slack.VTModal,
 		CallbackID:      CallbackResolveEvidence,
 		Title:           plain("Resolve with evidence"),
-		Submit:          plain("Resolve"),
+		Submit:          plain(submit),
 		Close:           plain("Cancel"),
 		PrivateMetadata: string(md),
-		Blocks: slack.Blocks{BlockSet: []slack.Block{
-			slack.NewSectionBlock(mrkdwn(intro), nil, nil),
-			slack.NewInputBlock(BlockEvidence, plain("Evidence"), plain("At least 10 characters: where you looked and what you found."), evidence),
-			slack.NewInputBlock(BlockExternalID, plain("External id"), nil, externalID).WithOptional(true),
-		}},
+		Blocks:          slack.Blocks{BlockSet: blocks},
 	}
 }
 

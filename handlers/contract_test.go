@@ -259,9 +259,14 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	get(wf, "/v1/items/crm-1")
 	get(wf, "/v1/items/missing") // 404
 	post(op, "/v1/items/inv-2/resolve", map[string]any{"outcome": "not_committed", "evidence": "no record in billing for QT-2"})
-	post(op, "/v1/items/inv-2/resolve", map[string]any{"outcome": "not_committed", "evidence": "no record in billing for QT-2"}) // unchanged
-	post(op, "/v1/items/inv-1/resolve", map[string]any{"outcome": "succeeded", "evidence": "it is there, id x-1"})               // 409
-	post(wf, "/v1/items/inv-1/resolve", map[string]any{"outcome": "succeeded", "evidence": "it is there, id x-1"})               // 403
+	post(op, "/v1/items/inv-2/resolve", map[string]any{"outcome": "not_committed", "evidence": "no record in billing for QT-2"})       // unchanged
+	post(op, "/v1/items/inv-1/resolve", map[string]any{"outcome": "succeeded", "evidence": "it is there, id x-1"})                     // 409
+	post(wf, "/v1/items/inv-1/resolve", map[string]any{"outcome": "succeeded", "evidence": "it is there, id x-1"})                     // 403
+	post(wf, "/v1/after-write", map[string]any{"key": "inv-1", "claim": a.Str("claim"), "outcome": "succeeded", "external_id": "x-2"}) // duplicate_effect
+	if ack := post(op, "/v1/items/inv-1/resolve", map[string]any{"outcome": "acknowledged", "evidence": "two records, one voided by hand"}); ack.Status != http.StatusOK {
+		t.Errorf("resolve acknowledged of a duplicate effect: %d %s", ack.Status, ack.Body)
+	}
+	post(op, "/v1/items/inv-2/resolve", map[string]any{"outcome": "acknowledged", "evidence": "nothing to acknowledge here"}) // 409
 	get(op, "/v1/items?needs_person=true&limit=10")
 	get(op, "/v1/items?limit=1")
 	get(op, "/v1/items?state=bogus") // 400

@@ -213,7 +213,7 @@ func (s *server) getItem(c *gin.Context) {
 
 // resolveRequest is the body of POST /v1/items/{key}/resolve.
 type resolveRequest struct {
-	Outcome    string `json:"outcome" validate:"required,oneof=succeeded not_committed"`
+	Outcome    string `json:"outcome" validate:"required,oneof=succeeded not_committed acknowledged"`
 	Evidence   string `json:"evidence" validate:"required,max=2000"`
 	ExternalID idText `json:"external_id" validate:"max=500"`
 }

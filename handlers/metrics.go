@@ -92,7 +92,7 @@ var (
 		"Before-writes answered conflict/fingerprint_mismatch: a key reused with another payload after a possible dispatch.", nil, nil)
 	descRecoveries = prometheus.NewDesc("companion_same_key_recoveries_total",
 		"Items that succeeded after a same-key retry: recovered by the receiver's idempotency key.", nil, nil)
-	descResolutions = prometheus.NewDesc("companion_manual_resolutions_total", "Resolutions by a person (operator API or Slack).", nil, nil)
+	descResolutions = prometheus.NewDesc("companion_manual_resolutions_total", "Resolutions by a person (operator API or Slack), acknowledgements included.", nil, nil)
 	descDuplicates  = prometheus.NewDesc("companion_duplicate_effects_total", "Items flagged with a duplicate effect.", nil, nil)
 )
 

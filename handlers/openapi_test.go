@@ -2,11 +2,13 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
 )
 
 // loadContract loads and validates the served OpenAPI document.
@@ -31,6 +33,22 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		"/v1/items/{key}/resolve", "/v1/stats", "/metrics", "/healthz", "/readyz", "/openapi.json", "/v1/slack/actions"} {
 		if doc.Paths.Find(p) == nil {
 			t.Errorf("the document does not describe %s", p)
+		}
+	}
+}
+
+// The document names every resolution outcome the ledger takes, in the request and in the stored resolution.
+func TestOpenAPIResolveOutcomesAreTheLedgers(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	want := fmt.Sprint([]any{items.ResolveSucceeded, items.ResolveNotCommitted, items.ResolveAcknowledged})
+	for _, name := range []string{"ResolveRequest", "Resolution"} {
+		s := doc.Components.Schemas[name]
+		if s == nil || s.Value.Properties["outcome"] == nil {
+			t.Fatalf("the document has no %s.outcome", name)
+		}
+		if got := fmt.Sprint(s.Value.Properties["outcome"].Value.Enum); got != want {
+			t.Errorf("%s.outcome enum = %s, want %s", name, got, want)
 		}
 	}
 }

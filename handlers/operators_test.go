@@ -285,3 +285,37 @@ func TestBatchDecisionsAreCounted(t *testing.T) {
 		t.Errorf("crm's fingerprint conflicts = %v, want 2", got)
 	}
 }
+
+// An acknowledgement is a manual resolution, and the item it settles stops counting in the oldest
+// unresolved age: the duplicate effect is the only item waiting here, so the age drops to 0.
+func TestAcknowledgedCountsInStatsAndMetrics(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	c := svc.Claim("twice", nil)
+	for _, id := range []string{"x-3", "x-4"} {
+		if r := svc.AfterWrite(map[string]any{"key": "twice", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": id}); r.Status != http.StatusOK {
+			t.Fatalf("after-write: %d %s", r.Status, r.Body)
+		}
+	}
+	svc.Clock.Advance(time.Minute)
+	measures := func(when string, needsPerson, age, resolutions float64) {
+		t.Helper()
+		stats := svc.Get(handlerstest.OperatorAcme, "/v1/stats")
+		m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
+		for name, got := range map[string][2]float64{
+			"needs_person":       {stats.Num("needs_person"), m["companion_needs_person"]},
+			"oldest unresolved":  {stats.Num("oldest_unresolved_age_seconds"), m["companion_oldest_unresolved_age_seconds"]},
+			"manual resolutions": {stats.Num("manual_resolutions"), m["companion_manual_resolutions_total"]},
+		} {
+			want := map[string]float64{"needs_person": needsPerson, "oldest unresolved": age, "manual resolutions": resolutions}[name]
+			if got[0] != want || got[1] != want {
+				t.Errorf("%s: %s = %v in stats, %v in metrics; want %v", when, name, got[0], got[1], want)
+			}
+		}
+	}
+	measures("before", 1, 60, 0)
+	r := svc.Post(handlerstest.OperatorAcme, "/v1/items/twice/resolve", map[string]any{"outcome": "acknowledged",
+		"evidence": "x-4 voided in billing by hand"})
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	measures("after acknowledged", 0, 0, 1)
+}

@@ -572,7 +572,8 @@ func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item
 		it.DuplicateEffect = true
 		it.markNeedsPerson(CauseDuplicateEffect, now)
 		return finish(ReasonDuplicateEffect, rep.Message)
-	case repeat:
+	case repeat && att.Number == it.Attempt:
+		// Only a repeat for the current attempt is idempotent; an older attempt's repeat goes to the history.
 		rep.Reason, rep.Message = ReasonUnchanged, "this report was already recorded"
 		return nil, rep, nil
 	case p.Outcome != OutcomeSucceeded && att.Number == it.Attempt && (it.State == StateInFlight || it.State == StateUnknown):
@@ -657,7 +658,9 @@ type ReconcileParams struct {
 }
 
 // Reconcile records a lookup finding for an unknown item whose recorded dedupe is lookup. found settles it
-// as succeeded; absent as failed and retryable once more; lookup_failed leaves it unknown for a person.
+// as succeeded; absent as failed and retryable once more; lookup_failed leaves it unknown for a person. A
+// finding identical to the one recorded for the current attempt answers ReasonUnchanged and writes
+// nothing; on a later attempt the same finding and evidence are new evidence.
 func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, error) {
 	switch {
 	case !ValidKey(p.Key):
@@ -677,7 +680,10 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 			return nil, ErrNotFound
 		}
 		rep = Report{Attempt: it.Attempt}
-		if last := lastEvent(it, EventReconcile); last != nil && last.Outcome == p.Finding && last.ExternalID == p.ExternalID && last.Note == evidence {
+		// A finding repeats only the one recorded for the current attempt, and never while the item waits
+		// for a lookup: the same evidence text for a later attempt is new evidence.
+		if last := lastEvent(it, EventReconcile); last != nil && last.Attempt == it.Attempt && !awaitingLookup(it, now) &&
+			last.Outcome == p.Finding && last.ExternalID == p.ExternalID && last.Note == evidence {
 			rep.Reason, rep.Message = ReasonUnchanged, "this finding was already recorded"
 			return nil, nil
 		}
@@ -719,6 +725,12 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 	return rep, nil
 }
 
+// awaitingLookup reports whether before-write would answer reconcile/lookup_required: the item is unknown
+// (or in flight past its lease) under dedupe lookup, and no lookup failed yet.
+func awaitingLookup(it *Item, now time.Time) bool {
+	return (it.State == StateUnknown || it.LeaseExpired(now)) && it.Dedupe == DedupeLookup && !it.LookupFailed
+}
+
 func lastEvent(it *Item, kind string) *Event {
 	for i := len(it.History) - 1; i >= 0; i-- {
 		if it.History[i].Kind == kind {
@@ -732,6 +744,10 @@ func lastEvent(it *Item, kind string) *Event {
 const (
 	ResolveSucceeded    = "succeeded"
 	ResolveNotCommitted = "not_committed"
+	// ResolveAcknowledged: a person has seen an item that neither other outcome can settle (a duplicate
+	// effect, or a retryable failure unresolved for too long) and takes it from here. Nothing changes but
+	// the need for a person.
+	ResolveAcknowledged = "acknowledged"
 )
 
 // ResolveParams is an operator's resolution of an item.
@@ -748,19 +764,24 @@ type ResolveParams struct {
 // CheckResolve returns the first problem of a resolution's body.
 func CheckResolve(p ResolveParams) error {
 	switch {
-	case p.Outcome != ResolveSucceeded && p.Outcome != ResolveNotCommitted:
-		return Invalid("outcome", "must be one of succeeded, not_committed")
+	case p.Outcome != ResolveSucceeded && p.Outcome != ResolveNotCommitted && p.Outcome != ResolveAcknowledged:
+		return Invalid("outcome", "must be one of succeeded, not_committed, acknowledged")
 	case len(strings.TrimSpace(p.Evidence)) < MinEvidenceLength:
 		return Invalid("evidence", fmt.Sprintf("must be at least %d characters", MinEvidenceLength))
 	case p.ExternalID != "" && len(p.ExternalID) > 500:
 		return Invalid("external_id", "must be at most 500 characters")
+	case p.ExternalID != "" && p.Outcome == ResolveAcknowledged:
+		return Invalid("external_id", "must be empty when the outcome is acknowledged: an acknowledgement changes no result")
 	}
 	return nil
 }
 
 // Resolve settles an unknown item, or a failed one with no attempts left, on a person's evidence:
-// succeeded, or not_committed (failed, retryable at once, plus one attempt). It returns the item and
-// ReasonUnchanged for an identical repeat.
+// succeeded, or not_committed (failed, retryable at once, plus one attempt). acknowledged takes a person's
+// word that they have seen a succeeded item flagged duplicate_effect, or a retryable failed item flagged
+// unresolved_too_long: it clears the need for a person and changes nothing else. Any other item is a
+// conflict. It returns the item and ReasonUnchanged for an identical repeat: the same resolution, recorded
+// for the item's current attempt, and still in force (nothing has asked for a person since).
 func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, error) {
 	if !ValidKey(p.Key) {
 		return nil, "", Invalid("key", KeyRule)
@@ -776,32 +797,40 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 			return nil, ErrNotFound
 		}
 		reason = ReasonRecorded
-		if r := it.Resolution; r != nil && r.Outcome == p.Outcome && r.Evidence == evidence && r.ExternalID == p.ExternalID {
+		if r, last := it.Resolution, lastEvent(it, EventResolve); r != nil && last != nil && last.Attempt == it.Attempt && !it.NeedsPerson &&
+			r.Outcome == p.Outcome && r.Evidence == evidence && r.ExternalID == p.ExternalID {
 			reason = ReasonUnchanged
 			return nil, nil
 		}
 		// An in-flight item past its lease counts as unknown, and is recorded so.
 		l.expireLease(it, now)
-		dest := l.cfg.Destination(it.Destination)
-		if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
-			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
-				"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s", it.State)}
-		}
 		ev := Event{At: now, Kind: EventResolve, Attempt: it.Attempt, From: it.State, Outcome: p.Outcome,
 			ExternalID: p.ExternalID, Note: evidence, By: p.By, Reason: ReasonRecorded}
-		switch p.Outcome {
-		case ResolveSucceeded:
-			it.State, it.Cause, it.Retryable, it.RetryAt = StateSucceeded, "", false, nil
-			if p.ExternalID != "" {
-				it.ExternalID = p.ExternalID
+		if p.Outcome == ResolveAcknowledged {
+			if !it.Acknowledgeable() {
+				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("only a succeeded item flagged duplicate_effect, or a retryable "+
+					"failed item flagged unresolved_too_long, that needs a person can be acknowledged; this item is %s%s", it.State, flagNote(it))}
 			}
-		case ResolveNotCommitted:
-			it.State, it.Retryable, it.RetryAt, it.Cause = StateFailed, true, timePtr(now), ""
-			it.ExtraAttempts++
-			it.settleUnknownAttempts(now)
-		}
-		if a := it.CurrentAttempt(); a != nil {
-			a.Outcome, a.EndedAt = it.State, timePtr(now)
+		} else {
+			dest := l.cfg.Destination(it.Destination)
+			if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
+				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
+					"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s%s", it.State, flagNote(it))}
+			}
+			switch p.Outcome {
+			case ResolveSucceeded:
+				it.State, it.Cause, it.Retryable, it.RetryAt = StateSucceeded, "", false, nil
+				if p.ExternalID != "" {
+					it.ExternalID = p.ExternalID
+				}
+			case ResolveNotCommitted:
+				it.State, it.Retryable, it.RetryAt, it.Cause = StateFailed, true, timePtr(now), ""
+				it.ExtraAttempts++
+				it.settleUnknownAttempts(now)
+			}
+			if a := it.CurrentAttempt(); a != nil {
+				a.Outcome, a.EndedAt = it.State, timePtr(now)
+			}
 		}
 		it.clearNeedsPerson()
 		it.AlertStatus = ""
@@ -814,4 +843,35 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		return nil, "", err
 	}
 	return it, reason, nil
+}
+
+// Acknowledgeable reports whether resolve outcome acknowledged applies to the item: it needs a person for
+// a reason that neither succeeded nor not_committed settles (a succeeded item flagged duplicate_effect, or
+// a retryable failed item flagged unresolved_too_long). Slack offers the Acknowledge button on such items.
+func (it *Item) Acknowledgeable() bool {
+	if !it.NeedsPerson {
+		return false
+	}
+	return (it.State == StateSucceeded && it.DuplicateEffect) ||
+		(it.State == StateFailed && it.Retryable && it.NeedsPersonCause == CauseStale)
+}
+
+// acknowledged reports whether a person acknowledged the item in its current attempt: the sweeper does not
+// ask for a person again for the flags they acknowledged.
+func (it *Item) acknowledged() bool {
+	e := lastEvent(it, EventResolve)
+	return e != nil && e.Outcome == ResolveAcknowledged && e.Attempt == it.Attempt
+}
+
+// flagNote names what the item needs a person for, for a conflict's message.
+func flagNote(it *Item) string {
+	switch {
+	case it.Acknowledgeable():
+		return " and needs a person for " + it.NeedsPersonCause + ": resolve it as acknowledged"
+	case it.NeedsPerson:
+		return " and needs a person for " + it.NeedsPersonCause
+	case it.DuplicateEffect:
+		return " with a duplicate effect that was acknowledged"
+	}
+	return " and needs no person"
 }

@@ -8,14 +8,14 @@ import (
 // NeedsPersonCause returns why the item needs a person at now, or "" when nothing says so (or when it
 // already waits for one). These are the sweeper's rules, checked top to bottom:
 //
-//   - a duplicate effect was reported (duplicate_effect);
+//   - a duplicate effect was reported and nobody acknowledged it (duplicate_effect);
 //   - unknown after a failed lookup (lookup_failed);
 //   - unknown, and its destination can neither dedupe nor be searched (unknown_no_dedupe);
 //   - unknown with dedupe key, and no same-key retry is possible any more: no attempts left, or the
 //     receiver may have forgotten the key (awaiting_owner, as before-write row 11 would say);
 //   - failed and retryable with no attempts left (attempts_exhausted);
 //   - unknown, or failed and retryable, unchanged for the destination's escalate_after: nobody is acting
-//     on it (unresolved_too_long).
+//     on it, and nobody acknowledged it in this attempt (unresolved_too_long).
 //
 // A permanent failure is settled knowledge (the destination refused the write) and never needs a person here.
 func (l *Ledger) NeedsPersonCause(it *Item, now time.Time) string {
@@ -24,7 +24,7 @@ func (l *Ledger) NeedsPersonCause(it *Item, now time.Time) string {
 	}
 	dest := l.cfg.Destination(it.Destination)
 	switch {
-	case it.DuplicateEffect:
+	case it.DuplicateEffect && !it.acknowledged():
 		return CauseDuplicateEffect
 	case it.State == StateUnknown && it.LookupFailed:
 		return CauseLookupFailed
@@ -35,7 +35,7 @@ func (l *Ledger) NeedsPersonCause(it *Item, now time.Time) string {
 	case it.State == StateFailed && it.Retryable && !l.attemptsLeft(it, dest):
 		return CauseAttemptsExhausted
 	}
-	stale := it.State == StateUnknown || (it.State == StateFailed && it.Retryable)
+	stale := (it.State == StateUnknown || (it.State == StateFailed && it.Retryable)) && !it.acknowledged()
 	if stale && dest.EscalateAfter > 0 && now.Sub(it.UpdatedAt) >= dest.EscalateAfter {
 		return CauseStale
 	}

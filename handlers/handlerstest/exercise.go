@@ -231,6 +231,36 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 		Expect(t, busy, http.StatusConflict, items.CodeConflict, "")
 	})
 
+	t.Run("AcknowledgedClearsADuplicateEffectOnly", func(t *testing.T) {
+		t.Parallel()
+		s := newService(t, ServiceConfig{})
+		c := s.Claim("dup", nil)
+		s.AfterWrite(map[string]any{"key": "dup", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-1", "result": map[string]any{"id": 1}})
+		plain := s.Post(OperatorAcme, "/v1/items/dup/resolve", map[string]any{"outcome": "acknowledged", "evidence": "seen it, nothing to do"})
+		Expect(t, plain, http.StatusConflict, items.CodeConflict, "")
+		dup := s.AfterWrite(map[string]any{"key": "dup", "claim": c.Str("claim"), "outcome": "succeeded", "external_id": "x-2"})
+		if dup.Str("reason") != "duplicate_effect" {
+			t.Fatalf("second success with another external id: %s", dup.Body)
+		}
+		withID := s.Post(OperatorAcme, "/v1/items/dup/resolve", map[string]any{"outcome": "acknowledged", "evidence": "seen it, nothing to do", "external_id": "x-2"})
+		Expect(t, withID, http.StatusBadRequest, items.CodeInvalid, "external_id")
+		ack := s.Post(OperatorAcme, "/v1/items/dup/resolve", map[string]any{"outcome": "acknowledged", "evidence": "two invoices; refunded x-2 by hand"})
+		Expect(t, ack, http.StatusOK, "", "")
+		if ack.Str("reason") != "recorded" || ack.Str("state") != "succeeded" || ack.Num("attempt") != 1 || ack.Str("external_id") != "x-1" ||
+			ack.At("needs_person") != false || ack.At("duplicate_effect") != true || ack.Str("resolution.outcome") != "acknowledged" ||
+			ack.Str("resolution.by") != "op-acme" || ack.Str("resolution.evidence") != "two invoices; refunded x-2 by hand" || ack.Num("result.id") != 1 {
+			t.Fatalf("resolve acknowledged: %s", ack.Body)
+		}
+		repeat := s.Post(OperatorAcme, "/v1/items/dup/resolve", map[string]any{"outcome": "acknowledged", "evidence": "two invoices; refunded x-2 by hand"})
+		if repeat.Status != http.StatusOK || repeat.Str("reason") != "unchanged" {
+			t.Fatalf("identical repeat of acknowledged: %d %s", repeat.Status, repeat.Body)
+		}
+		replay := s.BeforeWrite(map[string]any{"key": "dup", "payload": map[string]any{"invoice": "dup", "amount": 120.5}})
+		if replay.Str("decision") != "skip" || replay.Str("reason") != "succeeded" || replay.Str("external_id") != "x-1" {
+			t.Fatalf("before-write after acknowledged: %s", replay.Body)
+		}
+	})
+
 	t.Run("KeyFromFourParts", func(t *testing.T) {
 		t.Parallel()
 		s := newService(t, ServiceConfig{})

@@ -38,6 +38,8 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 	t.Run("Reports", func(t *testing.T) { exerciseReports(t, open) })
 	t.Run("Reconcile", func(t *testing.T) { exerciseReconcile(t, open) })
 	t.Run("Resolve", func(t *testing.T) { exerciseResolve(t, open) })
+	t.Run("RepeatsPerAttempt", func(t *testing.T) { exerciseRepeats(t, open) })
+	t.Run("Acknowledge", func(t *testing.T) { exerciseAcknowledge(t, open) })
 	t.Run("KnowledgeOnlyGrows", func(t *testing.T) { exerciseKnowledge(t, open) })
 	t.Run("Store", func(t *testing.T) { exerciseStore(t, open) })
 	t.Run("Fingerprints", func(t *testing.T) { exerciseFingerprints(t, open) })
@@ -68,6 +70,8 @@ const (
 	destOneShot           = "one-shot"
 	destSearchableOneShot = "searchable-one-shot"
 	destServerErrorsSafe  = "server-errors-not-committed"
+	// destEscalating flags an unknown or retryable failed item nobody acts on for an hour (unresolved_too_long).
+	destEscalating = "escalating"
 )
 
 // retention of destShortRetention, in seconds.
@@ -82,6 +86,7 @@ func suiteConfig(now func() time.Time) items.Config {
 			destOneShot:           {MaxAttempts: 1},
 			destSearchableOneShot: {Dedupe: items.DedupeLookup, MaxAttempts: 1},
 			destServerErrorsSafe:  {ServerErrorsNotCommitted: true},
+			destEscalating:        {Dedupe: items.DedupeKey, EscalateAfter: time.Hour},
 		},
 		Now: now,
 	}

@@ -527,4 +527,44 @@ func exerciseStats(t *testing.T, open func(t *testing.T) OperatorStore) {
 			t.Errorf("stats of an empty tenant %+v (%v)", empty, err)
 		}
 	})
+
+	t.Run("AcknowledgedCountsAsResolutionAndStopsTheAge", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		h.duplicateEffect("dup")
+		h.staleFailure("stale") // an hour on the clock; "dup" has needed a person since
+		h.advance(time.Hour)
+		measure := func() items.Measures {
+			t.Helper()
+			st, err := h.ops.Stats(h.ctx, tenantA, h.now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st.Measures
+		}
+		if m := measure(); m.NeedsPerson != 2 || m.OldestUnresolvedAgeSeconds < 7200 || m.ManualResolutions != 0 {
+			t.Fatalf("before: needs_person %d, oldest %d s, manual_resolutions %d", m.NeedsPerson, m.OldestUnresolvedAgeSeconds, m.ManualResolutions)
+		}
+		if _, _, err := h.resolve("dup", items.ResolveAcknowledged, evidenceAck, ""); err != nil {
+			t.Fatal(err)
+		}
+		if m := measure(); m.NeedsPerson != 1 || m.OldestUnresolvedAgeSeconds != 3600 || m.ManualResolutions != 1 || m.DuplicateEffects != 1 {
+			t.Errorf("after acknowledging dup: needs_person %d, oldest %d s (want 3600), manual_resolutions %d, duplicate_effects %d",
+				m.NeedsPerson, m.OldestUnresolvedAgeSeconds, m.ManualResolutions, m.DuplicateEffects)
+		}
+		if _, _, err := h.resolve("stale", items.ResolveAcknowledged, evidenceAck, ""); err != nil {
+			t.Fatal(err)
+		}
+		if m := measure(); m.NeedsPerson != 0 || m.OldestUnresolvedAgeSeconds != 0 || m.ManualResolutions != 2 ||
+			m.States[items.StateSucceeded] != 1 || m.States[items.StateFailed] != 1 {
+			t.Errorf("after acknowledging both: needs_person %d, oldest %d s, manual_resolutions %d, states %v", m.NeedsPerson,
+				m.OldestUnresolvedAgeSeconds, m.ManualResolutions, m.States)
+		}
+		// Neither is a sweep candidate's new need: the sweeper leaves them alone.
+		for _, key := range []string{"dup", "stale"} {
+			if cause := h.markNeedsPerson(key); cause != "" {
+				t.Errorf("the sweeper flags acknowledged %s again: %s", key, cause)
+			}
+		}
+	})
 }

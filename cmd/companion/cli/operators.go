@@ -152,8 +152,13 @@ const itemsSynopsis = `Lists, shows and resolves items through the operator API.
   companion items list [--state unknown,failed] [--needs-person] [--destination D] [--workflow W]
                        [--batch B] [--owner O] [--older-than 4h] [--limit N] [--cursor C] [--all] [--json]
   companion items show KEY [--json]
-  companion items resolve KEY --outcome succeeded|not_committed --evidence "what you checked and found"
+  companion items resolve KEY --outcome succeeded|not_committed|acknowledged --evidence "what you checked and found"
                        [--external-id ID] [--json]
+
+  resolve --outcome succeeded: the effect exists; not_committed: it certainly does not (one more attempt).
+  Both settle an unknown item, or a failed one with no attempts left. acknowledged: you have seen an item
+  that neither can settle (a duplicate effect, or a retryable failure unresolved for too long) and take it
+  from here; it stops needing a person and nothing else changes (no --external-id).
 
 ` + clientEnv
 
@@ -460,7 +465,7 @@ func parens(s string) string {
 func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	key, rest := keyAndFlags(args)
 	fs := m.newFlags("items resolve", itemsSynopsis)
-	outcome := fs.String("outcome", "", "`succeeded` (the effect exists) or not_committed (it certainly does not)")
+	outcome := fs.String("outcome", "", "`succeeded` (the effect exists), not_committed (it certainly does not) or acknowledged (seen; nothing changes)")
 	evidence := fs.String("evidence", "", "what you checked and what you found (at least 10 characters)")
 	externalID := fs.String("external-id", "", "the destination's `id` of the record, when you found it")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
@@ -470,10 +475,12 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	switch {
 	case key == "":
 		return usageErrorf("items resolve: give the item's KEY")
-	case !slices.Contains([]string{"succeeded", "not_committed"}, *outcome):
-		return usageErrorf("items resolve: --outcome must be succeeded or not_committed")
+	case !slices.Contains([]string{"succeeded", "not_committed", "acknowledged"}, *outcome):
+		return usageErrorf("items resolve: --outcome must be succeeded, not_committed or acknowledged")
 	case strings.TrimSpace(*evidence) == "":
 		return usageErrorf("items resolve: --evidence is required: say where you looked and what you found")
+	case *outcome == "acknowledged" && *externalID != "":
+		return usageErrorf("items resolve: --external-id goes with --outcome succeeded only: acknowledged changes no result")
 	}
 	c, err := m.client()
 	if err != nil {
@@ -497,6 +504,10 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	what := "resolved"
 	if it.Reason == "unchanged" {
 		what = "already resolved so"
+	}
+	if *outcome == "acknowledged" {
+		fmt.Fprintf(m.Stdout, "%s %s as acknowledged: still %s, needs no person\n", what, it.Key, it.State)
+		return nil
 	}
 	fmt.Fprintf(m.Stdout, "%s %s as %s: now %s\n", what, it.Key, *outcome, it.State)
 	return nil

@@ -85,6 +85,26 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if cli.ExitCode(err) != 2 {
 		t.Fatalf("bad outcome: %v (exit %d), want a usage error", err, cli.ExitCode(err))
 	}
+	// A duplicate effect: only acknowledged settles it; a succeeded item without one is a conflict.
+	_, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "acknowledged", "--evidence", "seen it, nothing to do")
+	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") {
+		t.Fatalf("acknowledging a succeeded item without a duplicate effect: %v", err)
+	}
+	_, d := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"dup","payload":{"n":1}}`)
+	for _, id := range []string{"INV-90", "INV-91"} {
+		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"dup","claim":"`+d["claim"].(string)+`","outcome":"succeeded","external_id":"`+id+`"}`)
+	}
+	_, err = run(t, env, "items", "resolve", "dup", "--outcome", "acknowledged", "--evidence", "voided INV-91", "--external-id", "INV-91")
+	if cli.ExitCode(err) != 2 {
+		t.Fatalf("acknowledged with --external-id: %v (exit %d), want a usage error", err, cli.ExitCode(err))
+	}
+	out, err = run(t, env, "items", "resolve", "dup", "--outcome", "acknowledged", "--evidence", "voided INV-91 in billing by hand")
+	if err != nil || out != "resolved dup as acknowledged: still succeeded, needs no person\n" {
+		t.Fatalf("items resolve --outcome acknowledged: %v %q", err, out)
+	}
+	if _, it := call(t, svc, "GET", "/v1/items/dup", "op-secret", ""); it["needs_person"] != false || it["duplicate_effect"] != true {
+		t.Fatalf("after acknowledged: %v", it)
+	}
 	_, err = run(t, env, "items", "show", "nope")
 	if err == nil || !strings.Contains(err.Error(), "not_found (HTTP 404)") {
 		t.Fatalf("show a missing key: %v", err)
@@ -105,12 +125,12 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		}
 	}
 	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates
-	if !strings.HasPrefix(all, "all 3 1 1 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 1 0") {
+	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1") {
 		t.Fatalf("stats total line %q:\n%s", all, out)
 	}
 	out, err = run(t, env, "stats", "--json")
 	var st map[string]any
-	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["manual_resolutions"] != 1.0 {
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["manual_resolutions"] != 2.0 {
 		t.Fatalf("stats --json: %v\n%s", err, out)
 	}
 
