@@ -101,6 +101,7 @@ func inBatch(id string, i int) claimOpt {
 }
 func withWorkflow(w string) claimOpt      { return func(p *items.BeforeWriteParams) { p.Workflow = w } }
 func keyOf(prefix string, i int) string   { return fmt.Sprintf("%s-%03d", prefix, i) }
+func ptr[T any](v T) *T                   { return &v }
 func (e *env) advance(d time.Duration)    { e.clock.Advance(d) }
 func (e *env) get(key string) *items.Item { return e.getIn("default", key) }
 func (e *env) claim(key string, opts ...claimOpt) items.Answer {
