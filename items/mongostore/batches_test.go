@@ -15,7 +15,7 @@ import (
 //   - StatusPagesPast500InIndexOrder (503 store_unavailable) was only slowness: FerretDB counts a
 //     600-item batch in 0.5-4 s on the shared 2-core machine, and several times slower under the race
 //     detector, past the 5 s default timeout. The store answered 503 in time, as it should. The tests'
-//     stores now get a timeout that scales (testTimeout).
+//     stores now get a timeout that scales (mongotest.StoreTimeout).
 //   - SameBatchTwiceAtOnceProceedsEachKeyOnce (client timeout after 30 s) was a real flaw: the batch that
 //     lost the race for its 200 inserts decided each of them again after its own read, 200 round trips
 //     each with its own timeout, so a batch had no bound at all (12 s on a loaded machine without -race).

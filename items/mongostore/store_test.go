@@ -68,25 +68,10 @@ func newEnv(t *testing.T) env {
 	return env{t: t, uri: sharedSrv.URI(), db: sharedSrv.Database()}
 }
 
-// raceEnabled is set when the tests run under the race detector (race_test.go).
-var raceEnabled bool
-
-// testTimeout is the store timeout of the tests' stores. The test server is FerretDB in this process, on
-// SQLite, and it is slow: counting a 600-item batch takes it 0.5-4 s on the shared 2-core machine, and the
-// race detector, which instruments FerretDB too, makes every query several times slower again. The tests
-// check what the store answers, not how fast, so they give it a timeout that scales; the tests of
-// timeouts and outages set their own.
-func testTimeout() time.Duration {
-	if raceEnabled {
-		return 12 * mongostore.DefaultTimeout
-	}
-	return 3 * mongostore.DefaultTimeout
-}
-
 // open opens a store on the env's database, as one more replica would: its own client, its own pool.
 func (e env) open() *mongostore.Store {
 	e.t.Helper()
-	s, err := mongostore.Open(e.t.Context(), e.uri, e.db, mongostore.WithTimeout(testTimeout()))
+	s, err := mongostore.Open(e.t.Context(), e.uri, e.db, mongostore.WithTimeout(mongotest.StoreTimeout()))
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}

@@ -1,5 +1,5 @@
 //go:build race
 
-package mongostore_test
+package mongotest
 
 func init() { raceEnabled = true }
