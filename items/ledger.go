@@ -176,7 +176,7 @@ func checkBeforeWrite(p BeforeWriteParams) error {
 		return Invalid("tenant", "is required")
 	case !ValidKey(p.Key):
 		return Invalid("key", KeyRule)
-	case len(p.Fingerprint) != 64 && p.Canonical == nil:
+	case p.Fingerprint == "" && p.Canonical == nil, p.Fingerprint != "" && len(p.Fingerprint) != 64:
 		return Invalid("payload", "is required")
 	case p.Dedupe != "" && !p.Dedupe.Valid():
 		return Invalid("dedupe", "must be one of key, lookup, none")
