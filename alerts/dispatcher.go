@@ -20,7 +20,8 @@ const (
 	// DefaultMaxGroups bounds the messages one dispatch sends; the rest wait for the next.
 	DefaultMaxGroups = 50
 	// DefaultClaimTimeout is how long a claimed group stays with its dispatcher: past it (the dispatcher
-	// died between claiming and recording), another dispatcher may send it.
+	// died between claiming and recording), another dispatcher may send it. A dispatcher renews its claim
+	// every third of it until it has finished the group, so a slow post keeps its group.
 	DefaultClaimTimeout = 2 * time.Minute
 	// DefaultRefreshTimeout bounds a message update made after a button press.
 	DefaultRefreshTimeout = 10 * time.Second
@@ -43,6 +44,11 @@ type Outbox interface {
 	FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error)
 	// ReleaseAlerts gives up a claim without sending.
 	ReleaseAlerts(ctx context.Context, claim string) error
+	// RenewAlertClaim extends a claim while its message is being posted; 0 means the claim is gone.
+	RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error)
+	// NoteAlertMessage records where a message carrying the alerts landed, on those not yet finished that
+	// have none, without finishing them: for a dispatcher that lost its claim while posting.
+	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
 	// CloseAlert closes one alert; CloseItemAlerts every open alert about an item.
 	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
 	CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error)
@@ -70,6 +76,9 @@ type DispatcherConfig struct {
 	RefreshTimeout time.Duration
 	// Logger gets one line per dispatch that sent or changed something. Default slog.Default().
 	Logger *slog.Logger
+	// PublicURL is the service's address as people reach it (https://companion.example.com); when set,
+	// each listed item links to its page in the operator console.
+	PublicURL string
 }
 
 // Dispatcher sends the alert outbox: one message per owner, tenant and batch, each group claimed before it
@@ -153,6 +162,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
 	return counts, err
 }
 
+// Target returns where an item's alert goes and what its owner should check (the console shows both).
+func (d *Dispatcher) Target(it *items.Item) Target { return d.target(it) }
+
 func (d *Dispatcher) target(it *items.Item) Target {
 	return d.cfg.Routing.Route(it, d.cfg.Ledger.Config().Destination(it.Destination))
 }
@@ -214,6 +226,8 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 	if err != nil || len(claimed) == 0 {
 		return err // another dispatcher took the group, or there is nothing left in it
 	}
+	// Renewed until the group is finished or released, however long reading its items and posting take.
+	defer d.renew(ctx, claim)()
 	var live []items.Alert
 	found := map[items.ItemRef]*items.Item{}
 	for _, a := range claimed {
@@ -241,14 +255,22 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
 		notifier = d.log
 	}
-	ref, err := notifier.Post(ctx, g.Owner, msg)
+	ref, err := d.send(ctx, notifier, g, live, msg)
 	if err != nil {
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
 			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
 		return d.cfg.Outbox.ReleaseAlerts(ctx, claim)
 	}
-	n, err := d.cfg.Outbox.FinishAlerts(ctx, items.AlertDelivery{Claim: claim, Channel: ref.Channel, TS: ref.TS, At: now, Escalation: g.Escalation})
+	delivery := items.AlertDelivery{Claim: claim, Channel: ref.Channel, TS: ref.TS, At: now, Escalation: g.Escalation}
+	n, err := d.cfg.Outbox.FinishAlerts(ctx, delivery)
+	if err != nil || n < len(live) {
+		// The claim ran out and was taken over while the message went out (or the outbox failed): leave
+		// the message on the alerts, so that whoever sends them next updates it instead of posting again.
+		if _, nerr := d.cfg.Outbox.NoteAlertMessage(ctx, live, delivery); nerr != nil && err == nil {
+			err = nerr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -287,6 +309,56 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 	return nil
 }
 
+// send delivers a claimed group's message. When a message carrying these alerts went out already (a
+// dispatcher that lost its claim while posting noted it on them), that message is updated instead of
+// posting another: a group gets one message.
+func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, error) {
+	for _, a := range live {
+		ref := MessageRef{Channel: a.Channel, TS: a.TS}
+		if g.Escalation {
+			ref = MessageRef{Channel: a.EscalationChannel, TS: a.EscalationTS}
+		}
+		if ref.TS != "" && (ref.Channel == "log") == (notifier == Notifier(d.log)) {
+			d.cfg.Logger.InfoContext(ctx, "alert message posted before; updating it", "channel", ref.Channel, "ts", ref.TS,
+				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID)
+			return ref, notifier.Update(ctx, ref, msg)
+		}
+	}
+	return notifier.Post(ctx, g.Owner, msg)
+}
+
+// renew keeps claim live, every third of the claim timeout, until the returned stop is called: a post
+// slower than the claim timeout must not look like a dead dispatcher, whose group another one sends.
+func (d *Dispatcher) renew(ctx context.Context, claim string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d.cfg.ClaimTimeout / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			n, err := d.cfg.Outbox.RenewAlertClaim(ctx, claim, d.cfg.Ledger.Now().Add(d.cfg.ClaimTimeout))
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				d.cfg.Logger.WarnContext(ctx, "alert claim renewal failed; will retry", "error", err)
+			case n == 0:
+				return // finished, released, or taken over: a message posted meanwhile is noted on the alerts
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // message builds the message of a group from its alerts (ordered by key) and their items.
 func (d *Dispatcher) message(g items.AlertGroup, alerts []items.Alert, found map[items.ItemRef]*items.Item, now time.Time) Message {
 	m := Message{Tenant: g.Tenant, Owner: g.Owner, BatchID: g.BatchID, Escalation: g.Escalation}
@@ -302,7 +374,9 @@ func (d *Dispatcher) message(g items.AlertGroup, alerts []items.Alert, found map
 			continue
 		}
 		open := a.Status != items.AlertClosed && stillNeeded(it, a)
-		m.Lines = append(m.Lines, newLine(it, a, d.target(it).CheckHint, open, now))
+		l := newLine(it, a, d.target(it).CheckHint, open, now)
+		l.URL = ItemURL(d.cfg.PublicURL, it.Key)
+		m.Lines = append(m.Lines, l)
 	}
 	return m
 }

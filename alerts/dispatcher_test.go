@@ -339,3 +339,152 @@ func TestRoutingValidation(t *testing.T) {
 		t.Errorf("route %+v, want %+v", got, want)
 	}
 }
+
+func TestDispatchLinksEachLineToTheConsoleWhenAPublicURLIsSet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
+	slack := newFakeSlack(t)
+	d, err := alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: e.ledger, Outbox: e.store, Notifier: slack.notifier(t),
+		Logger: e.logger, PublicURL: "https://companion.example.com/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Wait)
+	e.needsPerson("inv", "", 2)
+	e.unknownItem("odd:key@1+2", withDedupe(items.DedupeNone))
+	e.dispatch(d)
+	posts := slack.Posts()
+	if len(posts) != 1 {
+		t.Fatalf("%d messages, want 1", len(posts))
+	}
+	text := posts[0].texts()
+	for _, want := range []string{
+		"<https://companion.example.com/console/item?key=inv-000|`inv-000`>",
+		"<https://companion.example.com/console/item?key=inv-001|`inv-001`>",
+		"<https://companion.example.com/console/item?key=odd%3Akey%401%2B2|`odd:key@1+2`>",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("message lacks the link %q:\n%s", want, text)
+		}
+	}
+
+	// Without a public URL the key stays plain code, with no link.
+	plain := newEnv(t, items.Config{})
+	slack2 := newFakeSlack(t)
+	d2 := plain.dispatcher(plain.ledger, slack2.notifier(t), alerts.Routing{DefaultOwner: "U0OPS"})
+	plain.needsPerson("inv", "", 1)
+	plain.dispatch(d2)
+	if text := slack2.Posts()[0].texts(); strings.Contains(text, "console/item") || !strings.Contains(text, "`inv-000`") {
+		t.Errorf("without a public URL the message links anyway or lacks the key:\n%s", text)
+	}
+}
+
+// dispatcherWith is a dispatcher over the env's store with its own ledger clock and claim timeout.
+func (e *env) dispatcherWith(now func() time.Time, claimTimeout time.Duration, n alerts.Notifier) *alerts.Dispatcher {
+	e.t.Helper()
+	cfg := e.cfg
+	cfg.Now = now
+	l, err := items.NewLedger(e.ctx, e.store, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	d, err := alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: l, Outbox: e.store, Notifier: n, ClaimTimeout: claimTimeout, Logger: e.logger})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(d.Wait)
+	return d
+}
+
+// TestSlowSlackPostIsSentOnce: Slack takes longer to answer a post than the dispatcher's claim on the
+// group lasts, while a second dispatcher keeps dispatching. The first renews its claim while it posts,
+// so the second never takes the group: one message, carrying every alert. On the wall clock, as the
+// claim is renewed on a timer: about 3 s.
+func TestSlowSlackPostIsSentOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
+	e.needsPerson("slow", "exec-9", 5)
+	slack := newFakeSlack(t)
+	const claimTimeout = 2 * time.Second
+	slack.delay = claimTimeout + time.Second
+	// The wall clock, shifted to the env's day, so that claims run out as real time passes.
+	offset := time.Until(e.now())
+	now := func() time.Time { return time.Now().Add(offset) }
+	first := e.dispatcherWith(now, claimTimeout, slack.notifier(t))
+	second := e.dispatcherWith(now, claimTimeout, slack.notifier(t))
+
+	done := make(chan alerts.DispatchCounts)
+	go func() { done <- e.dispatch(first) }()
+	var firstCounts, secondCounts alerts.DispatchCounts
+	for waiting := true; waiting; {
+		select {
+		case firstCounts = <-done:
+			waiting = false
+		case <-time.After(100 * time.Millisecond):
+			c := e.dispatch(second)
+			secondCounts.Messages += c.Messages
+			secondCounts.Alerted += c.Alerted
+		}
+	}
+	if posts := slack.Posts(); len(posts) != 1 || len(slack.Updates()) != 0 {
+		t.Fatalf("%d messages posted and %d updated, want one posted: %+v", len(posts), len(slack.Updates()), posts)
+	}
+	if firstCounts.Messages != 1 || firstCounts.Alerted != 5 || secondCounts.Messages != 0 {
+		t.Errorf("first dispatcher %+v, second %+v; want the first to send all 5 alerts in one message", firstCounts, secondCounts)
+	}
+	ts := slack.Posts()[0].TS
+	for i := range 5 {
+		as, err := e.store.ItemAlerts(e.ctx, "default", keyOf("slow", i))
+		if err != nil || len(as) != 1 || as[0].Status != items.AlertSent || as[0].TS != ts {
+			t.Errorf("%s alerts %+v (%v), want one sent in message %s", keyOf("slow", i), as, err, ts)
+		}
+	}
+}
+
+// TestClaimLostWhilePostingUpdatesTheMessage: the first dispatcher's post is so slow that its claim runs
+// out (its renewals did not come in time) and a second dispatcher claims the group meanwhile; that one's
+// post fails and it lets go. When the first post lands, its dispatcher finds its claim gone and leaves
+// the message on the alerts; the next dispatch updates that message instead of posting a second.
+func TestClaimLostWhilePostingUpdatesTheMessage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
+	e.needsPerson("lost", "exec-7", 3)
+	slack := newFakeSlack(t)
+	posting := make(chan struct{})
+	var once sync.Once
+	slack.onPost = func() { once.Do(func() { close(posting) }) }
+	slack.delay = 300 * time.Millisecond
+	first := e.dispatcherWith(e.clock.Now, time.Minute, slack.notifier(t))
+	second := e.dispatcherWith(e.clock.Now, time.Minute, slack.notifier(t))
+
+	done := make(chan alerts.DispatchCounts)
+	go func() { done <- e.dispatch(first) }()
+	<-posting
+	slack.mu.Lock()
+	slack.failPosts, slack.delay = 1, 0
+	slack.mu.Unlock()
+	e.advance(2 * time.Minute) // the first claim runs out on the ledger's clock
+	if c := e.dispatch(second); c.Failed != 1 || c.Messages != 0 {
+		t.Fatalf("the second dispatcher: %+v; want its claim and a failed post", c)
+	}
+	if c := <-done; c.Messages != 1 || c.Alerted != 0 {
+		t.Fatalf("the first dispatcher: %+v; want its message sent and no alert finished (its claim is gone)", c)
+	}
+	c := e.dispatch(second)
+	posts, updates := slack.Posts(), slack.Updates()
+	if len(posts) != 1 || len(updates) != 1 || updates[0].TS != posts[0].TS || updates[0].Channel != posts[0].Channel {
+		t.Fatalf("posts %+v, updates %+v; want the one message updated", posts, updates)
+	}
+	if c.Messages != 1 || c.Alerted != 3 {
+		t.Errorf("the next dispatch: %+v; want the 3 alerts sent in the updated message", c)
+	}
+	for i := range 3 {
+		as, err := e.store.ItemAlerts(e.ctx, "default", keyOf("lost", i))
+		if err != nil || len(as) != 1 || as[0].Status != items.AlertSent || as[0].TS != posts[0].TS {
+			t.Errorf("%s alerts %+v (%v), want one sent in message %s", keyOf("lost", i), as, err, posts[0].TS)
+		}
+	}
+	if !strings.Contains(e.logs.String(), "alert message posted before; updating it") {
+		t.Errorf("the update is not in the log:\n%s", e.logs)
+	}
+}

@@ -49,6 +49,8 @@ type Line struct {
 	// Age is how long the item has needed a person.
 	Age       time.Duration
 	CheckHint string
+	// URL is the item's page in the operator console; empty when no public URL is configured.
+	URL string
 	// Open is true while the item still waits for its owner: the line carries the buttons.
 	Open bool
 	// Acknowledge is true on an open line only an acknowledgement settles (items.Item.Acknowledgeable): it
@@ -61,6 +63,9 @@ type Line struct {
 	EscalatedBy string
 	// Note says in plain text what happened since: who resolved it and how, or where it escalated.
 	Note string
+	// Evidence is the failed lookup's evidence on an item waiting for a person because its lookup failed,
+	// with who looked (a probe's reads, one per line, by probe:<destination>).
+	Evidence string
 }
 
 // Text is the message's plain-text form: Slack's notification text and the log notifier's line.
@@ -91,6 +96,9 @@ func newLine(it *items.Item, a items.Alert, hint string, open bool, now time.Tim
 		since = *it.NeedsPersonSince
 	}
 	l.Age = max(now.Sub(since), 0)
+	if open && a.Cause == items.CauseLookupFailed {
+		l.Evidence = lookupEvidence(it)
+	}
 	if !open {
 		if r := it.Resolution; r != nil && !r.At.Before(a.CreatedAt) {
 			l.Resolution = r
@@ -104,6 +112,17 @@ func newLine(it *items.Item, a items.Alert, hint string, open bool, now time.Tim
 		}
 	}
 	return l
+}
+
+// lookupEvidence returns the evidence of the item's failed lookup of its current attempt, with who gave it.
+func lookupEvidence(it *items.Item) string {
+	for i := len(it.History) - 1; i >= 0; i-- {
+		e := it.History[i]
+		if e.Kind == items.EventReconcile && e.Outcome == items.FindingLookupFailed && e.Attempt == it.Attempt {
+			return "lookup by " + e.By + ":\n" + e.Note
+		}
+	}
+	return ""
 }
 
 func lastErrorClass(it *items.Item) string {
@@ -139,6 +158,15 @@ func outcomeWord(outcome string) string {
 		return "acknowledged"
 	}
 	return "committed"
+}
+
+// ItemURL returns the console page of an item under publicURL (the service's address as people reach
+// it, such as https://companion.example.com); empty when publicURL is empty.
+func ItemURL(publicURL, key string) string {
+	if publicURL == "" {
+		return ""
+	}
+	return strings.TrimRight(publicURL, "/") + "/console/item?key=" + url.QueryEscape(key)
 }
 
 // stillNeeded reports whether the item still waits for its owner for the alert's cause.
@@ -207,6 +235,11 @@ func (n LogNotifier) Post(ctx context.Context, owner string, m Message) (Message
 	}
 	n.logger().WarnContext(ctx, m.Text(), "alert_owner", owner, "tenant", m.Tenant, "batch_id", m.BatchID,
 		"escalation", m.Escalation, "items", m.Total(), "keys", strings.Join(keys, " "), "more", m.More, "query", m.Query)
+	for _, l := range m.Lines {
+		if l.Evidence != "" {
+			n.logger().WarnContext(ctx, "alert item evidence", "tenant", l.Tenant, "key", l.Key, "evidence", l.Evidence)
+		}
+	}
 	return MessageRef{Channel: "log"}, nil
 }
 

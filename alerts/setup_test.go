@@ -103,6 +103,7 @@ func withWorkflow(w string) claimOpt      { return func(p *items.BeforeWritePara
 func keyOf(prefix string, i int) string   { return fmt.Sprintf("%s-%03d", prefix, i) }
 func ptr[T any](v T) *T                   { return &v }
 func (e *env) advance(d time.Duration)    { e.clock.Advance(d) }
+func (e *env) now() time.Time             { return e.clock.Now() }
 func (e *env) get(key string) *items.Item { return e.getIn("default", key) }
 func (e *env) claim(key string, opts ...claimOpt) items.Answer {
 	return e.claimWith(e.ledger, key, opts...)

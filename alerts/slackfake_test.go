@@ -27,6 +27,7 @@ type fakeSlack struct {
 	seq        int
 	failPosts  int           // answer this many chat.postMessage calls with ok:false
 	delay      time.Duration // wait this long before answering chat.postMessage
+	onPost     func()        // called when a chat.postMessage that will succeed arrives, before the delay
 }
 
 // slackMessage is one chat.postMessage or chat.update call.
@@ -102,7 +103,11 @@ func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
 		answer(w, map[string]any{"ok": false, "error": "ratelimited"})
 		return
 	}
+	onPost := f.onPost
 	f.mu.Unlock()
+	if onPost != nil {
+		onPost()
+	}
 	time.Sleep(delay)
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -25,6 +25,8 @@ type OperatorStore interface {
 	ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error)
 	FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error)
 	ReleaseAlerts(ctx context.Context, claim string) error
+	RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error)
+	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
 	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
 	CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error)
 	RequestEscalation(ctx context.Context, tenant, key, by string, now time.Time) (int, error)
@@ -34,6 +36,9 @@ type OperatorStore interface {
 	// Stats measures a tenant's items; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
+	items.RetentionStore
+	// ClaimProbe takes one read of a probe (package probes).
+	ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
 }
 
 // ExerciseOperators runs the operator part of the suite against the stores open returns (new and empty
@@ -44,6 +49,9 @@ func ExerciseOperators(t *testing.T, open func(t *testing.T) OperatorStore, opts
 	t.Run("Sweep", func(t *testing.T) { exerciseSweepQueries(t, open) })
 	t.Run("Outbox", func(t *testing.T) { exerciseOutbox(t, open, opts) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, open) })
+	t.Run("KeptCounts", func(t *testing.T) { exerciseKeptCounts(t, open) })
+	t.Run("Retention", func(t *testing.T) { exerciseRetention(t, open) })
+	t.Run("Probes", func(t *testing.T) { exerciseProbes(t, open, opts) })
 }
 
 type opsHarness struct {
@@ -364,6 +372,62 @@ func exerciseOutbox(t *testing.T, open func(t *testing.T) OperatorStore, opts Op
 		}
 		if a := sent[0]; a.Status != items.AlertSent || a.SentAt == nil || !a.SentAt.Equal(sentAt) || a.EscalateAt == nil || !a.EscalateAt.Equal(sentAt.Add(time.Hour)) {
 			t.Fatalf("sent alert %+v, want sent at %v, escalating an hour later", a, sentAt)
+		}
+	})
+
+	t.Run("RenewedClaimAndNotedMessage", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		for _, k := range []string{"k1", "k2"} {
+			add(h, alert(h, k, items.CauseNoDedupe, "U0ANNA", "exec-1"))
+		}
+		g := items.AlertGroup{Tenant: tenantA, Owner: "U0ANNA", BatchID: "exec-1"}
+		held := claim(h, g, "c1") // until now + 1 minute
+		if n, err := h.ops.RenewAlertClaim(h.ctx, "c1", h.now().Add(3*time.Minute)); err != nil || n != 2 {
+			t.Fatalf("renewing the claim held %d (%v), want 2", n, err)
+		}
+		h.advance(2 * time.Minute) // past the first term, within the renewed one
+		if got := claim(h, g, "c2"); len(got) != 0 {
+			t.Fatalf("a renewed claim was taken over: %v", akeys(got))
+		}
+		if n, err := h.ops.RenewAlertClaim(h.ctx, "nobody", h.now().Add(time.Hour)); err != nil || n != 0 {
+			t.Fatalf("renewing a claim nobody holds held %d (%v), want 0", n, err)
+		}
+		// The claimer's post took too long: its claim runs out and the group is claimed again before it
+		// can finish. It notes its message; the new claimer finds it on the alerts it claims.
+		h.advance(2 * time.Minute)
+		again := claim(h, g, "c3")
+		if len(again) != 2 {
+			t.Fatalf("after the renewed claim ran out, claimed %v, want both", akeys(again))
+		}
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "c1", Channel: "D1", TS: "1.1", At: h.now()}); err != nil || n != 0 {
+			t.Fatalf("finishing a claim taken over changed %d (%v), want 0", n, err)
+		}
+		if n, err := h.ops.NoteAlertMessage(h.ctx, held, items.AlertDelivery{Channel: "D1", TS: "1.1"}); err != nil || n != 2 {
+			t.Fatalf("noting the message changed %d (%v), want 2", n, err)
+		}
+		if n, _ := h.ops.NoteAlertMessage(h.ctx, held, items.AlertDelivery{Channel: "D1", TS: "9.9"}); n != 0 {
+			t.Fatalf("a second message was noted over the first on %d alerts", n)
+		}
+		if err := h.ops.ReleaseAlerts(h.ctx, "c3"); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(h, g, "c4")
+		if len(got) != 2 || got[0].Status != items.AlertPending || got[0].Channel != "D1" || got[0].TS != "1.1" {
+			t.Fatalf("claimed %+v, want both pending, carrying the noted message D1/1.1", got)
+		}
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "c4", Channel: "D1", TS: "1.1", At: h.now()}); err != nil || n != 2 {
+			t.Fatalf("finish changed %d (%v), want 2", n, err)
+		}
+		if n, _ := h.ops.NoteAlertMessage(h.ctx, got, items.AlertDelivery{Channel: "D1", TS: "9.9"}); n != 0 {
+			t.Fatalf("a message was noted on %d sent alerts", n)
+		}
+		// An escalation's message is noted as the escalation message of sent alerts.
+		if n, err := h.ops.NoteAlertMessage(h.ctx, got[:1], items.AlertDelivery{Channel: "D9", TS: "2.2", Escalation: true}); err != nil || n != 1 {
+			t.Fatalf("noting an escalation message changed %d (%v), want 1", n, err)
+		}
+		if esc, err := h.ops.MessageAlerts(h.ctx, "D9", "2.2"); err != nil || len(esc) != 1 || esc[0].Key != "k1" || esc[0].Status != items.AlertSent {
+			t.Fatalf("escalation message alerts %+v (%v), want k1, still sent", esc, err)
 		}
 	})
 

@@ -341,6 +341,41 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	return n, nil
 }
 
+// RenewAlertClaim keeps the alerts held by claim with it until until: a dispatcher renews its claim while
+// its message is being posted, so that a slow post is not taken for a dead dispatcher. It returns how
+// many alerts the claim holds; 0 means it was released, finished or taken over. Returns ErrUnavailable.
+func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error) {
+	res, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: claim}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_until", Value: msTime(until)}}}})
+	if err != nil {
+		return 0, unavailable("renew alert claim", err)
+	}
+	return int(res.MatchedCount), nil
+}
+
+// NoteAlertMessage records on the alerts as where a message carrying them landed (m's channel and ts;
+// for an escalation, as its escalation message) without finishing them, for alerts not yet finished that
+// have no such message: a dispatcher whose claim ran out while it posted leaves its message where the
+// dispatcher holding the group now finds it, and updates it instead of posting another. It returns how
+// many alerts it changed. Returns ErrUnavailable.
+func (s *Store) NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error) {
+	status, channel, ts := items.AlertPending, "channel", "ts"
+	if m.Escalation {
+		status, channel, ts = items.AlertSent, "escalation_channel", "escalation_ts"
+	}
+	n := 0
+	for _, a := range as {
+		res, err := s.alerts().UpdateOne(ctx, bson.D{{Key: "_id", Value: alertID(a.Tenant, a.Key, a.Attempt, a.Cause)},
+			{Key: "status", Value: status}, {Key: ts, Value: ""}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: channel, Value: m.Channel}, {Key: ts, Value: m.TS}}}})
+		if err != nil {
+			return n, unavailable("note alert message", err)
+		}
+		n += int(res.ModifiedCount)
+	}
+	return n, nil
+}
+
 // ReleaseAlerts gives up a claim without sending. Returns ErrUnavailable.
 func (s *Store) ReleaseAlerts(ctx context.Context, claim string) error {
 	_, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: claim}},
@@ -486,127 +521,4 @@ func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string
 		return s.AddCounter(ctx, tenant, destination, name, delta)
 	}
 	return nil
-}
-
-// measuresDoc is what Stats reads of each item: the fields the measures come from.
-type measuresDoc struct {
-	Destination      string     `bson:"destination"`
-	State            string     `bson:"state"`
-	NeedsPerson      bool       `bson:"needs_person"`
-	NeedsPersonSince *time.Time `bson:"needs_person_since"`
-	Attempt          int        `bson:"attempt"`
-	DuplicateEffect  bool       `bson:"duplicate_effect"`
-	LeaseExpiresAt   *time.Time `bson:"lease_expires_at"`
-	UpdatedAt        time.Time  `bson:"updated_at"`
-	History          []struct {
-		Kind   string `bson:"kind"`
-		Reason string `bson:"reason"`
-		To     string `bson:"to"`
-	} `bson:"history"`
-}
-
-// Stats measures the tenant's items at now, in total and per destination; the empty tenant measures every
-// tenant together. It reads the fields the measures come from of every item of the tenant (MongoDB could
-// aggregate on the server, but FerretDB, the test server, does not run every stage this needs).
-// Returns ErrUnavailable.
-func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
-	st := &items.Stats{Tenant: tenant, At: now, Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
-	attempted := map[string]int{}
-	update := func(dest string, f func(m *items.Measures)) {
-		m, ok := st.Destinations[dest]
-		if !ok {
-			m = items.NewMeasures()
-		}
-		f(&m)
-		st.Destinations[dest] = m
-		f(&st.Measures)
-	}
-	filter := bson.D{}
-	if tenant != "" {
-		filter = bson.D{{Key: "tenant", Value: tenant}}
-	}
-	cur, err := s.items.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "destination", Value: 1}, {Key: "state", Value: 1},
-		{Key: "needs_person", Value: 1}, {Key: "needs_person_since", Value: 1}, {Key: "attempt", Value: 1}, {Key: "duplicate_effect", Value: 1},
-		{Key: "lease_expires_at", Value: 1}, {Key: "updated_at", Value: 1}, {Key: "history.kind", Value: 1}, {Key: "history.reason", Value: 1},
-		{Key: "history.to", Value: 1}}))
-	if err != nil {
-		return nil, unavailable("stats", err)
-	}
-	defer cur.Close(ctx)
-	for cur.Next(ctx) {
-		var d measuresDoc
-		if err := cur.Decode(&d); err != nil {
-			return nil, unavailable("stats", err)
-		}
-		recovered, resolutions, enteredUnknown := false, 0, false
-		for _, e := range d.History {
-			recovered = recovered || e.Reason == string(items.ReasonRetrySameKey)
-			enteredUnknown = enteredUnknown || e.To == string(items.StateUnknown)
-			if e.Kind == items.EventResolve {
-				resolutions++
-			}
-		}
-		var unresolvedSince *time.Time
-		switch {
-		case d.NeedsPerson && d.NeedsPersonSince != nil:
-			unresolvedSince = d.NeedsPersonSince
-		case d.State == string(items.StateInFlight) && d.LeaseExpiresAt != nil && !now.Before(*d.LeaseExpiresAt):
-			unresolvedSince = d.LeaseExpiresAt
-		case d.State == string(items.StateUnknown) || d.NeedsPerson:
-			unresolvedSince = &d.UpdatedAt
-		}
-		if d.Attempt >= 1 {
-			attempted[d.Destination]++
-			attempted[""]++
-		}
-		update(d.Destination, func(m *items.Measures) {
-			m.Items++
-			m.States[items.State(d.State)]++
-			if d.NeedsPerson {
-				m.NeedsPerson++
-			}
-			if enteredUnknown {
-				m.EnteredUnknown++
-			}
-			m.Retries += max(d.Attempt-1, 0)
-			if recovered && d.State == string(items.StateSucceeded) {
-				m.SameKeyRecoveries++
-			}
-			m.ManualResolutions += resolutions
-			if d.DuplicateEffect {
-				m.DuplicateEffects++
-			}
-			if unresolvedSince != nil {
-				m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, int64(max(now.Sub(*unresolvedSince), 0)/time.Second))
-			}
-		})
-	}
-	if err := cur.Err(); err != nil {
-		return nil, unavailable("stats", err)
-	}
-	ccur, err := s.counters().Find(ctx, append(filter, bson.E{Key: "name", Value: items.CounterFingerprintConflicts}))
-	if err != nil {
-		return nil, unavailable("stats counters", err)
-	}
-	var counters []struct {
-		Destination string `bson:"destination"`
-		Value       int    `bson:"value"`
-	}
-	if err := ccur.All(ctx, &counters); err != nil {
-		return nil, unavailable("stats counters", err)
-	}
-	for _, c := range counters {
-		update(c.Destination, func(m *items.Measures) { m.FingerprintConflicts += c.Value })
-	}
-	perOp := func(m *items.Measures, n int) {
-		if n > 0 {
-			m.RetriesPerOperation = float64(m.Retries) / float64(n)
-		}
-	}
-	perOp(&st.Measures, attempted[""])
-	for d, m := range st.Destinations {
-		perOp(&m, attempted[d])
-		st.Destinations[d] = m
-	}
-	return st, nil
 }

@@ -13,9 +13,11 @@ import (
 // many callers as arrived while the previous commit was on disk. A caller alone waits for nothing more
 // than before; 32 callers at once share their fsyncs instead of queueing for the writer's connection one
 // commit each. The group behaves as its transitions run one after the other in arrival order: each
-// decides against the state the earlier ones left, a transition whose fn fails leaves no trace (the
-// others go on), and if the commit fails every caller of the group gets ErrUnavailable, as none of them
-// was recorded.
+// decides against the state the earlier ones left, and a fault of one transition stays with its caller:
+// one whose fn fails or panics, whose item is stored corrupt, or whose new state cannot be encoded leaves
+// no trace and answers its own error (a 500), while the others get their own answers, as if it had not
+// been in the group. Only if the transaction itself fails (a read, a write, the commit) does every caller
+// of the group get ErrUnavailable, as none of them was recorded.
 
 // groupKeys bounds a group: a transition of more keys runs alone, and a group is closed once it holds
 // this many keys, so that one commit never grows without bound.
@@ -34,6 +36,9 @@ type transition struct {
 	out  []*items.Item
 	err  error
 	done chan struct{}
+	// fault is this transition's own failure, which stays its answer when the rest of its group is
+	// decided again.
+	fault error
 }
 
 // TransitionMany implements items.Store: the batch's items are decided in order, each against the state
@@ -90,13 +95,13 @@ func (s *Store) commitGroups() {
 	}
 }
 
-// commitGroupRecovering is commitGroup, turning a panic (a bug in a decision or in the driver) into an
-// error for the group's callers: in a request's own goroutine it would have become that request's 500, and
-// here it would stop the committer, and every later write with it.
+// commitGroupRecovering is commitGroup, turning a panic outside any one transition's decision (a bug in
+// the driver or in this file) into an error for the group's callers: in a request's own goroutine it would
+// have become that request's 500, and here it would stop the committer, and every later write with it.
 func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
-			failGroup(group, fmt.Errorf("sqlitestore: a transition panicked: %v", r))
+			failGroup(group, fmt.Errorf("sqlitestore: a group commit panicked: %v", r))
 		}
 	}()
 	s.commitGroup(group)
@@ -114,25 +119,72 @@ func failGroup(group []*transition, err error) {
 // itemID names a tenant's key inside a group, which may span tenants.
 func itemID(tenant, key string) string { return tenant + "\x00" + key }
 
-// commitGroup decides the group's transitions in one transaction and answers each.
+// itemFault is a failure that belongs to one item of a group (its new state cannot be encoded) rather than
+// to the group's transaction: it fails the transition that made that state, and the group is decided again
+// without it.
+type itemFault struct {
+	id  string
+	err error
+}
+
+func (f *itemFault) Error() string { return f.err.Error() }
+
+// commitGroup decides the group's transitions in one transaction and answers each. One transition's fault
+// stays with it: a decision that fails or panics, or an item stored corrupt, answers that transition's
+// caller alone (its changes are undone in memory, the others go on); a state that cannot be encoded fails
+// the transition that made it, and the group is decided again, in a new transaction, without it. Only a
+// failure of the transaction itself (reading, writing, committing) answers every caller ErrUnavailable.
 func (s *Store) commitGroup(group []*transition) {
-	fail := func(err error) { failGroup(group, err) }
 	// A caller that gave up before its turn is not decided; the others' contexts do not end the group.
-	ctx := context.Background()
 	for _, t := range group {
 		if err := t.ctx.Err(); err != nil {
-			t.err = unavailable(err)
+			t.fault = unavailable(err)
 		}
 	}
+	for {
+		for _, t := range group {
+			t.out, t.err = nil, t.fault
+		}
+		var fault *itemFault
+		if !errors.As(s.tryGroup(group), &fault) {
+			return
+		}
+		// Blame the first transition that made a state of the item that cannot be encoded (a later one
+		// may only have carried it on), and decide the others again without it.
+		blamed := false
+		for _, t := range group {
+			for i, k := range t.keys {
+				if t.err == nil && !blamed && itemID(t.tenant, k) == fault.id && t.out[i] != nil {
+					if _, _, err := document(nil, t.out[i]); err != nil {
+						t.fault, blamed = err, true
+					}
+				}
+			}
+		}
+		if !blamed {
+			failGroup(group, fault.err)
+			return
+		}
+	}
+}
+
+// tryGroup decides the group's transitions that have no fault in one transaction and answers each. It
+// returns an *itemFault, with the transaction rolled back, when one item's new state cannot be written;
+// every other failure it answers itself.
+func (s *Store) tryGroup(group []*transition) error {
+	fail := func(err error) { failGroup(group, err) }
+	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		fail(unavailable(err))
-		return
+		return nil
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it.
+	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
+	// items whose stored document is corrupt.
 	found := map[string]*items.Item{}
 	seen := map[string]*items.Item{}
+	var bad map[string]error
 	var changed []string // items with a new state, in the order of their first change
 	for _, t := range group {
 		if t.err != nil {
@@ -140,19 +192,31 @@ func (s *Store) commitGroup(group []*transition) {
 		}
 		var unread []string
 		for _, k := range t.keys {
-			if _, ok := found[itemID(t.tenant, k)]; !ok {
+			id := itemID(t.tenant, k)
+			if _, ok := found[id]; !ok && bad[id] == nil {
 				unread = append(unread, k)
 			}
 		}
 		if len(unread) > 0 {
-			stored, err := readMany(ctx, tx, t.tenant, unread)
+			stored, corrupt, err := s.readMany(ctx, tx, t.tenant, unread)
 			if err != nil {
 				fail(err)
-				return
+				return nil
 			}
 			for k, it := range stored {
 				id := itemID(t.tenant, k)
 				found[id], seen[id] = it, it
+			}
+			for k, err := range corrupt {
+				if bad == nil {
+					bad = map[string]error{}
+				}
+				bad[itemID(t.tenant, k)] = err
+			}
+		}
+		if bad != nil {
+			if t.err = corruptKey(t, bad); t.err != nil {
+				continue
 			}
 		}
 		if err := decide(t, found, seen, &changed); err != nil {
@@ -160,18 +224,33 @@ func (s *Store) commitGroup(group []*transition) {
 		}
 	}
 	if len(changed) == 0 {
-		return
+		return nil
 	}
 	if err := s.write(ctx, tx, found, seen, changed); err != nil {
+		var fault *itemFault
+		if errors.As(err, &fault) {
+			return fault
+		}
 		fail(err)
-		return
+		return nil
 	}
 	if err := tx.Commit(); err != nil {
 		fail(unavailable(err))
-		return
+		return nil
 	}
 	s.commits.Add(1)
 	s.grown += estimatedPages(len(changed))
+	return nil
+}
+
+// corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.
+func corruptKey(t *transition, bad map[string]error) error {
+	for _, k := range t.keys {
+		if err := bad[itemID(t.tenant, k)]; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // decide runs t's fn over its keys against seen, recording each new state there and each item changed
@@ -194,11 +273,7 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 	for i, key := range t.keys {
 		id := itemID(t.tenant, key)
 		cur := seen[id]
-		var arg *items.Item
-		if cur != nil {
-			arg = cur.Clone()
-		}
-		next, err := t.fn(i, arg)
+		next, err := call(t, i, cur)
 		if err == nil && next != nil {
 			err = advance(cur, next)
 		}
@@ -218,4 +293,18 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 		seen[id] = next
 	}
 	return nil
+}
+
+// call runs t's fn for its i-th key on a copy of cur, turning a panic into that transition's error: a
+// bug in one decision answers the request that asked for it (a 500), not the others of its group.
+func call(t *transition, i int, cur *items.Item) (next *items.Item, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = nil, fmt.Errorf("sqlitestore: deciding item %d of a transition panicked: %v", i, r)
+		}
+	}()
+	if cur != nil {
+		cur = cur.Clone()
+	}
+	return t.fn(i, cur)
 }

@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS counters (
 `
 
 func (s *Store) migrateOperators(ctx context.Context) error {
-	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
+	if _, err := s.w.ExecContext(ctx, operatorsSchema+probesSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	return nil
@@ -297,6 +297,49 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	return int(n), unavailable(err)
 }
 
+// RenewAlertClaim keeps the alerts held by claim with it until until: a dispatcher renews its claim while
+// its message is being posted, so that a slow post is not taken for a dead dispatcher. It returns how
+// many alerts the claim holds; 0 means it was released, finished or taken over. Returns ErrUnavailable.
+func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error) {
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, nanos(until), claim)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// NoteAlertMessage records on the alerts as where a message carrying them landed (m's channel and ts;
+// for an escalation, as its escalation message) without finishing them, for alerts not yet finished that
+// have no such message: a dispatcher whose claim ran out while it posted leaves its message where the
+// dispatcher holding the group now finds it, and updates it instead of posting another. It returns how
+// many alerts it changed. Returns ErrUnavailable.
+func (s *Store) NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error) {
+	q := `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ? AND status = 'pending' AND ts = ''`
+	if m.Escalation {
+		q = `UPDATE alerts SET escalation_channel = ?, escalation_ts = ?
+			WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ? AND status = 'sent' AND escalation_ts = ''`
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	n := 0
+	for _, a := range as {
+		res, err := tx.ExecContext(ctx, q, m.Channel, m.TS, a.Tenant, a.Key, a.Attempt, a.Cause)
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return 0, unavailable(err)
+		}
+		n += int(k)
+	}
+	return n, unavailable(tx.Commit())
+}
+
 // ReleaseAlerts gives up a claim without sending, so the next dispatch tries again. Returns ErrUnavailable.
 func (s *Store) ReleaseAlerts(ctx context.Context, claim string) error {
 	_, err := s.w.ExecContext(ctx, `UPDATE alerts SET claim = NULL, claimed_until = NULL WHERE claim = ?`, claim)
@@ -434,114 +477,4 @@ func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string
 	_, err := s.w.ExecContext(ctx, `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)
 		ON CONFLICT (tenant, destination, name) DO UPDATE SET value = value + excluded.value`, tenant, destination, name, delta)
 	return unavailable(err)
-}
-
-// Stats measures the tenant's items at now, in total and per destination; the empty tenant measures
-// every tenant together. Returns ErrUnavailable.
-func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
-	st := &items.Stats{Tenant: tenant, At: now, Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
-	dest := func(name string) *items.Measures {
-		m, ok := st.Destinations[name]
-		if !ok {
-			m = items.NewMeasures()
-		}
-		st.Destinations[name] = m
-		return &m
-	}
-	update := func(name string, f func(m *items.Measures)) {
-		m := dest(name)
-		f(m)
-		f(&st.Measures)
-		st.Destinations[name] = *m
-	}
-	q, args := statsQuery(tenant, now)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	attempted := map[string]int{}
-	for rows.Next() {
-		var d, state string
-		var np bool
-		var n, retries, withAttempt, recoveries, resolutions, duplicates, enteredUnknown int
-		var since sql.NullInt64
-		if err := rows.Scan(&d, &state, &np, &n, &retries, &withAttempt, &recoveries, &resolutions, &duplicates, &enteredUnknown, &since); err != nil {
-			rows.Close()
-			return nil, unavailable(err)
-		}
-		attempted[d] += withAttempt
-		attempted[""] += withAttempt
-		var age int64
-		if since.Valid {
-			age = max(int64(now.Sub(time.Unix(0, since.Int64))/time.Second), 0)
-		}
-		update(d, func(m *items.Measures) {
-			m.Items += n
-			m.States[items.State(state)] += n
-			if np {
-				m.NeedsPerson += n
-			}
-			m.Retries += retries
-			m.SameKeyRecoveries += recoveries
-			m.ManualResolutions += resolutions
-			m.DuplicateEffects += duplicates
-			m.EnteredUnknown += enteredUnknown
-			m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age)
-		})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	crows, err := s.r.QueryContext(ctx, `SELECT destination, sum(value) FROM counters WHERE (? = '' OR tenant = ?) AND name = ?
-		GROUP BY destination`, tenant, tenant, items.CounterFingerprintConflicts)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	for crows.Next() {
-		var d string
-		var v int
-		if err := crows.Scan(&d, &v); err != nil {
-			crows.Close()
-			return nil, unavailable(err)
-		}
-		update(d, func(m *items.Measures) { m.FingerprintConflicts += v })
-	}
-	crows.Close()
-	if err := crows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	perOp := func(m *items.Measures, n int) {
-		if n > 0 {
-			m.RetriesPerOperation = float64(m.Retries) / float64(n)
-		}
-	}
-	perOp(&st.Measures, attempted[""])
-	for d, m := range st.Destinations {
-		perOp(&m, attempted[d])
-		st.Destinations[d] = m
-	}
-	return st, nil
-}
-
-// statsQuery returns the query of Stats and its arguments: one pass over the covering index items_stats,
-// one row per destination, state and needs_person. The oldest unresolved item of a group is, in
-// nanoseconds: when it started needing a person, else for an in-flight item past its lease the end of the
-// lease, else for an unknown item (or one needing a person since an unrecorded time) its last change.
-func statsQuery(tenant string, now time.Time) (string, []any) {
-	q := `SELECT destination, state, needs_person, count(*),
-		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
-		sum(duplicate_effect), sum(entered_unknown), min(CASE
-			WHEN needs_person = 1 AND needs_person_since IS NOT NULL THEN needs_person_since
-			WHEN state = 'in_flight' AND lease_expires_at <= ?1 THEN lease_expires_at * 1000000
-			WHEN state = 'unknown' OR needs_person = 1 THEN updated_at END)
-		FROM items INDEXED BY items_stats`
-	args := []any{now.UnixMilli()}
-	if tenant != "" {
-		// Only an equality lets the index serve the tenant's range in group order; (? = '' OR tenant = ?)
-		// scanned every tenant's items.
-		q += ` WHERE tenant = ?2`
-		args = append(args, tenant)
-	}
-	return q + ` GROUP BY destination, state, needs_person`, args
 }

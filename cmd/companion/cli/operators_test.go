@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
@@ -25,16 +29,16 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	dir := t.TempDir()
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir,
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret,anna:acme:operator:op-secret", "COMPANION_SWEEP_EVERY": "@every 1h"})
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,anna:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
 	if !strings.Contains(svc.err.String(), "alerts log only") {
 		t.Errorf("the start line does not say that alerts go to the log:\n%s", svc.err)
 	}
 	for _, key := range []string{"inv-1", "inv-2"} {
-		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
-		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 	}
-	call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"inv-3","payload":{"n":1}}`)
-	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret"}
+	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1}}`)
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
 
 	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
@@ -74,8 +78,13 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("items resolve: %v %q", err, out)
 	}
 	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
-	if err != nil || !strings.HasPrefix(out, "already resolved so inv-1") {
+	if err != nil || !strings.HasPrefix(out, "inv-1 was already resolved as succeeded by anna at ") ||
+		!strings.HasSuffix(out, "with the same evidence; nothing changed (state succeeded)\n") {
 		t.Fatalf("repeated resolve: %v %q", err, out)
+	}
+	_, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "not_committed", "--evidence", "looked again: no invoice after all")
+	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || !strings.Contains(err.Error(), "(resolved as succeeded by anna at ") {
+		t.Fatalf("a second, different resolution: %v", err)
 	}
 	_, err = run(t, env, "items", "resolve", "inv-3", "--outcome", "succeeded", "--evidence", "it is there, I saw it")
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || cli.ExitCode(err) != 1 {
@@ -90,9 +99,9 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") {
 		t.Fatalf("acknowledging a succeeded item without a duplicate effect: %v", err)
 	}
-	_, d := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"dup","payload":{"n":1}}`)
+	_, d := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"dup","payload":{"n":1}}`)
 	for _, id := range []string{"INV-90", "INV-91"} {
-		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"dup","claim":"`+d["claim"].(string)+`","outcome":"succeeded","external_id":"`+id+`"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"dup","claim":"`+d["claim"].(string)+`","outcome":"succeeded","external_id":"`+id+`"}`)
 	}
 	_, err = run(t, env, "items", "resolve", "dup", "--outcome", "acknowledged", "--evidence", "voided INV-91", "--external-id", "INV-91")
 	if cli.ExitCode(err) != 2 {
@@ -102,16 +111,24 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err != nil || out != "resolved dup as acknowledged: still succeeded, needs no person\n" {
 		t.Fatalf("items resolve --outcome acknowledged: %v %q", err, out)
 	}
-	if _, it := call(t, svc, "GET", "/v1/items/dup", "op-secret", ""); it["needs_person"] != false || it["duplicate_effect"] != true {
+	if _, it := call(t, svc, "GET", "/v1/items/dup", "op-secret-0123456789", ""); it["needs_person"] != false || it["duplicate_effect"] != true {
 		t.Fatalf("after acknowledged: %v", it)
 	}
 	_, err = run(t, env, "items", "show", "nope")
 	if err == nil || !strings.Contains(err.Error(), "not_found (HTTP 404)") {
 		t.Fatalf("show a missing key: %v", err)
 	}
-	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret"}, "stats")
-	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") {
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret-0123456789"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") || !strings.Contains(err.Error(), "needs one of role operator") {
 		t.Fatalf("stats with a workflow token: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
+		t.Fatalf("stats without COMPANION_TOKEN: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "not-a-known-secret-0000"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
+		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
 
 	out, err = run(t, env, "stats")
@@ -124,8 +141,8 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 			all = strings.Join(strings.Fields(l), " ")
 		}
 	}
-	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates
-	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1") {
+	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed
+	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0") {
 		t.Fatalf("stats total line %q:\n%s", all, out)
 	}
 	out, err = run(t, env, "stats", "--json")
@@ -176,6 +193,29 @@ func TestSweepOnceSendsDueAlertsToTheLog(t *testing.T) {
 	}
 }
 
+// TestSweepOnceRefusesAMissingLedger: run from the wrong directory, sweep --once would create an empty
+// ledger and report that all is well; it refuses, creates nothing, and starts one only with --create.
+func TestSweepOnceRefusesAMissingLedger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "elsewhere")
+	_, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once")
+	if err == nil || !strings.Contains(err.Error(), "no ledger in "+dir) || !strings.Contains(err.Error(), "--create") {
+		t.Fatalf("sweep --once on a missing ledger: %v", err)
+	}
+	if _, statErr := os.Stat(dir); statErr == nil {
+		t.Fatalf("the refused sweep created %s", dir)
+	}
+	out, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once", "--create")
+	if err != nil || !strings.Contains(out, "0 lease(s) expired") {
+		t.Fatalf("sweep --once --create: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "companion.db")); err != nil {
+		t.Fatalf("--create made no ledger: %v", err)
+	}
+	if _, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once"); err != nil {
+		t.Fatalf("sweep --once on the ledger --create made: %v", err)
+	}
+}
+
 func TestAlertsConfigAndSlackSettings(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
@@ -203,6 +243,9 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 		{"bad escalate_after", nil, "alerts:\n  routes:\n    - owner: U1\n      escalate_after: soon\n", []string{"line 4", "escalate_after"}},
 		{"only a token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "", []string{"SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"}},
 		{"bad schedule", map[string]string{"COMPANION_SWEEP_EVERY": "every minute"}, "", []string{"--sweep-every"}},
+		{"relative public_url", nil, "public_url: companion.example.com\n", []string{"line 1", "public_url", "absolute http(s) URL"}},
+		{"public_url with a query", nil, "public_url: https://c.example.com/?a=1\n", []string{"line 1", "public_url", "plain base URL"}},
+		{"bad COMPANION_PUBLIC_URL", map[string]string{"COMPANION_PUBLIC_URL": "ftp://c.example.com"}, "", []string{"COMPANION_PUBLIC_URL", "absolute http(s) URL"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "c.yaml")
@@ -269,5 +312,63 @@ func TestOperatorCommandsOnMongoDB(t *testing.T) {
 	var st map[string]any
 	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["needs_person"] != 1.0 {
 		t.Fatalf("stats on MongoDB: %v\n%s", err, out)
+	}
+}
+
+// With public_url (COMPANION_PUBLIC_URL wins over the file), each alert line links to the item's console
+// page; serve answers /console/ on the same address.
+func TestPublicURLLinksAlertsToTheConsole(t *testing.T) {
+	var mu sync.Mutex
+	var posted []string
+	slack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		// Slack's client sends the blocks as JSON, whose encoder writes < and > as \u003c and \u003e.
+		posted = append(posted, r.URL.Path+" "+strings.NewReplacer(`\u003c`, "<", `\u003e`, ">").Replace(r.Form.Get("blocks"))+string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "conversations.open"):
+			_, _ = io.WriteString(w, `{"ok":true,"channel":{"id":"D0OPS"}}`)
+		default:
+			_, _ = io.WriteString(w, `{"ok":true,"channel":"D0OPS","ts":"1.1"}`)
+		}
+	}))
+	t.Cleanup(slack.Close)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte("public_url: https://file.example.com\nalerts:\n  default_owner: U0OPS\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "d"), "COMPANION_CONFIG": cfg,
+		"COMPANION_SWEEP_EVERY": "@every 1h", "COMPANION_PUBLIC_URL": "https://companion.example.com",
+		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "SLACK_API_URL": slack.URL + "/api/"}
+	svc := start(t, env)
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1},"dedupe":"none"}`)
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown"}`)
+	resp, err := http.Get("http://" + svc.Addr() + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "inv-1") {
+		t.Fatalf("GET /console/ in open mode answered %d:\n%s", resp.StatusCode, body)
+	}
+	svc.Close()
+
+	p := newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once"}); err != nil {
+		t.Fatalf("sweep: %v\n%s", err, p.err)
+	}
+	mu.Lock()
+	all := strings.Join(posted, "\n")
+	mu.Unlock()
+	if !strings.Contains(all, "<https://companion.example.com/console/item?key=inv-1|`inv-1`>") {
+		t.Fatalf("no console link in what Slack received:\n%s", all)
+	}
+	if strings.Contains(all, "file.example.com") {
+		t.Fatalf("the file's public_url won over COMPANION_PUBLIC_URL:\n%s", all)
 	}
 }

@@ -1,0 +1,166 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/handlers/handlerstest"
+	"github.com/replaysafe/companion/items"
+)
+
+// corrupt overwrites the stored document of tenant's key with text that is not an item, as a torn write
+// or a hand edit would leave it.
+func corrupt(t *testing.T, s *Store, tenant, key string) {
+	t.Helper()
+	res, err := s.w.ExecContext(context.Background(), `UPDATE items SET doc = '{"tenant": "acme", "key": ' WHERE tenant = ? AND key = ?`, tenant, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("corrupted %d rows, want 1", n)
+	}
+}
+
+// TestOneTransitionsFaultStaysWithIt decides one group holding, beside good transitions, one that panics
+// halfway through its keys, one whose new state cannot be encoded, and one about an item stored corrupt.
+// Each of the three gets its own error; the good ones are all committed, and the one after the
+// unencodable state sees the item as the transitions before it left it.
+func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// The groups are committed here, not by the committer, so that they hold exactly these transitions.
+	setup := newTransition("acme", []string{"k", "bad"}, claimFn("acme", []string{"k", "bad"}))
+	if s.commitGroup([]*transition{setup}); setup.err != nil {
+		t.Fatal(setup.err)
+	}
+	corrupt(t, s, "acme", "bad")
+
+	a := newTransition("acme", []string{"k", "a"}, claimFn("acme", []string{"k", "a"}))
+	panics := newTransition("acme", []string{"k", "p"}, func(i int, cur *items.Item) (*items.Item, error) {
+		if i == 1 {
+			panic("a bug in one decision")
+		}
+		return claimFn("acme", []string{"k"})(i, cur)
+	})
+	unencodable := newTransition("acme", []string{"k"}, func(i int, cur *items.Item) (*items.Item, error) {
+		cur.Attempt += 10
+		cur.UpdatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) // RFC 3339 has no year 10000
+		return cur, nil
+	})
+	reader := newTransition("acme", []string{"bad"}, claimFn("acme", []string{"bad"}))
+	mixed := newTransition("acme", []string{"m", "bad"}, claimFn("acme", []string{"m", "bad"}))
+	c := newTransition("acme", []string{"k", "c"}, claimFn("acme", []string{"k", "c"}))
+	other := newTransition("globex", []string{"k"}, claimFn("globex", []string{"k"}))
+	before := s.commits.Load()
+	s.commitGroupRecovering([]*transition{a, panics, unencodable, reader, mixed, c, other})
+
+	for name, tr := range map[string]*transition{"a": a, "c": c, "other tenant": other} {
+		if tr.err != nil {
+			t.Errorf("%s: %v; want its own answer", name, tr.err)
+		}
+	}
+	for name, want := range map[*transition]string{panics: "panicked", unencodable: "encode item", reader: "corrupt item document", mixed: "corrupt item document"} {
+		if name.err == nil || !strings.Contains(name.err.Error(), want) || name.out != nil {
+			t.Errorf("%s: %v, %v; want an error about %q and no items", name.keys, name.out, name.err, want)
+		}
+		if errors.Is(name.err, items.ErrUnavailable) {
+			t.Errorf("%s: %v is ErrUnavailable; a fault of the item is not the store's", name.keys, name.err)
+		}
+	}
+	if c.err == nil && c.out[0].Attempt != 3 {
+		t.Errorf("c saw attempt %d of k; want 3 (a's claim, not the panicking or unencodable one's)", c.out[0].Attempt)
+	}
+	if n := s.commits.Load() - before; n != 1 {
+		t.Errorf("%d commits; want 1", n)
+	}
+	want := map[string]int{"acme/k": 3, "acme/a": 1, "acme/c": 1, "globex/k": 1}
+	for id, attempt := range want {
+		tenant, key, _ := strings.Cut(id, "/")
+		if it, err := s.Get(ctx, tenant, key); err != nil || it.Attempt != attempt {
+			t.Errorf("%s: %+v, %v; want attempt %d", id, it, err, attempt)
+		}
+	}
+	for _, key := range []string{"p", "m"} {
+		if _, err := s.Get(ctx, "acme", key); !errors.Is(err, items.ErrNotFound) {
+			t.Errorf("%s was written by a failed transition: %v", key, err)
+		}
+	}
+	// The store goes on: the next transitions commit.
+	if _, err := s.TransitionMany(ctx, "acme", []string{"k"}, claimFn("acme", []string{"k"})); err != nil {
+		t.Fatalf("after the faults: %v", err)
+	}
+}
+
+// TestCorruptItemFailsOnlyItsCaller: an item's stored document is corrupted underneath the service; while
+// the committer is held, 32 callers claim other keys and one asks about the corrupt item, so that they
+// queue for the same group commits. The 32 are answered 200 proceed and recorded; the corrupt item's
+// caller gets 500 internal error, with nothing of the cause in the body.
+func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
+	svc.Claim("bad", nil)
+	corrupt(t, store, "acme", "bad")
+
+	// Hold the committer inside a transition until every caller has sent its request.
+	entered, hold := make(chan struct{}), make(chan struct{})
+	held := make(chan error, 1)
+	go func() {
+		_, err := store.TransitionMany(ctx, "acme", []string{"hold"}, func(int, *items.Item) (*items.Item, error) {
+			close(entered)
+			<-hold
+			return nil, nil
+		})
+		held <- err
+	}()
+	<-entered
+	const callers = 32
+	answers := make([]handlerstest.Response, callers+1)
+	var wg sync.WaitGroup
+	for c := range callers + 1 {
+		wg.Go(func() {
+			key := fmt.Sprintf("k-%d", c)
+			if c == callers {
+				key = "bad"
+			}
+			answers[c] = svc.BeforeWrite(map[string]any{"key": key, "payload": map[string]any{"invoice": key}})
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // the callers reach the committer's queue
+	before := store.commits.Load()
+	close(hold)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d commits for %d callers", store.commits.Load()-before, callers+1)
+	for c := range callers {
+		r := answers[c]
+		if r.Status != http.StatusOK || r.Str("decision") != "proceed" {
+			t.Errorf("caller %d: %d %s; want 200 proceed", c, r.Status, r.Body)
+			continue
+		}
+		if it := svc.Item("acme", fmt.Sprintf("k-%d", c)); it == nil || it.Claim != r.Str("claim") {
+			t.Errorf("caller %d: stored %+v; want its claim %s", c, it, r.Str("claim"))
+		}
+	}
+	bad := answers[callers]
+	handlerstest.Expect(t, bad, http.StatusInternalServerError, items.CodeInternal, "")
+	if strings.Contains(string(bad.Body), "corrupt") || strings.Contains(string(bad.Body), "sqlite") {
+		t.Errorf("the 500 tells its cause: %s", bad.Body)
+	}
+}
