@@ -150,7 +150,7 @@ func (s *Settings) UnmarshalJSON(b []byte) error {
 func DefaultSettings() Settings {
 	// The write timeout leaves a loaded CI machine room to answer a normal write; the delay is three
 	// times it, so that commit_then_delay is a timeout for the client whatever the load.
-	return Settings{LeaseSeconds: 5, WriteTimeout: 2 * time.Second, DelayMs: 6000, RetryAfterSeconds: 1, Triggers: 50}
+	return Settings{LeaseSeconds: 5, WriteTimeout: 2 * time.Second, DelayMs: 6000, RetryAfterSeconds: 2, Triggers: 50}
 }
 
 // configurationHash is the SHA-256 (first 16 hex characters) of everything that decides what the run
