@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/replaysafe/companion/acceptance"
 	"github.com/replaysafe/companion/cmd/companion/cli"
@@ -192,6 +193,22 @@ func TestCommandFailsAgainstAReceiverIgnoringKeys(t *testing.T) {
 	if !strings.HasSuffix(out, "1 passed, 1 failed\n") {
 		t.Errorf("the last line is not the summary:\n%s", out)
 	}
+	// The default report is a block per case within ReportWidth columns; --wide is the one-row table.
+	for line := range strings.Lines(out) {
+		if n := utf8.RuneCountInString(strings.TrimSuffix(line, "\n")); n > acceptance.ReportWidth {
+			t.Errorf("a line of %d columns:\n%s", n, line)
+		}
+	}
+	for _, want := range []string{"case 5   FAIL  commit_then_drop @ after_commit", "  effects     1 → 1, observed 1 → 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	stdout.Reset()
+	err = acceptance.Command(context.Background(), []string{"--receiver", r.ReceiverURL, "--only", "5", "--wide"}, &stdout, &stderr)
+	if !errors.Is(err, acceptance.ErrFailed) || !strings.Contains(stdout.String(), "CASE  INJECTED FAULT @ BOUNDARY") {
+		t.Errorf("--wide: %v\n%s", err, stdout.String())
+	}
 }
 
 func TestCommandJSON(t *testing.T) {
@@ -263,15 +280,22 @@ func TestDocsShowTheDestinationConfiguration(t *testing.T) {
 func TestSuiteAgainstCompanionServe(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	// The receiver runs first: the probed destination's lookup names it.
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
 	config := filepath.Join(dir, "companion.yaml")
-	if err := os.WriteFile(config, []byte(acceptance.DestinationsYAML()), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(acceptance.DestinationsYAMLFor(r.ReceiverURL)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	const workflowSecret, operatorSecret = "wf-4f9c2a71d6e3b805", "op-91d7e0c3a5b24f68"
 	env := map[string]string{"COMPANION_TOKENS": "ci-workflow:acme:workflow:" + workflowSecret + ",ci-owner:acme:operator:" + operatorSecret}
 	serve := cli.NewMain()
 	serve.Stdout, serve.Stderr, serve.Getenv = io.Discard, io.Discard, func(k string) string { return env[k] }
-	if err := serve.Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", config}); err != nil {
+	if err := serve.Run(context.Background(), []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "data"), "--config", config,
+		"--sweep-every", acceptance.ProbeEvery}); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
 	t.Cleanup(func() { serve.Close() })
@@ -279,7 +303,7 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 	var stdout bytes.Buffer
 	run := cli.NewMain()
 	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
-	err := run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(),
+	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL,
 		"--token", workflowSecret, "--operator-token", operatorSecret})
 	out := stdout.String()
 	t.Log("\n" + out)

@@ -57,6 +57,9 @@ func Cases() []Case {
 		{ID: "18", Title: "Lookup-based reconcile finds nothing", Fault: "reject_500 @ before_commit", run: caseLookupAbsent},
 		{ID: "19", Title: "Lookup-based reconcile: the lookup fails", Fault: "commit_then_drop @ after_commit; lookup_fail @ lookup", run: caseLookupFails},
 		{ID: "20", Title: "Key reuse after the receiver forgot the key", Fault: "commit_then_drop @ after_commit; receiver keeps keys 1 s", Exclusive: true, run: caseKeyRetention},
+		{ID: "21", Title: "The service's probe finds a committed write", Fault: "commit_then_drop @ after_commit; no workflow call after", Slow: true, run: caseProbeFound},
+		{ID: "22", Title: "The service's probe settles a lost write absent after the last delay", Fault: "write lost before the receiver @ before commit", Slow: true, run: caseProbeAbsent},
+		{ID: "23", Title: "The service's probes meet a failing lookup", Fault: "commit_then_drop @ after_commit; lookup_500 @ lookup", Slow: true, run: caseProbeLookupFails},
 	}
 }
 

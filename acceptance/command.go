@@ -50,6 +50,7 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	receiver := fs.String("receiver", "", "URL of a running sandbox receiver (default: start one in-process)")
 	store := fs.String("store", "sqlite", "store of the in-process service: sqlite (temporary file) or mongodb (MONGODB_URI)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (progress goes to stderr)")
+	wide := fs.Bool("wide", false, "print the result as one table, a row per case (several hundred columns wide)")
 	only := fs.String("only", "", "comma-separated case ids to run (default: all)")
 	parallel := fs.Int("parallel", 4, "cases run at once (the key-retention case always runs alone)")
 	if err := fs.Parse(args); err != nil {
@@ -93,6 +94,15 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 			}
 			cfg.OpenStore, cfg.StoreName = mongoStore(uri), "mongodb (in-process service)"
 		}
+		if *receiver == "" {
+			p, err := StartReceiver(ctx, InProcessConfig{})
+			if err != nil {
+				return err
+			}
+			defer p.Close()
+			*receiver = p.ReceiverURL
+		}
+		cfg.ReceiverURL = *receiver
 		p, err := StartService(ctx, cfg)
 		if err != nil {
 			return err
@@ -137,7 +147,11 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		}
 	} else {
 		fmt.Fprintln(stdout)
-		WriteTable(stdout, res)
+		if *wide {
+			WriteTable(stdout, res)
+		} else {
+			WriteReport(stdout, res)
+		}
 	}
 	if res.Failed > 0 {
 		return ErrFailed
@@ -148,8 +162,8 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: companion acceptance [flags]
 
-Runs the replay-safety acceptance suite: the twelve cases of seed 000 and the
-ones this project adds, each as a workflow would run them (before-write, the
+Runs the replay-safety acceptance suite: the twelve cases of a published
+replay-safety test ("seed 000", see docs/README.md) and the ones this project adds, each as a workflow would run them (before-write, the
 write with an injected fault, after-write, replays), asserting both the ledger
 (GET /v1/items/{key}) and the receiver's effects (GET /effects).
 

@@ -22,7 +22,22 @@ const (
 	// DestinationRetention honours keys but forgets them after a second: past that, a same-key retry is
 	// no longer safe.
 	DestinationRetention = "acceptance-retention"
+	// DestinationProbe can be searched by business reference, and the service searches it itself (a
+	// lookup: in its configuration): an unknown outcome is settled by the service's probes.
+	DestinationProbe = "acceptance-probe"
 )
+
+// DefaultReceiverURL is where `companion receiver` listens by default: the lookup URL of
+// DestinationsYAML.
+const DefaultReceiverURL = "http://127.0.0.1:9090"
+
+// LookupSpec is a destination's lookup: the service's own search of the receiver, in the YAML's words.
+type LookupSpec struct {
+	Path           string   `json:"path"`
+	SettleAfter    []string `json:"settle_after"`
+	MaxFailedReads int      `json:"max_failed_reads"`
+	RetryAfter     string   `json:"retry_after"`
+}
 
 // DestinationSpec is one destination's configuration, in the words of the service's YAML.
 type DestinationSpec struct {
@@ -34,6 +49,8 @@ type DestinationSpec struct {
 	// ServerErrorsNotCommitted is false for every acceptance destination: the sandbox receiver can commit
 	// and then answer 500, so a 5xx proves nothing.
 	ServerErrorsNotCommitted bool `json:"server_errors_not_committed"`
+	// Lookup is set for the destination the service probes itself.
+	Lookup *LookupSpec `json:"lookup,omitempty"`
 }
 
 // ReceiverRetentionSeconds is how long the receiver keeps keys during the key-retention case: the same
@@ -47,12 +64,19 @@ func Destinations() []DestinationSpec {
 		{Name: DestinationLookup, Dedupe: "lookup", MaxAttempts: 3, LeaseSeconds: 5, KeyRetentionSeconds: 3600},
 		{Name: DestinationNone, Dedupe: "none", MaxAttempts: 3, LeaseSeconds: 5, KeyRetentionSeconds: 3600},
 		{Name: DestinationRetention, Dedupe: "key", MaxAttempts: 3, LeaseSeconds: 5, KeyRetentionSeconds: ReceiverRetentionSeconds},
+		{Name: DestinationProbe, Dedupe: "lookup", MaxAttempts: 3, LeaseSeconds: 5, KeyRetentionSeconds: 3600,
+			Lookup: &LookupSpec{Path: "records.0.id", SettleAfter: []string{"1s", "3s"}, MaxFailedReads: 2, RetryAfter: "1s"}},
 	}
 }
 
 // DestinationsYAML returns the destination configuration the suite expects, as the "destinations:"
-// section of the service's YAML configuration file. docs/acceptance.md shows exactly this text.
-func DestinationsYAML() string {
+// section of the service's YAML configuration file, for a receiver at DefaultReceiverURL.
+// docs/acceptance.md shows exactly this text.
+func DestinationsYAML() string { return DestinationsYAMLFor(DefaultReceiverURL) }
+
+// DestinationsYAMLFor is DestinationsYAML for the receiver at receiverURL, which the probed destination's
+// lookup reads.
+func DestinationsYAMLFor(receiverURL string) string {
 	var b strings.Builder
 	b.WriteString("destinations:\n")
 	for _, d := range Destinations() {
@@ -62,6 +86,12 @@ func DestinationsYAML() string {
 		fmt.Fprintf(&b, "    lease_seconds: %d\n", d.LeaseSeconds)
 		fmt.Fprintf(&b, "    key_retention_seconds: %d\n", d.KeyRetentionSeconds)
 		fmt.Fprintf(&b, "    server_errors_not_committed: %t\n", d.ServerErrorsNotCommitted)
+		if l := d.Lookup; l != nil {
+			fmt.Fprintf(&b, "    lookup:\n      url: %s/records?reference={reference}\n", strings.TrimSuffix(receiverURL, "/"))
+			fmt.Fprintf(&b, "      found: {status: 200, path: %s}\n", l.Path)
+			fmt.Fprintf(&b, "      settle_after: [%s]\n", strings.Join(l.SettleAfter, ", "))
+			fmt.Fprintf(&b, "      max_failed_reads: %d\n      retry_after: %s\n", l.MaxFailedReads, l.RetryAfter)
+		}
 	}
 	return b.String()
 }

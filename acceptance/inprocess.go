@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/sqlitestore"
+	"github.com/replaysafe/companion/probes"
 	"github.com/replaysafe/companion/sandbox"
 )
 
@@ -29,6 +31,9 @@ type InProcessConfig struct {
 	Destinations []DestinationSpec
 	// Receiver configures the sandbox receiver; the zero value honours keys and keeps them forever.
 	Receiver sandbox.Config
+	// ReceiverURL is the receiver the service's probes read (the destinations with a lookup); StartService
+	// runs no probes without it.
+	ReceiverURL string
 	// Logger gets the service's and the receiver's request logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -63,13 +68,14 @@ func ledgerConfig(specs []DestinationSpec) items.Config {
 // StartInProcess starts the service (open, on loopback, on its own ledger) and the sandbox receiver, each
 // on a free loopback port. Close stops both and removes a temporary ledger.
 func StartInProcess(ctx context.Context, cfg InProcessConfig) (*InProcess, error) {
-	p, err := StartService(ctx, cfg)
+	rp, err := StartReceiver(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	rp, err := StartReceiver(ctx, cfg)
+	cfg.ReceiverURL = rp.ReceiverURL
+	p, err := StartService(ctx, cfg)
 	if err != nil {
-		_ = p.Close()
+		_ = rp.Close()
 		return nil, err
 	}
 	p.ReceiverURL, p.Receiver = rp.ReceiverURL, rp.Receiver
@@ -121,7 +127,41 @@ func StartService(ctx context.Context, cfg InProcessConfig) (_ *InProcess, err e
 	if err != nil {
 		return nil, err
 	}
+	if lookups := probeLookups(specs, cfg.ReceiverURL); len(lookups) > 0 {
+		prober, err := probes.New(probes.Config{Ledger: ledger, Store: store.(probes.Store), Lookups: lookups, Logger: discardIfNil(cfg.Logger)})
+		if err != nil {
+			return nil, fmt.Errorf("acceptance: starting the probes: %w", err)
+		}
+		pctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		done := make(chan error, 1)
+		go func() { done <- prober.Run(pctx, ProbeEvery) }()
+		cleanups = append(cleanups, func() error { cancel(); return <-done })
+	}
 	return &InProcess{ServiceURL: serviceURL, Store: storeName, Version: version(), stop: stop}, nil
+}
+
+// ProbeEvery is the in-process service's probe schedule; a deployed service probes on its --sweep-every,
+// which must be as frequent for the probe cases' short delays.
+const ProbeEvery = "@every 1s"
+
+// probeLookups returns the lookups of the specs that have one, reading the receiver at receiverURL; none
+// without a receiver.
+func probeLookups(specs []DestinationSpec, receiverURL string) map[string]probes.Lookup {
+	out := map[string]probes.Lookup{}
+	for _, d := range specs {
+		if d.Lookup == nil || receiverURL == "" {
+			continue
+		}
+		l := probes.Lookup{URL: strings.TrimSuffix(receiverURL, "/") + "/records?reference={reference}", IDPath: d.Lookup.Path,
+			MaxFailedReads: d.Lookup.MaxFailedReads, RatePerSecond: 50}
+		for _, s := range d.Lookup.SettleAfter {
+			v, _ := time.ParseDuration(s)
+			l.SettleAfter = append(l.SettleAfter, v)
+		}
+		l.RetryAfter, _ = time.ParseDuration(d.Lookup.RetryAfter)
+		out[d.Name] = l
+	}
+	return out
 }
 
 // StartReceiver starts only the sandbox receiver, on a free loopback port.

@@ -272,6 +272,18 @@ func (r *Receiver) SetKeyRetention(ctx context.Context, seconds int64) error {
 	return r.do(req, &m)
 }
 
+// QueueFault queues count faults for the requests about reference (POST /control/faults).
+func (r *Receiver) QueueFault(ctx context.Context, fault sandbox.Fault, count int, reference string) error {
+	body, _ := json.Marshal(map[string]any{"fault": fault, "count": count, "reference": reference})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/control/faults", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	var out map[string]any
+	return r.do(req, &out)
+}
+
 func (r *Receiver) do(req *http.Request, out any) error {
 	resp, err := r.control.Do(req)
 	if err != nil {

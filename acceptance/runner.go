@@ -153,7 +153,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		done++
 		fmt.Fprintf(opts.Progress, "[%2d/%d] case %-3s %s  %s (%.1fs)\n", done, len(cases), res.ID, res.Status, res.Title, res.Duration)
 		for _, f := range res.Failures {
-			fmt.Fprintf(opts.Progress, "          %s\n", f)
+			wrap(opts.Progress, "          ", "            ", f)
 		}
 	}
 

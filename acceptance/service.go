@@ -121,6 +121,12 @@ type Item struct {
 		Outcome string `json:"outcome"`
 		By      string `json:"by"`
 	} `json:"resolution"`
+	History []struct {
+		Kind    string `json:"kind"`
+		Outcome string `json:"outcome"`
+		By      string `json:"by"`
+		Note    string `json:"note"`
+	} `json:"history"`
 }
 
 // BatchStatus is GET /v1/batches/{batch_id}.

@@ -68,6 +68,8 @@ type step struct {
 	crash bool
 	// lookupFail: the lookup of a reconcile decision fails.
 	lookupFail bool
+	// lost: the write never reaches the receiver, and the workflow sees a timeout.
+	lost bool
 }
 
 // outcome is what one pass did.
@@ -140,10 +142,14 @@ func (cr *caseRun) pass(ctx context.Context, it *item, s step) (outcome, error) 
 // write sends the write a proceed calls for and records what the client saw.
 func (cr *caseRun) write(ctx context.Context, it *item, ans Answer, s step, body json.RawMessage) Seen {
 	var seen Seen
-	if s.invalid {
+	switch {
+	case s.invalid:
 		// The workflow's own validation refuses the input: no request leaves it.
 		seen = Seen{Class: "validation", Detail: "local validation: amount must be positive"}
-	} else {
+	case s.lost:
+		// A proxy in the way holds the request until the client gives up: nothing reached the receiver.
+		seen = Seen{Class: "timeout", Detail: "timed out; the request never reached the receiver"}
+	default:
 		w := Write{Target: s.target, Body: body, Fault: s.fault, Timeout: cr.opts.Settings.WriteTimeout,
 			RetryAfter: cr.opts.Settings.RetryAfterSeconds, DelayMs: cr.opts.Settings.DelayMs}
 		if it.honoursKey() {

@@ -61,6 +61,9 @@ type Line struct {
 	EscalatedBy string
 	// Note says in plain text what happened since: who resolved it and how, or where it escalated.
 	Note string
+	// Evidence is the failed lookup's evidence on an item waiting for a person because its lookup failed,
+	// with who looked (a probe's reads, one per line, by probe:<destination>).
+	Evidence string
 }
 
 // Text is the message's plain-text form: Slack's notification text and the log notifier's line.
@@ -91,6 +94,9 @@ func newLine(it *items.Item, a items.Alert, hint string, open bool, now time.Tim
 		since = *it.NeedsPersonSince
 	}
 	l.Age = max(now.Sub(since), 0)
+	if open && a.Cause == items.CauseLookupFailed {
+		l.Evidence = lookupEvidence(it)
+	}
 	if !open {
 		if r := it.Resolution; r != nil && !r.At.Before(a.CreatedAt) {
 			l.Resolution = r
@@ -104,6 +110,17 @@ func newLine(it *items.Item, a items.Alert, hint string, open bool, now time.Tim
 		}
 	}
 	return l
+}
+
+// lookupEvidence returns the evidence of the item's failed lookup of its current attempt, with who gave it.
+func lookupEvidence(it *items.Item) string {
+	for i := len(it.History) - 1; i >= 0; i-- {
+		e := it.History[i]
+		if e.Kind == items.EventReconcile && e.Outcome == items.FindingLookupFailed && e.Attempt == it.Attempt {
+			return "lookup by " + e.By + ":\n" + e.Note
+		}
+	}
+	return ""
 }
 
 func lastErrorClass(it *items.Item) string {
@@ -207,6 +224,11 @@ func (n LogNotifier) Post(ctx context.Context, owner string, m Message) (Message
 	}
 	n.logger().WarnContext(ctx, m.Text(), "alert_owner", owner, "tenant", m.Tenant, "batch_id", m.BatchID,
 		"escalation", m.Escalation, "items", m.Total(), "keys", strings.Join(keys, " "), "more", m.More, "query", m.Query)
+	for _, l := range m.Lines {
+		if l.Evidence != "" {
+			n.logger().WarnContext(ctx, "alert item evidence", "tenant", l.Tenant, "key", l.Key, "evidence", l.Evidence)
+		}
+	}
 	return MessageRef{Channel: "log"}, nil
 }
 

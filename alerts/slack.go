@@ -152,6 +152,12 @@ func lineText(l Line) string {
 	if l.CheckHint != "" && l.Open {
 		fmt.Fprintf(&b, "\ncheck: %s", escape(l.CheckHint))
 	}
+	if ev := l.Evidence; ev != "" {
+		if len(ev) > 1500 { // a section holds 3000 characters
+			ev = strings.ToValidUTF8(ev[:1500], "") + "…"
+		}
+		fmt.Fprintf(&b, "\n```%s```", escape(ev))
+	}
 	return b.String()
 }
 

@@ -66,6 +66,39 @@ func TestRenderIsByteStable(t *testing.T) {
 	}
 }
 
+// TestCommandHelp: "templates --help", "templates render --help" and "templates" alone print a usage
+// with a description to stdout, and are not errors.
+func TestCommandHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"templates", "-h"}, {}, {"help"}, {"render", "--help"}, {"render", "-h"}} {
+		var out, errOut bytes.Buffer
+		if err := Command(context.Background(), args, &out, &errOut); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+		if !strings.Contains(out.String(), "usage: companion templates render") || !strings.Contains(out.String(), "Make blueprints") || errOut.Len() != 0 {
+			t.Errorf("%v: stdout %q, stderr %q", args, out.String(), errOut.String())
+		}
+		if args := strings.Join(args, " "); strings.Contains(args, "render") && !strings.Contains(out.String(), "-write-timeout-ms") {
+			t.Errorf("%s does not list the flags:\n%s", args, out.String())
+		}
+	}
+}
+
+// TestCommandTrimsTrailingSlash: --url https://x/ is the service https://x, as the workflows use it.
+func TestCommandTrimsTrailingSlash(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := Command(context.Background(), []string{"render", "--url", "https://companion.example.com/", "--out", dir}, &out, &errOut); err != nil {
+		t.Fatalf("render: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, N8nDir, "guarded-write.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"value": "https://companion.example.com"`)) || bytes.Contains(b, []byte("example.com/\"")) {
+		t.Errorf("the trailing slash was not trimmed")
+	}
+}
+
 func TestCommandRendersWithOwnURL(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
@@ -83,7 +116,14 @@ func TestCommandRendersWithOwnURL(t *testing.T) {
 	if strings.Count(out.String(), "\n") != 9 {
 		t.Errorf("want 9 files listed, got:\n%s", out.String())
 	}
-	for _, bad := range [][]string{{"render", "--out", dir, "--url", "ftp://x"}, {"render", "--url", "http://x"}, {"publish"}} {
+	readme, err := os.ReadFile(filepath.Join(dir, N8nDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if committed, err := os.ReadFile(filepath.Join("..", N8nDir, "README.md")); err != nil || !bytes.Equal(readme, committed) {
+		t.Errorf("--url changed the rendered README's prose (%v)", err)
+	}
+	for _, bad := range [][]string{{"render", "--out", dir, "--url", "ftp://x"}, {"render", "--url", "http://x"}, {"publish"}, {"render", "--out", dir, "extra"}} {
 		if err := Command(context.Background(), bad, &out, &errOut); err == nil {
 			t.Errorf("%v: want an error", bad)
 		}

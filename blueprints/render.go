@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // Folders the rendered templates are written to, relative to the output directory.
@@ -90,18 +91,22 @@ func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
 //	    [--credential companion] [--credential-id ID] [--token …] [--write-timeout-ms 10000]
 //	    [--error-workflow-id ID]
 //
-// args may start with "templates" (the word the main binary dispatched on) or with "render".
+// args may start with "templates" (the word the main binary dispatched on) or with "render". Help
+// (-h, --help, no subcommand, or "help") goes to stdout and is not an error.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "templates" {
 		args = args[1:]
 	}
-	if len(args) == 0 || args[0] != "render" {
-		fmt.Fprintln(stderr, "usage: companion templates render --url URL --out DIR [flags]")
-		return errors.New("templates: want the subcommand render")
+	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
+		fmt.Fprint(stdout, commandSynopsis)
+		return nil
+	}
+	if args[0] != "render" {
+		return fmt.Errorf("templates: unknown subcommand %q; the only one is render (run \"companion templates --help\")", args[0])
 	}
 	d := DefaultSettings()
 	fs := flag.NewFlagSet("templates render", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	s := d
 	fs.StringVar(&s.ServiceURL, "url", d.ServiceURL, "companion's base URL as the workflows reach it")
 	out := fs.String("out", "", "directory to write n8n-templates/ and make-templates/ into (required)")
@@ -112,9 +117,19 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&s.Token, "token", d.Token, "what the Make blueprints put after \"Bearer \" (a placeholder by default)")
 	fs.IntVar(&s.WriteTimeoutMillis, "write-timeout-ms", d.WriteTimeoutMillis, "how long the write may take before it counts as a timeout (unknown)")
 	fs.StringVar(&s.ErrorWorkflowID, "error-workflow-id", d.ErrorWorkflowID, "id of the imported error workflow, set as the n8n workflows' error workflow")
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
+	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, commandSynopsis+"\nflags:\n")
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("templates render: %w (run \"companion templates render --help\")", err)
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("templates render: unexpected argument %q (run \"companion templates render --help\")", fs.Arg(0))
+	}
+	// "https://companion.example.com/" names the same service; the workflows append paths to it.
+	s.ServiceURL = strings.TrimRight(s.ServiceURL, "/")
 	if *out == "" {
 		return errors.New("templates render: --out is required")
 	}
@@ -134,3 +149,14 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	return nil
 }
+
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
+
+const commandSynopsis = `usage: companion templates render --url URL --out DIR [flags]
+
+Renders the n8n workflows (n8n-templates/) and Make blueprints (make-templates/) with your own
+defaults written into every file: companion's URL as the workflows reach it, the example write and
+lookup, the n8n credential, the error workflow's id. The files are the ones in this repository,
+byte for byte when rendered with the defaults; docs/templates.md is the guide.
+Run "companion templates render --help" for every flag.
+`

@@ -6,6 +6,8 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
@@ -59,9 +61,15 @@ func ParseTokens(s string) ([]Token, error) {
 	return out, nil
 }
 
-// CheckTokens returns the first problem of a token list: a missing name or secret, a tenant that is
-// not made of key characters, an unknown role, or a name or secret used twice (a shared secret would make
-// the caller's identity ambiguous). Messages name tokens, never secrets.
+// MinSecretLength is the shortest secret a token may have: 16 characters, which a person can still
+// copy, and random ones (openssl rand -hex 16 gives 32) are far out of reach of guessing.
+const MinSecretLength = 16
+
+// CheckTokens returns the first problem of a token list: a missing name, a secret shorter than
+// MinSecretLength or holding whitespace or ';' (tokens are separated by commas or newlines: a ';' or a
+// space means two tokens were run together), a tenant that is not made of key characters, an unknown
+// role, or a name or secret used twice (a shared secret would make the caller's identity ambiguous).
+// Messages name tokens, never secrets.
 func CheckTokens(tokens []Token) error {
 	names := map[string]bool{}
 	secrets := map[string]string{}
@@ -76,6 +84,12 @@ func CheckTokens(tokens []Token) error {
 			return fmt.Errorf("%s: role %q is not one of workflow, operator", label, t.Role)
 		case t.Secret == "":
 			return fmt.Errorf("%s: secret is empty", label)
+		case strings.ContainsRune(t.Secret, ';'):
+			return fmt.Errorf("%s: the secret holds a ';': separate tokens with commas or newlines, not semicolons", label)
+		case strings.IndexFunc(t.Secret, unicode.IsSpace) >= 0:
+			return fmt.Errorf("%s: the secret holds whitespace: separate tokens with commas or newlines, and use secrets without spaces", label)
+		case utf8.RuneCountInString(t.Secret) < MinSecretLength:
+			return fmt.Errorf("%s: the secret is shorter than %d characters (openssl rand -hex 16 makes a good one)", label, MinSecretLength)
 		case names[t.Name]:
 			return fmt.Errorf("%s: the name is used by another token", label)
 		}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
+
 	"net/http"
 	"reflect"
 	"strconv"
@@ -13,7 +13,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
-	"github.com/gin-gonic/gin/render"
 
 	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
@@ -298,7 +297,7 @@ func (s *server) batchBeforeWrite(c *gin.Context) {
 		return
 	}
 	s.observeDecisions(c.Request.Context(), b.Tenant, b.Items, len(res.Items), func(i int) *items.Answer { return &res.Items[i].Answer })
-	c.Render(http.StatusOK, largeJSON{res})
+	c.Render(http.StatusOK, jsonLine{res})
 }
 
 func (s *server) batchPrepare(c *gin.Context) {
@@ -312,7 +311,7 @@ func (s *server) batchPrepare(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, res)
+	c.Render(http.StatusOK, jsonLine{res})
 }
 
 func (s *server) batchAfterWrite(c *gin.Context) {
@@ -331,7 +330,7 @@ func (s *server) batchAfterWrite(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.Render(http.StatusOK, largeJSON{res})
+	c.Render(http.StatusOK, jsonLine{res})
 }
 
 // reportsFromBody decodes a batch after-write body into the reports, or an invalid_request error naming
@@ -374,31 +373,6 @@ func reportsFromBody(body []byte, tenant string, quick bool) (batches.Reports, e
 	return r, nil
 }
 
-// largeJSON renders an answer as gin's c.JSON does, byte for byte, but writes it from the encoder's
-// buffer instead of copying it first: a batch's answer is large.
-type largeJSON struct{ Data any }
-
-// Render implements render.Render.
-func (r largeJSON) Render(w http.ResponseWriter) error {
-	r.WriteContentType(w)
-	return json.NewEncoder(lastNewlineDropped{w}).Encode(r.Data)
-}
-
-// WriteContentType implements render.Render.
-func (r largeJSON) WriteContentType(w http.ResponseWriter) { render.JSON{}.WriteContentType(w) }
-
-// lastNewlineDropped drops the newline a json.Encoder ends its one write with: json.Marshal, which
-// c.JSON uses, has none.
-type lastNewlineDropped struct{ w io.Writer }
-
-func (d lastNewlineDropped) Write(b []byte) (int, error) {
-	n, err := d.w.Write(bytes.TrimSuffix(b, []byte("\n")))
-	if err == nil {
-		n = len(b)
-	}
-	return n, err
-}
-
 func (s *server) getBatch(c *gin.Context) {
 	st, err := s.batches.Status(c.Request.Context(), batches.StatusParams{
 		Tenant: principal(c).Tenant, BatchID: c.Param("batch_id"), Cursor: c.Query("cursor"),
@@ -410,5 +384,5 @@ func (s *server) getBatch(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, st)
+	c.Render(http.StatusOK, jsonLine{st})
 }

@@ -248,8 +248,9 @@ func TestQuickBatchDecodingIsCareful(t *testing.T) {
 	}
 }
 
-// TestLargeJSONIsGinJSON renders batch answers both ways and compares the bytes and headers.
-func TestLargeJSONIsGinJSON(t *testing.T) {
+// TestJSONLineIsGinJSONAndANewline renders batch answers both ways and compares the bytes and headers:
+// jsonLine writes what c.JSON writes, and a newline after it.
+func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
 	at := time.Date(2026, 11, 29, 21, 0, 0, 123456789, time.UTC)
 	answer := items.Answer{Key: "k-<1>&\u2028", Decision: items.Proceed, Reason: "new", State: items.StateInFlight, Attempt: 2,
@@ -267,9 +268,9 @@ func TestLargeJSONIsGinJSON(t *testing.T) {
 		c, _ := gin.CreateTestContext(want)
 		c.JSON(http.StatusOK, v)
 		c, _ = gin.CreateTestContext(got)
-		c.Render(http.StatusOK, largeJSON{v})
-		if got.Body.String() != want.Body.String() || got.Code != want.Code || !reflect.DeepEqual(got.Header(), want.Header()) {
-			t.Errorf("largeJSON %d %v %s\nc.JSON    %d %v %s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
+		c.Render(http.StatusOK, jsonLine{v})
+		if got.Body.String() != want.Body.String()+"\n" || got.Code != want.Code || !reflect.DeepEqual(got.Header(), want.Header()) {
+			t.Errorf("jsonLine %d %v %s\nc.JSON    %d %v %s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
 		}
 	}
 }

@@ -177,7 +177,7 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 		case seen[name]:
 			ps.add(prefixed(prefix, name), "appears more than once")
 		case !known.names[name]:
-			ps.add(prefixed(prefix, name), "unknown field")
+			ps.add(prefixed(prefix, name), known.unknown)
 		}
 		seen[name] = true
 	}
@@ -361,6 +361,9 @@ var knownFieldsCache sync.Map // reflect.Type → fieldSet
 type fieldSet struct {
 	names    map[string]bool
 	embedded map[string]bool
+	// unknown is the problem of a member the struct does not declare: it lists the declared names, in
+	// the order the struct declares them, so that a typo's fix is in the answer.
+	unknown string
 }
 
 func knownFields(t reflect.Type) fieldSet {
@@ -368,6 +371,7 @@ func knownFields(t reflect.Type) fieldSet {
 		return m.(fieldSet)
 	}
 	fs := fieldSet{names: map[string]bool{}, embedded: map[string]bool{}}
+	var order []string
 	var walk func(reflect.Type)
 	walk = func(t reflect.Type) {
 		for i := 0; i < t.NumField(); i++ {
@@ -380,10 +384,12 @@ func knownFields(t reflect.Type) fieldSet {
 				walk(f.Type)
 			case name != "":
 				fs.names[name] = true
+				order = append(order, name)
 			}
 		}
 	}
 	walk(t)
+	fs.unknown = "unknown field (allowed: " + strings.Join(order, ", ") + ")"
 	knownFieldsCache.Store(t, fs)
 	return fs
 }

@@ -1,11 +1,13 @@
 package handlers
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 
 	"github.com/gin-gonic/gin"
+	"github.com/gin-gonic/gin/render"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -95,5 +97,20 @@ func (s *server) writeError(c *gin.Context, err error) {
 		c.Header("WWW-Authenticate", `Bearer realm="companion"`)
 	}
 	c.Set(logCode, string(d.Code))
-	c.AbortWithStatusJSON(status, ErrorBody{Error: d})
+	c.Abort()
+	c.Render(status, jsonLine{ErrorBody{Error: d}})
 }
+
+// jsonLine renders an answer as json.Marshal writes it, followed by a newline, so that answers printed
+// one after another (curl in a terminal, a log of answers) stay one per line. It writes from the
+// encoder's buffer, without copying the answer first: a batch's answer is large.
+type jsonLine struct{ Data any }
+
+// Render implements render.Render.
+func (r jsonLine) Render(w http.ResponseWriter) error {
+	r.WriteContentType(w)
+	return json.NewEncoder(w).Encode(r.Data)
+}
+
+// WriteContentType implements render.Render.
+func (r jsonLine) WriteContentType(w http.ResponseWriter) { render.JSON{}.WriteContentType(w) }

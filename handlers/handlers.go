@@ -1,4 +1,4 @@
-// Package handlers serves the ledger over HTTP: the v1 contract in shared/design/API.md.
+// Package handlers serves the ledger over HTTP: the v1 contract, written out in docs/api.md.
 //
 // It is the only package that imports gin. Every request passes the same checks in the contract's order —
 // authentication (401), role (403), content type (415), body size (413), body (400), key (404), state

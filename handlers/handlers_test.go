@@ -110,34 +110,41 @@ func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
 }
 
 func TestParseAndCheckTokens(t *testing.T) {
-	tokens, err := handlers.ParseTokens(" n8n:acme:workflow:s3cr:et ,\nops:acme:operator:other\n")
+	tokens, err := handlers.ParseTokens(" n8n:acme:workflow:s3cr:et-0123456789ab ,\nops:acme:operator:other-0123456789ab\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tokens) != 2 || tokens[0].Secret != "s3cr:et" || tokens[1].Role != handlers.RoleOperator {
+	if len(tokens) != 2 || tokens[0].Secret != "s3cr:et-0123456789ab" || tokens[1].Role != handlers.RoleOperator {
 		t.Fatalf("parsed %+v", tokens)
 	}
 	if err := handlers.CheckTokens(tokens); err != nil {
 		t.Fatalf("good tokens refused: %v", err)
 	}
-	for name, bad := range map[string]string{
-		"three parts":   "a:acme:SECRETVALUE",
-		"bad role":      "a:acme:admin:SECRETVALUE",
-		"empty secret":  "a:acme:workflow:",
-		"bad tenant":    "a:ac me:workflow:SECRETVALUE",
-		"same name":     "a:acme:workflow:SECRETVALUE,a:acme:operator:y",
-		"shared secret": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE",
-		"no name":       ":acme:workflow:SECRETVALUE",
+	// SECRETVALUE-0123 is a secret of the minimum length; no error may show it.
+	for name, tc := range map[string]struct{ tokens, want string }{
+		"three parts":    {"a:acme:SECRETVALUE-0123", "got 3 part(s)"},
+		"bad role":       {"a:acme:admin:SECRETVALUE-0123", `role "admin"`},
+		"empty secret":   {"a:acme:workflow:", "secret is empty"},
+		"bad tenant":     {"a:ac me:workflow:SECRETVALUE-0123", `tenant "ac me"`},
+		"same name":      {"a:acme:workflow:SECRETVALUE-0123,a:acme:operator:SECRETVALUE-4567", "name is used by another token"},
+		"shared secret":  {"a:acme:workflow:SECRETVALUE-0123,b:acme:operator:SECRETVALUE-0123", "the same as token a's"},
+		"no name":        {":acme:workflow:SECRETVALUE-0123", "name is empty"},
+		"semicolon list": {"a:acme:workflow:SECRETVALUE-0123;b:acme:operator:SECRETVALUE-4567", "holds a ';'"},
+		"space list":     {"a:acme:workflow:SECRETVALUE-0123 b:acme:operator:SECRETVALUE-4567", "holds whitespace"},
+		"tab in secret":  {"a:acme:workflow:SECRETVALUE\t-0123", "holds whitespace"},
+		"short secret":   {"a:acme:workflow:SECRETVALUE-012", "shorter than 16 characters"},
 	} {
-		tokens, err := handlers.ParseTokens(bad)
+		tokens, err := handlers.ParseTokens(tc.tokens)
 		if err == nil {
 			err = handlers.CheckTokens(tokens)
 		}
 		switch {
 		case err == nil:
-			t.Errorf("%s: %q accepted", name, bad)
+			t.Errorf("%s: %q accepted", name, tc.tokens)
 		case strings.Contains(err.Error(), "SECRETVALUE"):
 			t.Errorf("%s: the error shows the secret: %v", name, err)
+		case !strings.Contains(err.Error(), tc.want):
+			t.Errorf("%s: %v, want it to say %q", name, err, tc.want)
 		}
 	}
 }

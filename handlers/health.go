@@ -20,7 +20,7 @@ func (s *server) healthz(c *gin.Context) {
 	if s.storeKind != "" {
 		body["store"] = s.storeKind
 	}
-	c.JSON(http.StatusOK, body)
+	c.Render(http.StatusOK, jsonLine{body})
 }
 
 // readyz answers 200 when the store can be read and written, 503 store_unavailable otherwise.
@@ -31,5 +31,5 @@ func (s *server) readyz(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	c.Render(http.StatusOK, jsonLine{gin.H{"status": "ready"}})
 }

@@ -72,7 +72,7 @@ func (s *server) beforeWrite(c *gin.Context) {
 	}
 	noteItem(c, p.Key, ans.Decision, ans.Reason, ans.State)
 	s.observeDecision(c.Request.Context(), p, ans)
-	c.JSON(http.StatusOK, ans)
+	c.Render(http.StatusOK, jsonLine{ans})
 }
 
 // errorEvidence is the error object a workflow passes along. Its unknown members are ignored: tools
@@ -138,7 +138,7 @@ func (s *server) afterWrite(c *gin.Context) {
 		return
 	}
 	noteItem(c, p.Key, "", rep.Reason, rep.State)
-	c.JSON(http.StatusOK, rep)
+	c.Render(http.StatusOK, jsonLine{rep})
 }
 
 // reconcileRequest is the body of POST /v1/reconcile: the workflow's lookup of the item's reference.
@@ -170,7 +170,7 @@ func (s *server) reconcile(c *gin.Context) {
 		return
 	}
 	noteItem(c, k.Key, "", rep.Reason, rep.State)
-	c.JSON(http.StatusOK, rep)
+	c.Render(http.StatusOK, jsonLine{rep})
 }
 
 // ItemView is an item as GET /v1/items/{key} and resolve show it: everything in the ledger for the key,
@@ -207,7 +207,7 @@ func (s *server) getItem(c *gin.Context) {
 		return
 	}
 	noteItem(c, key, "", "", it.State)
-	c.JSON(http.StatusOK, ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key)})
+	c.Render(http.StatusOK, jsonLine{ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key)}})
 }
 
 // resolveRequest is the body of POST /v1/items/{key}/resolve.
@@ -238,5 +238,5 @@ func (s *server) resolve(c *gin.Context) {
 		return
 	}
 	noteItem(c, key, "", reason, it.State)
-	c.JSON(http.StatusOK, ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key), Reason: reason})
+	c.Render(http.StatusOK, jsonLine{ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key), Reason: reason}})
 }

@@ -43,6 +43,10 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// Register adds a collector of this process's measures (the prober's reads, for one), shown with every
+// scrape.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.process.Register(c) }
+
 // ObserveDecision counts one before-write decision (single or in a batch).
 func (m *Metrics) ObserveDecision(d items.Decision, r items.Reason) {
 	if m == nil {
@@ -94,12 +98,13 @@ var (
 		"Items that succeeded after a same-key retry: recovered by the receiver's idempotency key.", nil, nil)
 	descResolutions = prometheus.NewDesc("companion_manual_resolutions_total", "Resolutions by a person (operator API or Slack), acknowledgements included.", nil, nil)
 	descDuplicates  = prometheus.NewDesc("companion_duplicate_effects_total", "Items flagged with a duplicate effect.", nil, nil)
+	descRemoved     = prometheus.NewDesc("companion_items_removed_total", "Settled items removed by retention.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descItems, descNeeds, descAge, descEnteredUnknown, descRetries, descConflicts,
-		descRecoveries, descResolutions, descDuplicates} {
+		descRecoveries, descResolutions, descDuplicates, descRemoved} {
 		ch <- d
 	}
 }
@@ -116,7 +121,8 @@ func (c ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		d *prometheus.Desc
 		n int
 	}{{descEnteredUnknown, m.EnteredUnknown}, {descRetries, m.Retries}, {descConflicts, m.FingerprintConflicts},
-		{descRecoveries, m.SameKeyRecoveries}, {descResolutions, m.ManualResolutions}, {descDuplicates, m.DuplicateEffects}} {
+		{descRecoveries, m.SameKeyRecoveries}, {descResolutions, m.ManualResolutions}, {descDuplicates, m.DuplicateEffects},
+		{descRemoved, m.Removed}} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
 	}
 }

@@ -121,7 +121,7 @@ func (s *server) listItems(c *gin.Context) {
 	for i, it := range page.Items {
 		out.Items[i] = ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key)}
 	}
-	c.JSON(http.StatusOK, out)
+	c.Render(http.StatusOK, jsonLine{out})
 }
 
 // errNoOperatorStore answers the operator routes of a service built without an operator store (a
@@ -138,7 +138,7 @@ func (s *server) stats(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	c.JSON(http.StatusOK, st)
+	c.Render(http.StatusOK, jsonLine{st})
 }
 
 // metrics serves the Prometheus text format: the process's measures and the ledger's for the caller's

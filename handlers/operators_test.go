@@ -219,7 +219,7 @@ func TestStatsAndMetricsMatchTheLedger(t *testing.T) {
 		"companion_items{state=in_flight}": 1, "companion_items{state=prepared}": 0,
 		"companion_needs_person": 2, "companion_oldest_unresolved_age_seconds": 90, "companion_retries_total": 1,
 		"companion_fingerprint_conflicts_total": 1, "companion_same_key_recoveries_total": 1,
-		"companion_manual_resolutions_total": 1, "companion_duplicate_effects_total": 1,
+		"companion_manual_resolutions_total": 1, "companion_duplicate_effects_total": 1, "companion_items_removed_total": 0,
 		"companion_decisions_total{decision=proceed,reason=new}":                                       6,
 		"companion_decisions_total{decision=proceed,reason=retry_same_key}":                            1,
 		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}":                     1,

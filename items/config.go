@@ -1,6 +1,9 @@
 package items
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Defaults of a destination's configuration.
 const (
@@ -37,6 +40,9 @@ type Destination struct {
 	EscalateAfter time.Duration
 	// CheckHint tells the owner where to look ("search the billing tool for the quote reference").
 	CheckHint string
+	// Retention is how long a settled item is kept after its last change (see Retention). Default
+	// DefaultRetention; never shorter than KeyRetentionSeconds (Config.Check).
+	Retention time.Duration
 }
 
 // Config is the ledger's configuration.
@@ -89,8 +95,26 @@ func (c Config) Destination(name string) Destination {
 	if d.CheckHint == "" {
 		d.CheckHint = def.CheckHint
 	}
+	if d.Retention == 0 {
+		d.Retention = def.Retention
+	}
+	if d.Retention == 0 {
+		d.Retention = DefaultRetention
+	}
 	if !d.ServerErrorsNotCommitted {
 		d.ServerErrorsNotCommitted = def.ServerErrorsNotCommitted
 	}
 	return d
+}
+
+// Check returns a problem of the destination named name (the defaults when name is empty), with defaults
+// filled in, or "": a retention shorter than the key retention would forget an item while a same-key
+// replay of it could still come, and answer it proceed.
+func (c Config) Check(name string) string {
+	d := c.Destination(name)
+	if d.Retention < time.Duration(d.KeyRetentionSeconds)*time.Second {
+		return fmt.Sprintf("retention %s is shorter than key_retention_seconds %d: an item would be forgotten while a replay of it may still come",
+			d.Retention, d.KeyRetentionSeconds)
+	}
+	return ""
 }

@@ -638,6 +638,9 @@ type ReconcileParams struct {
 	ExternalID string
 	Evidence   string
 	By         string
+	// Attempt, when not 0, limits the finding to that attempt: the item must still be at it (a probe's
+	// finding is about the attempt it read for).
+	Attempt int
 }
 
 // Reconcile records a lookup finding for an unknown item whose recorded dedupe is lookup. found settles it
@@ -671,7 +674,7 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 			return nil, nil
 		}
 		l.expireLease(it, now)
-		if it.State != StateUnknown || it.Dedupe != DedupeLookup || it.LookupFailed {
+		if it.State != StateUnknown || it.Dedupe != DedupeLookup || it.LookupFailed || (p.Attempt != 0 && p.Attempt != it.Attempt) {
 			return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
 				"reconcile is only for an unknown item with dedupe lookup and no failed lookup; this item is %s (dedupe %s)", it.State, it.Dedupe)}
 		}
@@ -792,13 +795,15 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 		if p.Outcome == ResolveAcknowledged {
 			if !it.Acknowledgeable() {
 				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf("only a succeeded item flagged duplicate_effect, or a retryable "+
-					"failed item flagged unresolved_too_long, that needs a person can be acknowledged; this item is %s%s", it.State, flagNote(it))}
+					"failed item flagged unresolved_too_long, that needs a person can be acknowledged; this item is %s%s%s", it.State, flagNote(it),
+					resolvedBefore(it))}
 			}
 		} else {
 			dest := l.cfg.Destination(it.Destination)
 			if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
 				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
-					"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s%s", it.State, flagNote(it))}
+					"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s%s%s", it.State, flagNote(it),
+					resolvedBefore(it))}
 			}
 			switch p.Outcome {
 			case ResolveSucceeded:
@@ -857,4 +862,14 @@ func flagNote(it *Item) string {
 		return " with a duplicate effect that was acknowledged"
 	}
 	return " and needs no person"
+}
+
+// resolvedBefore says who settled an item already resolved, for the conflict of a second resolution:
+// " (resolved as not_committed by anna at 2026-11-29T19:40:00Z)", or "" for an item never resolved.
+func resolvedBefore(it *Item) string {
+	r := it.Resolution
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (resolved as %s by %s at %s)", r.Outcome, r.By, r.At.UTC().Format(time.RFC3339))
 }

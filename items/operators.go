@@ -123,6 +123,10 @@ type Measures struct {
 	ManualResolutions int `json:"manual_resolutions"`
 	// DuplicateEffects counts items flagged with a duplicate effect.
 	DuplicateEffects int `json:"duplicate_effects"`
+	// Removed counts the settled items retention removed. The other counts are of the items in the ledger,
+	// except the cumulative ones (EnteredUnknown, Retries, SameKeyRecoveries, ManualResolutions,
+	// DuplicateEffects), which keep counting the removed items.
+	Removed int `json:"removed"`
 }
 
 // NewMeasures returns empty measures with every state present.

@@ -15,7 +15,7 @@ import (
 const maxDepth = 512
 
 // canonicalJSON re-encodes one JSON value in the canonical form the ledger
-// fingerprints payloads with (docs API.md): object members sorted by the UTF-8
+// fingerprints payloads with (docs/api.md): object members sorted by the UTF-8
 // bytes of their names, arrays in order, numbers kept as their exact text
 // (1 and 1.0 differ), strings re-encoded escaping only '"', '\' and
 // U+0000–U+001F, no whitespace. Two bodies that differ only in member order,

@@ -29,6 +29,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	dedupe := fs.String("dedupe", string(DedupeKey), "how a repeated Idempotency-Key is treated: key (replay or 422) or none (always create)")
 	var retention retentionFlag
 	fs.Var(&retention, "key-retention", "forget an Idempotency-Key this long after its record was created: seconds (3600) or a duration (1h); 0 keeps keys forever")
+	var lag retentionFlag
+	fs.Var(&lag, "lookup-lag", "show a created record in GET /records only this long after its creation, as a lagging search index: seconds (30) or a duration (2m); 0 shows it at once")
 	dataDir := fs.String("data-dir", "", "directory where records and keys are kept as JSON so a restart keeps them; empty keeps them in memory only")
 
 	if err := fs.Parse(args); err != nil {
@@ -47,6 +49,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	rc, err := New(Config{
 		Dedupe:       Dedupe(*dedupe),
 		KeyRetention: retention.d,
+		LookupLag:    lag.d,
 		Logger:       slog.New(slog.NewTextHandler(stderr, nil)),
 		DataDir:      *dataDir,
 	})

@@ -34,6 +34,8 @@ const (
 	FaultCommitThenDelay Fault = "commit_then_delay"
 	// FaultLookupFail makes GET /records answer 503.
 	FaultLookupFail Fault = "lookup_fail"
+	// FaultLookup500 makes GET /records answer 500, as a lookup endpoint with a bug does.
+	FaultLookup500 Fault = "lookup_500"
 )
 
 // Boundary says where in handling a request a fault acts.
@@ -62,7 +64,7 @@ func (f Fault) Boundary() Boundary {
 		return BeforeCommit
 	case FaultCommitThenDrop, FaultCommitThen500, FaultCommitThenDelay:
 		return AfterCommit
-	case FaultLookupFail:
+	case FaultLookupFail, FaultLookup500:
 		return Lookup
 	}
 	return ""

@@ -70,6 +70,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for created_at and key retention; nil means time.Now.
 	Now func() time.Time
+	// LookupLag is how long a created record stays out of GET /records (a search index that lags the
+	// writes); zero shows it at once. PUT /control/mode changes it at run time.
+	LookupLag time.Duration
 	// DataDir, when set, is a directory where records and remembered keys are
 	// kept as JSON (receiver.json), so a restart keeps them. Mode and queued
 	// faults are not kept. Empty means memory only.
@@ -118,6 +121,7 @@ type Receiver struct {
 	mu           sync.Mutex
 	dedupe       Dedupe
 	keyRetention time.Duration
+	lookupLag    time.Duration
 	records      []Record
 	keys         map[string]keyEntry
 	lastRecord   uint64 // never reset, so record ids stay unique for the data's lifetime
@@ -137,6 +141,9 @@ func New(cfg Config) (*Receiver, error) {
 	if cfg.KeyRetention < 0 {
 		return nil, fmt.Errorf("sandbox: key retention must not be negative, got %s", cfg.KeyRetention)
 	}
+	if cfg.LookupLag < 0 {
+		return nil, fmt.Errorf("sandbox: lookup lag must not be negative, got %s", cfg.LookupLag)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
@@ -148,6 +155,7 @@ func New(cfg Config) (*Receiver, error) {
 		now:          cfg.Now,
 		dedupe:       cfg.Dedupe,
 		keyRetention: cfg.KeyRetention,
+		lookupLag:    cfg.LookupLag,
 		keys:         make(map[string]keyEntry),
 	}
 	if cfg.DataDir != "" {
@@ -444,20 +452,29 @@ func (rc *Receiver) lookupRecords(w http.ResponseWriter, r *http.Request) {
 	key, byKey := query.Get("idempotency_key"), query.Has("idempotency_key")
 	entry.reference = reference
 
-	fault, err := rc.faultFor(r, func(f Fault) bool { return f == FaultLookupFail }, reference)
+	fault, err := rc.faultFor(r, func(f Fault) bool { return f.Boundary() == Lookup }, reference)
 	entry.fault = fault.Fault
 	if err != nil {
 		writeFaultError(w, err)
 		return
 	}
-	if fault.Fault == FaultLookupFail {
+	switch fault.Fault {
+	case FaultLookupFail:
 		writeError(w, http.StatusServiceUnavailable, "lookup_unavailable", "lookup is unavailable")
+		return
+	case FaultLookup500:
+		writeError(w, http.StatusInternalServerError, "internal_error", "internal error")
 		return
 	}
 
 	rc.mu.Lock()
 	found := []Record{}
+	// A record shows in lookups only lookupLag after it was created, as in a search index that lags.
+	visibleBefore := rc.now().Add(-rc.lookupLag)
 	for _, rec := range rc.records {
+		if rec.CreatedAt.After(visibleBefore) {
+			continue
+		}
 		if (!byReference || rec.Reference == reference) && (!byKey || rec.IdempotencyKey == key) {
 			found = append(found, rec)
 		}
@@ -487,10 +504,12 @@ func (rc *Receiver) reset(w http.ResponseWriter, r *http.Request) {
 type modeView struct {
 	Dedupe              Dedupe `json:"dedupe"`
 	KeyRetentionSeconds int64  `json:"key_retention_seconds"`
+	LookupLagSeconds    int64  `json:"lookup_lag_seconds"`
 }
 
 func (rc *Receiver) modeLocked() modeView {
-	return modeView{Dedupe: rc.dedupe, KeyRetentionSeconds: int64(rc.keyRetention / time.Second)}
+	return modeView{Dedupe: rc.dedupe, KeyRetentionSeconds: int64(rc.keyRetention / time.Second),
+		LookupLagSeconds: int64(rc.lookupLag / time.Second)}
 }
 
 func (rc *Receiver) getMode(w http.ResponseWriter, r *http.Request) {
@@ -507,6 +526,7 @@ func (rc *Receiver) putMode(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		Dedupe              *Dedupe `json:"dedupe"`
 		KeyRetentionSeconds *int64  `json:"key_retention_seconds"`
+		LookupLagSeconds    *int64  `json:"lookup_lag_seconds"`
 	}
 	if err := decodeControl(w, r, &req); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid_body", err.Error())
@@ -520,7 +540,14 @@ func (rc *Receiver) putMode(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_mode", "key_retention_seconds must be at least 0")
 		return
 	}
+	if req.LookupLagSeconds != nil && *req.LookupLagSeconds < 0 {
+		writeError(w, http.StatusBadRequest, "invalid_mode", "lookup_lag_seconds must be at least 0")
+		return
+	}
 	rc.mu.Lock()
+	if req.LookupLagSeconds != nil {
+		rc.lookupLag = time.Duration(*req.LookupLagSeconds) * time.Second
+	}
 	if req.Dedupe != nil {
 		rc.dedupe = *req.Dedupe
 	}

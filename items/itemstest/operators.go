@@ -36,6 +36,9 @@ type OperatorStore interface {
 	// Stats measures a tenant's items; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
+	items.RetentionStore
+	// ClaimProbe takes one read of a probe (package probes).
+	ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
 }
 
 // ExerciseOperators runs the operator part of the suite against the stores open returns (new and empty
@@ -46,6 +49,9 @@ func ExerciseOperators(t *testing.T, open func(t *testing.T) OperatorStore, opts
 	t.Run("Sweep", func(t *testing.T) { exerciseSweepQueries(t, open) })
 	t.Run("Outbox", func(t *testing.T) { exerciseOutbox(t, open, opts) })
 	t.Run("Stats", func(t *testing.T) { exerciseStats(t, open) })
+	t.Run("KeptCounts", func(t *testing.T) { exerciseKeptCounts(t, open) })
+	t.Run("Retention", func(t *testing.T) { exerciseRetention(t, open) })
+	t.Run("Probes", func(t *testing.T) { exerciseProbes(t, open, opts) })
 }
 
 type opsHarness struct {

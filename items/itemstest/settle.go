@@ -2,6 +2,7 @@ package itemstest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -337,6 +338,23 @@ func exerciseResolve(t *testing.T, open func(t *testing.T) items.Store) {
 			t.Errorf("resolve of another tenant's key: %v", err)
 		}
 		h.checkUnchanged("k", before)
+	})
+
+	t.Run("SecondResolutionConflictSaysWhoResolvedFirst", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, open)
+		h.unknownAfterTimeout("k")
+		if _, _, err := h.resolve("k", items.ResolveSucceeded, "checked billing: invoice 742 was sent", "r-9"); err != nil {
+			t.Fatal(err)
+		}
+		resolvedAt := h.now()
+		h.advance(time.Hour)
+		_, _, err := h.resolve("k", items.ResolveNotCommitted, "looked again: billing has no invoice 742", "")
+		var e *items.Error
+		want := "(resolved as succeeded by ops-anna at " + resolvedAt.UTC().Format(time.RFC3339) + ")"
+		if !errors.As(err, &e) || e.Code != items.CodeConflict || !strings.Contains(e.Message, want) {
+			t.Errorf("second resolution: %v, want a conflict saying %s", err, want)
+		}
 	})
 }
 

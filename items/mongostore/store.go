@@ -112,6 +112,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
+	if err := s.buildCounts(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -258,6 +262,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, 
 		if stored == nil {
 			continue // another writer created or changed the item since the read: decide again
 		}
+		s.countWrite(ctx, cur, stored)
 		return stored.item(), nil
 	}
 }
@@ -396,6 +401,11 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
 		}
 	}
+	// The counts of the items written here go in one upsert per group, once the writes are done or one
+	// fails (those before it are recorded); those decided again are counted by transition. See CONSISTENCY
+	// in counts.go.
+	counts := items.CountChanges{}
+	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), counts) }()
 	inserted, err := s.insertMany(ctx, newDocs)
 	if err != nil {
 		return nil, err
@@ -403,6 +413,9 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	created := make(map[int]*itemDoc, len(newAt))
 	for j, i := range newAt {
 		created[i] = inserted[j]
+		if inserted[j] != nil {
+			counts.Move(nil, inserted[j].item())
+		}
 	}
 
 	out := make([]*items.Item, len(keys))
@@ -430,6 +443,9 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		if !ok {
 			if stored, err = s.write(ctx, st.seen, *st.next); err != nil {
 				return nil, err
+			}
+			if stored != nil {
+				counts.Move(itemOf(st.seen), itemOf(stored))
 			}
 		}
 		if stored == nil {

@@ -198,7 +198,7 @@ func (s *Store) tryGroup(group []*transition) error {
 			}
 		}
 		if len(unread) > 0 {
-			stored, corrupt, err := readMany(ctx, tx, t.tenant, unread)
+			stored, corrupt, err := s.readMany(ctx, tx, t.tenant, unread)
 			if err != nil {
 				fail(err)
 				return nil

@@ -56,7 +56,7 @@ CREATE TABLE IF NOT EXISTS counters (
 `
 
 func (s *Store) migrateOperators(ctx context.Context) error {
-	if _, err := s.w.ExecContext(ctx, operatorsSchema); err != nil {
+	if _, err := s.w.ExecContext(ctx, operatorsSchema+probesSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	return nil
@@ -477,114 +477,4 @@ func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string
 	_, err := s.w.ExecContext(ctx, `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)
 		ON CONFLICT (tenant, destination, name) DO UPDATE SET value = value + excluded.value`, tenant, destination, name, delta)
 	return unavailable(err)
-}
-
-// Stats measures the tenant's items at now, in total and per destination; the empty tenant measures
-// every tenant together. Returns ErrUnavailable.
-func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
-	st := &items.Stats{Tenant: tenant, At: now, Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
-	dest := func(name string) *items.Measures {
-		m, ok := st.Destinations[name]
-		if !ok {
-			m = items.NewMeasures()
-		}
-		st.Destinations[name] = m
-		return &m
-	}
-	update := func(name string, f func(m *items.Measures)) {
-		m := dest(name)
-		f(m)
-		f(&st.Measures)
-		st.Destinations[name] = *m
-	}
-	q, args := statsQuery(tenant, now)
-	rows, err := s.r.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	attempted := map[string]int{}
-	for rows.Next() {
-		var d, state string
-		var np bool
-		var n, retries, withAttempt, recoveries, resolutions, duplicates, enteredUnknown int
-		var since sql.NullInt64
-		if err := rows.Scan(&d, &state, &np, &n, &retries, &withAttempt, &recoveries, &resolutions, &duplicates, &enteredUnknown, &since); err != nil {
-			rows.Close()
-			return nil, unavailable(err)
-		}
-		attempted[d] += withAttempt
-		attempted[""] += withAttempt
-		var age int64
-		if since.Valid {
-			age = max(int64(now.Sub(time.Unix(0, since.Int64))/time.Second), 0)
-		}
-		update(d, func(m *items.Measures) {
-			m.Items += n
-			m.States[items.State(state)] += n
-			if np {
-				m.NeedsPerson += n
-			}
-			m.Retries += retries
-			m.SameKeyRecoveries += recoveries
-			m.ManualResolutions += resolutions
-			m.DuplicateEffects += duplicates
-			m.EnteredUnknown += enteredUnknown
-			m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, age)
-		})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	crows, err := s.r.QueryContext(ctx, `SELECT destination, sum(value) FROM counters WHERE (? = '' OR tenant = ?) AND name = ?
-		GROUP BY destination`, tenant, tenant, items.CounterFingerprintConflicts)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	for crows.Next() {
-		var d string
-		var v int
-		if err := crows.Scan(&d, &v); err != nil {
-			crows.Close()
-			return nil, unavailable(err)
-		}
-		update(d, func(m *items.Measures) { m.FingerprintConflicts += v })
-	}
-	crows.Close()
-	if err := crows.Err(); err != nil {
-		return nil, unavailable(err)
-	}
-	perOp := func(m *items.Measures, n int) {
-		if n > 0 {
-			m.RetriesPerOperation = float64(m.Retries) / float64(n)
-		}
-	}
-	perOp(&st.Measures, attempted[""])
-	for d, m := range st.Destinations {
-		perOp(&m, attempted[d])
-		st.Destinations[d] = m
-	}
-	return st, nil
-}
-
-// statsQuery returns the query of Stats and its arguments: one pass over the covering index items_stats,
-// one row per destination, state and needs_person. The oldest unresolved item of a group is, in
-// nanoseconds: when it started needing a person, else for an in-flight item past its lease the end of the
-// lease, else for an unknown item (or one needing a person since an unrecorded time) its last change.
-func statsQuery(tenant string, now time.Time) (string, []any) {
-	q := `SELECT destination, state, needs_person, count(*),
-		sum(max(attempt - 1, 0)), sum(attempt >= 1), sum(same_key_recovered), sum(resolutions),
-		sum(duplicate_effect), sum(entered_unknown), min(CASE
-			WHEN needs_person = 1 AND needs_person_since IS NOT NULL THEN needs_person_since
-			WHEN state = 'in_flight' AND lease_expires_at <= ?1 THEN lease_expires_at * 1000000
-			WHEN state = 'unknown' OR needs_person = 1 THEN updated_at END)
-		FROM items INDEXED BY items_stats`
-	args := []any{now.UnixMilli()}
-	if tenant != "" {
-		// Only an equality lets the index serve the tenant's range in group order; (? = '' OR tenant = ?)
-		// scanned every tenant's items.
-		q += ` WHERE tenant = ?2`
-		args = append(args, tenant)
-	}
-	return q + ` GROUP BY destination, state, needs_person`, args
 }

@@ -29,8 +29,6 @@ func TestQueryPlans(t *testing.T) {
 		}
 		return `SELECT doc FROM items ` + where, args
 	}
-	statsTenant, statsTenantArgs := statsQuery("acme", now)
-	statsAll, statsAllArgs := statsQuery("", now)
 	cursor := items.ListCursor{UpdatedAt: now, Key: "k"}.Encode()
 	tests := []struct {
 		name, query string
@@ -57,13 +55,22 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_sweep"}},
 		{"PendingAlertItems", `SELECT doc FROM items ` + pendingAlertItemsWhere, []any{"", "", 100},
 			[]string{"USING INDEX items_alert_pending"}},
+		{"RetentionSettled", settledSQL, []any{"acme", "succeeded", 0, "", now.UnixNano(), "billing", 100},
+			[]string{"USING INDEX items_state_changed"}},
+		{"RetentionRemoveItem", "DELETE FROM items WHERE tenant = ? AND key = ? AND version = ?", []any{"acme", "k", 3},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
+		{"StatsCountsTenant", countsSQL, []any{"acme"}, []string{"SCAN item_counts"}},
+		{"StatsUnresolvedTenant", unresolvedSQL, []any{now.UnixMilli(), "acme"},
+			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
+		{"StatsUnresolvedAll", unresolvedSQL, []any{now.UnixMilli(), ""},
+			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
 		{"RenewAlertClaim", `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, []any{1, "d_1"},
 			[]string{"USING INDEX alerts_claim"}},
 		{"NoteAlertMessage", `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ?
 			AND status = 'pending' AND ts = ''`, []any{"D1", "1.1", "acme", "k", 1, "no_dedupe"},
 			[]string{"USING PRIMARY KEY"}},
-		{"StatsTenant", statsTenant, statsTenantArgs, []string{"USING COVERING INDEX items_stats"}},
-		{"StatsAll", statsAll, statsAllArgs, []string{"USING COVERING INDEX items_stats"}},
+		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
+			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":               {},

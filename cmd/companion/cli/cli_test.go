@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,7 +71,7 @@ func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 	p := start(t, env)
 
 	startLine := p.err.String()
-	for _, want := range []string{"serving on http://" + p.Addr(), "sqlite " + filepath.Join(dir, "companion.db"), "auth off"} {
+	for _, want := range []string{"serving on http://" + p.Addr(), "sqlite " + filepath.Join(dir, "companion.db"), "auth off", "config none"} {
 		if !strings.Contains(startLine, want) {
 			t.Errorf("start line lacks %q:\n%s", want, startLine)
 		}
@@ -156,7 +157,7 @@ tokens:
   - name: make
     tenant: acme
     role: workflow
-    secret_file: `+write("make.secret", "make-secret\n")+`
+    secret_file: `+write("make.secret", "make-secret-0123456\n")+`
   - name: n8n-globex
     tenant: globex
     role: workflow
@@ -164,15 +165,15 @@ tokens:
 `)
 	env := map[string]string{
 		"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "data"), "COMPANION_CONFIG": cfg,
-		"COMPANION_TOKENS_FILE": write("tokens", "n8n:acme:workflow:n8n-secret\n"),
-		"OPS_SECRET":            "ops-secret",
-		"GLOBEX_SECRET_FILE":    write("globex.secret", "globex-secret"),
+		"COMPANION_TOKENS_FILE": write("tokens", "n8n:acme:workflow:n8n-secret-01234567\n"),
+		"OPS_SECRET":            "ops-secret-01234567",
+		"GLOBEX_SECRET_FILE":    write("globex.secret", "globex-secret-0123"),
 	}
 	p := start(t, env)
-	if !strings.Contains(p.err.String(), "auth on (4 token(s))") {
+	if !strings.Contains(p.err.String(), "auth on (4 token(s): n8n (acme, workflow), ops (acme, operator), make (acme, workflow), n8n-globex (globex, workflow))") {
 		t.Errorf("start line: %s", p.err)
 	}
-	for i, secret := range []string{"n8n-secret", "make-secret", "ops-secret", "globex-secret"} {
+	for i, secret := range []string{"n8n-secret-01234567", "make-secret-0123456", "ops-secret-01234567", "globex-secret-0123"} {
 		if status, body := call(t, p, "POST", "/v1/before-write", secret, fmt.Sprintf(`{"key":"k-%d","payload":{}}`, i)); status != 200 {
 			t.Errorf("token %s: %d %v", secret, status, body)
 		}
@@ -180,10 +181,10 @@ tokens:
 	if status, _ := call(t, p, "POST", "/v1/before-write", "", `{"key":"k","payload":{}}`); status != 401 {
 		t.Errorf("no token: %d", status)
 	}
-	if status, _ := call(t, p, "POST", "/v1/items/k-1/resolve", "make-secret", `{"outcome":"succeeded","evidence":"seen in the destination"}`); status != 403 {
+	if status, _ := call(t, p, "POST", "/v1/items/k-1/resolve", "make-secret-0123456", `{"outcome":"succeeded","evidence":"seen in the destination"}`); status != 403 {
 		t.Errorf("workflow token on resolve: %d", status)
 	}
-	if status, _ := call(t, p, "GET", "/v1/items/k-1", "globex-secret", ""); status != 404 {
+	if status, _ := call(t, p, "GET", "/v1/items/k-1", "globex-secret-0123", ""); status != 404 {
 		t.Errorf("globex reads acme's item: %d", status)
 	}
 	if strings.Contains(p.err.String(), "-secret") {
@@ -208,6 +209,9 @@ destinations:
 		t.Fatal(err)
 	}
 	p := start(t, map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data")}, "--addr", "127.0.0.1:0", "--config", cfg)
+	if want := "config " + cfg + " (destinations billing)"; !strings.Contains(p.err.String(), want) {
+		t.Errorf("the start line does not say %q:\n%s", want, p.err)
+	}
 
 	_, billing := call(t, p, "POST", "/v1/before-write", "", `{"key":"b1","payload":{},"destination":"billing"}`)
 	_, other := call(t, p, "POST", "/v1/before-write", "", `{"key":"o1","payload":{}}`)
@@ -231,8 +235,15 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		name, yaml string
 		want       []string
 	}{
-		{"unknown field", "destinations:\n  billing:\n    dedup: key\n", []string{"line 3", "unknown field dedup"}},
-		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3", "unknown field slack"}},
+		{"unknown field", "destinations:\n  billing:\n    dedup: key\n", []string{"line 3: destinations.billing.dedup: unknown field (did you mean dedupe?)"}},
+		// The issue's example, on line 14 of a longer file.
+		{"typo of max_attempts", "defaults:\n  dedupe: none\n" + strings.Repeat("# a comment\n", 7) +
+			"destinations:\n  crm:\n    dedupe: lookup\n  billing:\n    max_attempt: 5\n",
+			[]string{"line 14: destinations.billing.max_attempt: unknown field (did you mean max_attempts?)"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts)"}},
+		{"typo in a token", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_evn: X\n", []string{"line 5: tokens[0].secret_evn: unknown field (did you mean secret_env?)"}},
+		{"typo in a route", "alerts:\n  routes:\n    - workflow: a*\n      ownr: U1\n", []string{"line 4: alerts.routes[0].ownr: unknown field (did you mean owner?)"}},
+		{"typo under defaults", "defaults:\n  lease_second: 60\n", []string{"line 2: defaults.lease_second: unknown field (did you mean lease_seconds?)"}},
 		{"bad dedupe word", "destinations:\n  billing:\n    dedupe: maybe\n", []string{"line 3", "destinations.billing.dedupe", `"maybe" is not one of key, lookup, none`}},
 		{"wrong type", "destinations:\n  billing:\n    max_attempts: many\n", []string{"line 3", "destinations.billing.max_attempts", "whole number"}},
 		{"lease out of range", "defaults:\n  lease_seconds: 2\n", []string{"line 2", "defaults.lease_seconds", "5-86400"}},
@@ -244,6 +255,9 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
 		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
+		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
+			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
+		{"retention not positive", "defaults:\n  retention: 0s\n", []string{"line 2", "defaults.retention", "positive"}},
 		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
 			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
 	}
@@ -329,18 +343,28 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 func TestTokenMistakesStopTheStart(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")
-	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("ops:acme:operator:SECRETVALUE-0001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenConfig := filepath.Join(dir, "companion.yaml")
+	if err := os.WriteFile(tokenConfig, []byte("tokens:\n  - {name: a, tenant: acme, role: workflow, secret_env: A_SECRET}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]struct {
 		env  map[string]string
 		want string
 	}{
-		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:x1", "COMPANION_TOKENS_FILE": file}, "not both"},
-		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE"}, "COMPANION_TOKENS: token 1"},
-		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE"}, `role "admin"`},
-		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE,b:acme:operator:SECRETVALUE"}, "the same as token a's"},
+		"both sources":        {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0003", "COMPANION_TOKENS_FILE": file}, "not both"},
+		"missing part":        {map[string]string{"COMPANION_TOKENS": "a:acme:SECRETVALUE-0001"}, "COMPANION_TOKENS: token 1"},
+		"unknown role":        {map[string]string{"COMPANION_TOKENS": "a:acme:admin:SECRETVALUE-0001"}, `role "admin"`},
+		"shared secret":       {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0001,b:acme:operator:SECRETVALUE-0001"}, "the same as token a's"},
 		"missing tokens file": {map[string]string{"COMPANION_TOKENS_FILE": filepath.Join(dir, "nope")}, "COMPANION_TOKENS_FILE"},
+		// The issue's example: a ';'-separated list read as one token, whose secret then matched nothing.
+		"semicolon list": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE-0001;b:acme:operator:SECRETVALUE-0002"},
+			"COMPANION_TOKENS: token 1 (a): the secret holds a ';': separate tokens with commas or newlines"},
+		"short secret": {map[string]string{"COMPANION_TOKENS": "a:acme:workflow:SECRETVALUE"}, "shorter than 16 characters"},
+		"config token with a space": {map[string]string{"COMPANION_CONFIG": tokenConfig, "A_SECRET": "SECRETVALUE-0001 SECRETVALUE-0002"},
+			"tokens[0]: token 1 (a): the secret holds whitespace"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -376,5 +400,68 @@ func TestServeRunsTheCollectorAtGCPercentUnlessGOGCIsSet(t *testing.T) {
 	start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir()})
 	if got := gcPercent(); got != handlers.GCPercent {
 		t.Errorf("without GOGC the collector's target is %d, want %d", got, handlers.GCPercent)
+	}
+}
+
+// TestEveryCommandHasHelpAndVersion runs --help, -h, "help <command>" and --version on every command the
+// program's help lists, and on the subcommands: each exits 0 and prints a usage line with a written
+// description to standard output, or the version.
+func TestEveryCommandHasHelpAndVersion(t *testing.T) {
+	run := func(args ...string) (string, string, error) {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "never-created")})
+		err := p.Run(context.Background(), args)
+		p.Close()
+		return p.out.String(), p.err.String(), err
+	}
+	help, _, err := run("help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	_, list, _ := strings.Cut(help, "commands:\n")
+	for line := range strings.Lines(list) {
+		if !strings.HasPrefix(line, "  ") {
+			break
+		}
+		names = append(names, strings.Fields(line)[0])
+	}
+	if len(names) < 9 {
+		t.Fatalf("the help lists %d commands: %v", len(names), names)
+	}
+	invocations := [][]string{{"items", "list"}, {"items", "show"}, {"items", "resolve"}, {"templates", "render"}}
+	for _, name := range names {
+		invocations = append(invocations, []string{name}, []string{"help", name})
+	}
+	for _, cmd := range invocations {
+		variants := [][]string{cmd}
+		if cmd[0] != "help" {
+			variants = [][]string{append(slices.Clone(cmd), "--help"), append(slices.Clone(cmd), "-h")}
+		}
+		for _, args := range variants {
+			if len(args) == 1 && args[0] == "serve" || args[0] == "help" && len(args) == 1 {
+				continue
+			}
+			out, errOut, err := run(args...)
+			switch {
+			case err != nil:
+				t.Errorf("%v: %v (exit %d)", args, err, cli.ExitCode(err))
+			case !strings.Contains(strings.ToLower(out), "usage: companion "+strings.ToLower(strings.Join(slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+				return a == "help" || strings.HasPrefix(a, "-")
+			}), " "))):
+				t.Errorf("%v: no usage line on stdout:\n%s\nstderr:\n%s", args, out, errOut)
+			case len(strings.Fields(out)) < 12:
+				t.Errorf("%v: no written description:\n%s", args, out)
+			}
+		}
+		if cmd[0] == "help" || cmd[0] == "version" {
+			continue
+		}
+		out, _, err := run(append(slices.Clone(cmd), "--version")...)
+		if err != nil || !strings.HasPrefix(out, "companion ") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%v --version: %v %q", cmd, err, out)
+		}
+	}
+	if out, _, err := run("--version"); err != nil || !strings.HasPrefix(out, "companion ") {
+		t.Errorf("--version: %v %q", err, out)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/probes"
 )
 
 // fileConfig is the YAML configuration file (--config, COMPANION_CONFIG). Unknown fields are refused.
@@ -44,6 +46,11 @@ type destinationConfig struct {
 	// EscalateAfter is a Go duration ("30m", "4h") or whole seconds.
 	EscalateAfter field[durationValue] `yaml:"escalate_after"`
 	CheckHint     field[string]        `yaml:"check_hint"`
+	// Retention is how long a settled item is kept after its last change: a Go duration ("720h") or
+	// whole seconds.
+	Retention field[durationValue] `yaml:"retention"`
+	// Lookup makes the service probe the destination's unknown items itself (probes.go).
+	Lookup *lookupConfig `yaml:"lookup"`
 }
 
 // tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
@@ -90,6 +97,8 @@ func kindName(k reflect.Kind) string {
 		return "a whole number"
 	case reflect.Bool:
 		return "true or false"
+	case reflect.Float64:
+		return "a number"
 	}
 	return "text"
 }
@@ -139,17 +148,30 @@ func (p *configProblems) err() error {
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
 func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, error) {
+	cfg, routing, tokens, _, err := readConfig(path, getenv)
+	return cfg, routing, tokens, err
+}
+
+// readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
+// its tokens and lookup headers.
+func readConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, map[string]probes.Lookup, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config: %w", err)
+		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err), "\n  "))
+		var root yaml.Node
+		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
+		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err, &root), "\n  "))
 	}
 	probs := &configProblems{path: path}
+	lookups := map[string]probes.Lookup{}
+	if fc.Defaults.Lookup != nil {
+		probs.add(fc.Defaults.Lookup.line(), "defaults.lookup", "a lookup belongs to one destination; give it under destinations.<name>.lookup")
+	}
 	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
 	names := make([]string, 0, len(fc.Destinations))
 	for name := range fc.Destinations {
@@ -164,6 +186,28 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 			probs.add(f.Line, "destinations."+name+".server_errors_not_committed",
 				"false cannot override true under defaults; set it per destination instead of under defaults")
 		}
+		if dc.Lookup != nil {
+			lookups[name] = dc.Lookup.lookup("destinations."+name+".lookup", getenv, probs)
+			d := cfg.Destinations[name]
+			switch {
+			case !dc.Dedupe.Set:
+				d.Dedupe = items.DedupeLookup // a destination that can be looked up dedupes by lookup
+				cfg.Destinations[name] = d
+			case d.Dedupe != items.DedupeLookup:
+				probs.add(dc.Dedupe.Line, "destinations."+name+".dedupe", fmt.Sprintf(
+					"is %s, but the destination has a lookup: probes settle only items whose dedupe is lookup; write dedupe: lookup or leave it out", dc.Dedupe.Value))
+			}
+		}
+	}
+	// A retention shorter than the key retention, with the defaults filled in (either may come from them).
+	if problem := cfg.Check(""); problem != "" {
+		probs.add(max(fc.Defaults.Retention.Line, fc.Defaults.KeyRetentionSeconds.Line), "defaults.retention", problem)
+	}
+	for _, name := range names {
+		if problem := cfg.Check(name); problem != "" {
+			dc := fc.Destinations[name]
+			probs.add(max(dc.Retention.Line, dc.KeyRetentionSeconds.Line, fc.Defaults.Retention.Line), "destinations."+name+".retention", problem)
+		}
 	}
 	var tokens []handlers.Token
 	for i, tc := range fc.Tokens {
@@ -173,9 +217,9 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 	}
 	routing := fc.Alerts.routing(probs)
 	if err := probs.err(); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, err
+		return items.Config{}, alerts.Routing{}, nil, nil, err
 	}
-	return cfg, routing, tokens, nil
+	return cfg, routing, tokens, lookups, nil
 }
 
 var (
@@ -183,9 +227,10 @@ var (
 	wrongKind    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`[^`]*` )?into (\\S+)$")
 )
 
-// yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7: unknown field
-// dedup") instead of Go's.
-func yamlProblems(err error) []string {
+// yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7:
+// destinations.billing.dedup: unknown field (did you mean dedupe?)") instead of Go's. root is the
+// file's node tree, in which an unknown field's path is found.
+func yamlProblems(err error, root *yaml.Node) []string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
@@ -194,7 +239,8 @@ func yamlProblems(err error) []string {
 	out := make([]string, len(te.Errors))
 	for i, e := range te.Errors {
 		if m := unknownField.FindStringSubmatch(e); m != nil {
-			e = fmt.Sprintf("line %s: unknown field %s", m[1], m[2])
+			line, _ := strconv.Atoi(m[1])
+			e = fmt.Sprintf("line %s: %s", m[1], unknownFieldProblem(root, line, m[2]))
 		} else if m := wrongKind.FindStringSubmatch(e); m != nil {
 			want := "a mapping of names to settings"
 			if strings.HasPrefix(m[3], "[]") {
@@ -209,6 +255,99 @@ func yamlProblems(err error) []string {
 		out[i] = e
 	}
 	return out
+}
+
+// unknownFieldProblem says where the unknown field name on line is ("destinations.billing.max_attempt")
+// and which known field it probably meant, or, when none is close, which fields are known there.
+func unknownFieldProblem(root *yaml.Node, line int, name string) string {
+	path, known := findUnknown(root, reflect.TypeFor[fileConfig](), "", line, name)
+	if known == nil {
+		return "unknown field " + name
+	}
+	if guess := nearest(name, known); guess != "" {
+		return fmt.Sprintf("%s: unknown field (did you mean %s?)", path, guess)
+	}
+	return fmt.Sprintf("%s: unknown field (known here: %s)", path, strings.Join(known, ", "))
+}
+
+// findUnknown walks the node tree n alongside the configuration type t to the mapping key name on line
+// that t does not declare, and returns its dotted path and the fields t declares there.
+func findUnknown(n *yaml.Node, t reflect.Type, path string, line int, name string) (string, []string) {
+	switch {
+	case n == nil:
+		return "", nil
+	case n.Kind == yaml.DocumentNode && len(n.Content) > 0:
+		return findUnknown(n.Content[0], t, path, line, name)
+	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
+		for i, c := range n.Content {
+			if p, known := findUnknown(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i), line, name); known != nil {
+				return p, known
+			}
+		}
+	case n.Kind == yaml.MappingNode && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map):
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, value := n.Content[i], n.Content[i+1]
+			at := strings.TrimPrefix(path+"."+key.Value, ".")
+			if t.Kind() == reflect.Map {
+				if p, known := findUnknown(value, t.Elem(), at, line, name); known != nil {
+					return p, known
+				}
+				continue
+			}
+			var fields []string
+			var match reflect.Type
+			for f := range t.Fields() {
+				if tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); tag != "" && tag != "-" && tag != "secret" {
+					fields = append(fields, tag)
+					if tag == key.Value {
+						match = f.Type
+					}
+				}
+			}
+			if match == nil && key.Line == line && key.Value == name {
+				return at, fields
+			}
+			if match != nil {
+				if p, known := findUnknown(value, match, at, line, name); known != nil {
+					return p, known
+				}
+			}
+		}
+	}
+	return "", nil
+}
+
+// nearest returns the known field name closest to name by edit distance, if it is close enough to be a
+// typo of it (at most a third of its letters differ, and at least one may), or "".
+func nearest(name string, known []string) string {
+	best, bestDist := "", max(1, len(name)/3)+1
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(name), k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes (field names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // check adds the type problem of a field, if any, and reports whether the field holds a usable value.
@@ -266,6 +405,12 @@ func (dc destinationConfig) destination(where string, probs *configProblems) ite
 			probs.add(dc.EscalateAfter.Line, where+".escalate_after", "must not be negative")
 		}
 		d.EscalateAfter = time.Duration(dc.EscalateAfter.Value)
+	}
+	if check(dc.Retention, where+".retention", probs) {
+		if dc.Retention.Value <= 0 {
+			probs.add(dc.Retention.Line, where+".retention", "must be positive")
+		}
+		d.Retention = time.Duration(dc.Retention.Value)
 	}
 	return d
 }

@@ -114,6 +114,16 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	if len(args) > 0 && isHelpFlag(args[0]) {
 		return m.help(ctx, nil) // "companion --help" is the program's help; "companion serve --help" is serve's
 	}
+	// "companion --version" and "companion <command> --version" print the version, as "companion version"
+	// does, whatever the command: the flag is asked of every program and no command has one of its own.
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "--version" || a == "-version" {
+			return m.version(ctx, nil)
+		}
+	}
 	name := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		name, args = args[0], args[1:]
@@ -291,6 +301,7 @@ commands:
 	for _, c := range commands {
 		fmt.Fprintf(m.Stdout, "  %-11s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(m.Stdout, "\nRun \"companion <command> --help\" for a command's flags and environment.\n")
+	fmt.Fprint(m.Stdout, "\nRun \"companion <command> --help\" (or \"companion help <command>\") for a command's flags and\n"+
+		"environment; \"companion --version\" prints the version. Without installing: go run ./cmd/companion <command>.\n")
 	return nil
 }

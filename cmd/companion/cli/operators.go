@@ -47,10 +47,16 @@ type apiError struct {
 	Status  int
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// hint says what to change on this side, for the answers whose cause is the CLI's own setting.
+	hint string
 }
 
 func (e *apiError) Error() string {
-	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	msg := fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+	if e.hint != "" {
+		msg += "\n" + e.hint
+	}
+	return msg
 }
 
 // do sends a request and returns the body of a 2xx answer; any other answer is an *apiError.
@@ -90,6 +96,16 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 			e.Error = apiError{Code: "http_error", Message: strings.TrimSpace(string(b))}
 		}
 		e.Error.Status = resp.StatusCode
+		switch {
+		case resp.StatusCode == http.StatusUnauthorized && c.token == "":
+			e.Error.hint = fmt.Sprintf("The service at %s has tokens: set COMPANION_TOKEN to the secret of an operator token "+
+				"(the last part of name:tenant:operator:secret in its COMPANION_TOKENS).", c.base)
+		case resp.StatusCode == http.StatusUnauthorized:
+			e.Error.hint = fmt.Sprintf("The service at %s knows no token with the secret in COMPANION_TOKEN: check it against "+
+				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
+		case resp.StatusCode == http.StatusForbidden:
+			e.Error.hint = "COMPANION_TOKEN is a workflow token; this command needs one of role operator."
+		}
 		return nil, &e.Error
 	}
 	return b, nil
@@ -501,15 +517,16 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	if err := json.Unmarshal(b, &it); err != nil {
 		return fmt.Errorf("unexpected answer: %w", err)
 	}
-	what := "resolved"
-	if it.Reason == "unchanged" {
-		what = "already resolved so"
-	}
-	if *outcome == "acknowledged" {
-		fmt.Fprintf(m.Stdout, "%s %s as acknowledged: still %s, needs no person\n", what, it.Key, it.State)
+	if r := it.Resolution; it.Reason == "unchanged" && r != nil {
+		fmt.Fprintf(m.Stdout, "%s was already resolved as %s by %s at %s, with the same evidence; nothing changed (state %s)\n",
+			it.Key, r.Outcome, r.By, r.At.Format(time.RFC3339), it.State)
 		return nil
 	}
-	fmt.Fprintf(m.Stdout, "%s %s as %s: now %s\n", what, it.Key, *outcome, it.State)
+	if *outcome == "acknowledged" {
+		fmt.Fprintf(m.Stdout, "resolved %s as acknowledged: still %s, needs no person\n", it.Key, it.State)
+		return nil
+	}
+	fmt.Fprintf(m.Stdout, "resolved %s as %s: now %s\n", it.Key, *outcome, it.State)
 	return nil
 }
 
@@ -532,6 +549,7 @@ type apiMeasures struct {
 	SameKeyRecoveries          int            `json:"same_key_recoveries"`
 	ManualResolutions          int            `json:"manual_resolutions"`
 	DuplicateEffects           int            `json:"duplicate_effects"`
+	Removed                    int            `json:"removed"`
 }
 
 func (m *Main) stats(ctx context.Context, args []string) error {
@@ -562,15 +580,15 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "tenant %s at %s\n\n", st.Tenant, st.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\t")
+	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\tREMOVED\t")
 	line := func(name string, m apiMeasures) {
 		oldest := "-"
 		if m.OldestUnresolvedAgeSeconds > 0 {
 			oldest = ago(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
 			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
-			m.ManualResolutions, m.DuplicateEffects)
+			m.ManualResolutions, m.DuplicateEffects, m.Removed)
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.Destinations)) {
 		line(name, st.Destinations[name])

@@ -25,16 +25,16 @@ func run(t *testing.T, env map[string]string, args ...string) (string, error) {
 func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	dir := t.TempDir()
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir,
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret,anna:acme:operator:op-secret", "COMPANION_SWEEP_EVERY": "@every 1h"})
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,anna:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
 	if !strings.Contains(svc.err.String(), "alerts log only") {
 		t.Errorf("the start line does not say that alerts go to the log:\n%s", svc.err)
 	}
 	for _, key := range []string{"inv-1", "inv-2"} {
-		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
-		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 	}
-	call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"inv-3","payload":{"n":1}}`)
-	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret"}
+	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1}}`)
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
 
 	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
@@ -74,8 +74,13 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("items resolve: %v %q", err, out)
 	}
 	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
-	if err != nil || !strings.HasPrefix(out, "already resolved so inv-1") {
+	if err != nil || !strings.HasPrefix(out, "inv-1 was already resolved as succeeded by anna at ") ||
+		!strings.HasSuffix(out, "with the same evidence; nothing changed (state succeeded)\n") {
 		t.Fatalf("repeated resolve: %v %q", err, out)
+	}
+	_, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "not_committed", "--evidence", "looked again: no invoice after all")
+	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || !strings.Contains(err.Error(), "(resolved as succeeded by anna at ") {
+		t.Fatalf("a second, different resolution: %v", err)
 	}
 	_, err = run(t, env, "items", "resolve", "inv-3", "--outcome", "succeeded", "--evidence", "it is there, I saw it")
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || cli.ExitCode(err) != 1 {
@@ -90,9 +95,9 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") {
 		t.Fatalf("acknowledging a succeeded item without a duplicate effect: %v", err)
 	}
-	_, d := call(t, svc, "POST", "/v1/before-write", "wf-secret", `{"key":"dup","payload":{"n":1}}`)
+	_, d := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"dup","payload":{"n":1}}`)
 	for _, id := range []string{"INV-90", "INV-91"} {
-		call(t, svc, "POST", "/v1/after-write", "wf-secret", `{"key":"dup","claim":"`+d["claim"].(string)+`","outcome":"succeeded","external_id":"`+id+`"}`)
+		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"dup","claim":"`+d["claim"].(string)+`","outcome":"succeeded","external_id":"`+id+`"}`)
 	}
 	_, err = run(t, env, "items", "resolve", "dup", "--outcome", "acknowledged", "--evidence", "voided INV-91", "--external-id", "INV-91")
 	if cli.ExitCode(err) != 2 {
@@ -102,16 +107,24 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err != nil || out != "resolved dup as acknowledged: still succeeded, needs no person\n" {
 		t.Fatalf("items resolve --outcome acknowledged: %v %q", err, out)
 	}
-	if _, it := call(t, svc, "GET", "/v1/items/dup", "op-secret", ""); it["needs_person"] != false || it["duplicate_effect"] != true {
+	if _, it := call(t, svc, "GET", "/v1/items/dup", "op-secret-0123456789", ""); it["needs_person"] != false || it["duplicate_effect"] != true {
 		t.Fatalf("after acknowledged: %v", it)
 	}
 	_, err = run(t, env, "items", "show", "nope")
 	if err == nil || !strings.Contains(err.Error(), "not_found (HTTP 404)") {
 		t.Fatalf("show a missing key: %v", err)
 	}
-	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret"}, "stats")
-	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") {
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret-0123456789"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") || !strings.Contains(err.Error(), "needs one of role operator") {
 		t.Fatalf("stats with a workflow token: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
+		t.Fatalf("stats without COMPANION_TOKEN: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "not-a-known-secret-0000"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
+		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
 
 	out, err = run(t, env, "stats")
@@ -124,8 +137,8 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 			all = strings.Join(strings.Fields(l), " ")
 		}
 	}
-	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates
-	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1") {
+	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed
+	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0") {
 		t.Fatalf("stats total line %q:\n%s", all, out)
 	}
 	out, err = run(t, env, "stats", "--json")
@@ -173,6 +186,29 @@ func TestSweepOnceSendsDueAlertsToTheLog(t *testing.T) {
 	}
 	if _, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep"); cli.ExitCode(err) != 2 {
 		t.Fatalf("sweep without --once: %v", err)
+	}
+}
+
+// TestSweepOnceRefusesAMissingLedger: run from the wrong directory, sweep --once would create an empty
+// ledger and report that all is well; it refuses, creates nothing, and starts one only with --create.
+func TestSweepOnceRefusesAMissingLedger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "elsewhere")
+	_, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once")
+	if err == nil || !strings.Contains(err.Error(), "no ledger in "+dir) || !strings.Contains(err.Error(), "--create") {
+		t.Fatalf("sweep --once on a missing ledger: %v", err)
+	}
+	if _, statErr := os.Stat(dir); statErr == nil {
+		t.Fatalf("the refused sweep created %s", dir)
+	}
+	out, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once", "--create")
+	if err != nil || !strings.Contains(out, "0 lease(s) expired") {
+		t.Fatalf("sweep --once --create: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "companion.db")); err != nil {
+		t.Fatalf("--create made no ledger: %v", err)
+	}
+	if _, err := run(t, map[string]string{"COMPANION_DATA_DIR": dir}, "sweep", "--once"); err != nil {
+		t.Fatalf("sweep --once on the ledger --create made: %v", err)
 	}
 }
 

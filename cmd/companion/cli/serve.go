@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,17 +25,24 @@ import (
 const serveSynopsis = `Runs the HTTP service: the before-write / after-write protocol over a durable per-item ledger.
 
 Each flag has an environment twin; a flag given on the command line wins over it.
-Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator), or
-from the file COMPANION_TOKENS_FILE names, and/or from "tokens:" in the config file. Without tokens
+Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow or operator; each
+secret at least 16 characters, without spaces or ';'), or from the file COMPANION_TOKENS_FILE names,
+and/or from "tokens:" in the config file; the start line names them (never their secrets). Without tokens
 the service runs open (tenant "default", role operator) and listens on loopback addresses only.
 SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.
 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions.
+else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
+the unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
+removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
+
+// RetentionEvery is how often serve removes the settled items past their destination's retention
+// (items.Retention), starting at start.
+const RetentionEvery = 10 * time.Minute
 
 // serveOptions are serve's settings from flags and environment.
 type serveOptions struct {
@@ -80,6 +89,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	lookups, err := m.lookups(o)
+	if err != nil {
+		return err
+	}
 	slackCfg, err := m.slackSettings()
 	if err != nil {
 		return err
@@ -105,6 +118,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
+	prober, err := newProber(ledger, lookups, log)
+	if err != nil {
+		store.Close()
+		return err
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
@@ -113,6 +131,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
+	if prober != nil {
+		hc.Metrics = handlers.NewMetrics()
+		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
+			store.Close()
+			return err
+		}
+	}
 	srv := &http.Server{
 		Handler:           handlers.New(hc),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -136,6 +161,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
+	if rs, ok := store.(items.RetentionStore); ok {
+		ret, err := items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log})
+		if err != nil {
+			return err
+		}
+		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
+	}
+	m.runProbes(prober, o.sweepEvery)
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 
 	addr := ln.Addr().String()
@@ -144,11 +177,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	m.mu.Unlock()
 	auth := "off (open mode: tenant default, role operator, loopback only)"
 	if len(tokens) > 0 {
-		auth = fmt.Sprintf("on (%d token(s))", len(tokens))
+		auth = fmt.Sprintf("on (%d token(s): %s)", len(tokens), tokenNames(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; auth %s; sweep %s; alerts %s", versionString(), addr, where, auth,
-		o.sweepEvery, alertSvc.where),
-		slog.String("addr", addr), slog.String("store", where), slog.Bool("auth", len(tokens) > 0),
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where,
+		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
+		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
 		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
 	return nil
 }
@@ -190,10 +223,39 @@ func (m *Main) envTokens() ([]handlers.Token, error) {
 		v, source = string(b), "COMPANION_TOKENS_FILE "+file
 	}
 	tokens, err := handlers.ParseTokens(v)
+	if err == nil {
+		err = handlers.CheckTokens(tokens) // here, so that the message names the source
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return tokens, nil
+}
+
+// configLine says which configuration file the service read and which destinations it configured, for
+// the start line: "config /etc/companion.yaml (destinations billing, crm)".
+func configLine(path string, cfg items.Config) string {
+	if path == "" {
+		return fmt.Sprintf("config none (every destination on the defaults: dedupe none, %d attempts, %d s leases)",
+			items.DefaultMaxAttempts, items.DefaultLeaseSeconds)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	if len(cfg.Destinations) == 0 {
+		return "config " + path + " (no destinations: the defaults for every one)"
+	}
+	return fmt.Sprintf("config %s (destinations %s)", path, strings.Join(slices.Sorted(maps.Keys(cfg.Destinations)), ", "))
+}
+
+// tokenNames lists the tokens for the start line, "ops (acme, operator), n8n (acme, workflow)": their
+// names, tenants and roles, never their secrets.
+func tokenNames(tokens []handlers.Token) string {
+	parts := make([]string, len(tokens))
+	for i, t := range tokens {
+		parts[i] = fmt.Sprintf("%s (%s, %s)", t.Name, t.Tenant, t.Role)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // loopback reports whether addr listens on a loopback interface only.

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
+	"github.com/replaysafe/companion/probes"
 )
 
 func init() {
@@ -172,15 +176,20 @@ func (m *Main) runSweeps(a *alertServices, spec string) {
 }
 
 const sweepSynopsis = `Sweeps the ledger once and sends the alerts that are due, then exits: records expired leases as
-unknown, marks the items that need a person, and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
+unknown, marks the items that need a person, makes the probes that are due (destinations with a
+"lookup:"), and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
 and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its --sweep-every schedule;
-this command is for cron jobs and for trying a configuration. It opens the same ledger as serve.`
+this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
+SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
+none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
+given.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
 	var o serveOptions
-	var once, asJSON bool
+	var once, asJSON, create bool
 	fs.BoolVar(&once, "once", false, "sweep once and exit (required)")
+	fs.BoolVar(&create, "create", false, "start a new, empty ledger when --data-dir holds none")
 	fs.BoolVar(&asJSON, "json", false, "print what the sweep did as JSON")
 	fs.StringVar(&o.dataDir, "data-dir", m.env("COMPANION_DATA_DIR", "./companion-data"), "`directory` of the embedded ledger (env COMPANION_DATA_DIR)")
 	fs.StringVar(&o.configPath, "config", m.env("COMPANION_CONFIG", ""), "YAML configuration `file` (env COMPANION_CONFIG)")
@@ -194,8 +203,15 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	lookups, err := m.lookups(o)
+	if err != nil {
+		return err
+	}
 	slackCfg, err := m.slackSettings()
 	if err != nil {
+		return err
+	}
+	if err := m.ledgerExists(o); err != nil && !create {
 		return err
 	}
 	store, where, err := m.openStore(ctx, o)
@@ -216,20 +232,54 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("sweep: %w", err)
 	}
+	prober, err := newProber(ledger, lookups, log)
+	if err != nil {
+		return err
+	}
+	var probed probes.Counts
+	if prober != nil {
+		if probed, err = prober.RunOnce(ctx); err != nil {
+			return fmt.Errorf("probes: %w", err)
+		}
+	}
 	sent, err := a.dispatcher.RunOnce(ctx)
 	a.dispatcher.Wait()
 	if err != nil {
 		return fmt.Errorf("alerts: %w", err)
 	}
 	if asJSON {
-		return json.NewEncoder(m.Stdout).Encode(map[string]any{"sweep": swept, "alerts": sent})
+		return json.NewEncoder(m.Stdout).Encode(map[string]any{"sweep": swept, "probes": probed, "alerts": sent})
 	}
 	fmt.Fprintf(m.Stdout, "swept %s: %d lease(s) expired, %d item(s) newly need a person", where, swept.Expired, sum(swept.NeedsPerson))
 	for _, cause := range slices.Sorted(maps.Keys(swept.NeedsPerson)) {
 		fmt.Fprintf(m.Stdout, " (%s %d)", cause, swept.NeedsPerson[cause])
 	}
+	if prober != nil {
+		fmt.Fprintf(m.Stdout, "\nprobes of %s: %d read(s), %d item(s) settled", probesDescription(prober), sum(probed.Reads), sum(probed.Settled))
+	}
 	fmt.Fprintf(m.Stdout, "\nalerts to %s: %d queued, %d message(s) with %d alert(s), %d escalated, %d closed unsent, %d failed delivery\n",
 		a.where, sent.Queued, sent.Messages, sent.Alerted, sent.Escalated, sent.Closed, sent.Failed)
+	return nil
+}
+
+// ledgerExists returns why a one-shot command should not open the ledger of o: the SQLite file is not in
+// the data dir, so opening would create a new, empty ledger. A MongoDB ledger is named by its URI and is
+// not checked.
+func (m *Main) ledgerExists(o serveOptions) error {
+	if m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != "" {
+		return nil
+	}
+	dir, err := filepath.Abs(o.dataDir)
+	if err != nil {
+		return fmt.Errorf("data dir %s: %w", o.dataDir, err)
+	}
+	file := filepath.Join(dir, sqlitestore.FileName)
+	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("no ledger in %s (%s does not exist): give the data dir serve uses (--data-dir or COMPANION_DATA_DIR), "+
+			"or --create to start a new, empty ledger there", dir, sqlitestore.FileName)
+	} else if err != nil {
+		return fmt.Errorf("cannot read the ledger in data dir %s: %w", dir, err)
+	}
 	return nil
 }
 

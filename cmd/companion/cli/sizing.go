@@ -1,0 +1,355 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/replaysafe/companion/items/sqlitestore"
+)
+
+func init() {
+	commands = append(commands, command{"bench", "measure a deployment's throughput and latency (sizing)", (*Main).bench})
+}
+
+const benchSynopsis = `Measures a running deployment: it claims and reports new items through the workflow API, one item
+per call pair (--mode single: before-write, then after-write) or --batch items per call pair (--mode
+batch: batches/before-write, then batches/after-write), from --callers callers at once, and prints a
+progress line while it runs and a summary (items/s, p50/p99 per call, errors).
+
+  companion bench --items 10000 --callers 32
+  companion bench --mode batch --batch 500 --callers 1 --items 100000
+  companion bench --floor /var/lib/companion --items 0     (the disk's floor alone)
+
+--floor DIR also measures the disk's naive floor in DIR, in the same run: two fsync'd single-row SQLite
+transactions per item through database/sql, no HTTP. Run it on the deployment's data disk.
+
+Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
+bench-<UTC time>): it prints how to list them at the end. They are real items of the tenant of the
+token; keep them apart by running against a tenant of its own.
+
+It talks to COMPANION_URL (default http://127.0.0.1:8080) with COMPANION_TOKEN, a workflow or operator
+token (not needed when the service runs open on loopback); --url and --token override them.`
+
+// benchOptions are the flags of companion bench.
+type benchOptions struct {
+	url, token, mode, prefix, floor   string
+	callers, items, batch, floorItems int
+}
+
+// benchPrefix is what a key's workflow part may be.
+var benchPrefix = regexp.MustCompile(`^[A-Za-z0-9._@+=~-]{1,120}$`)
+
+func (m *Main) bench(ctx context.Context, args []string) error {
+	fs := m.newFlags("bench", benchSynopsis)
+	var o benchOptions
+	fs.StringVar(&o.url, "url", m.env("COMPANION_URL", "http://127.0.0.1:8080"), "the deployment's `URL` (env COMPANION_URL)")
+	fs.StringVar(&o.token, "token", m.Getenv("COMPANION_TOKEN"), "a workflow or operator `token` (env COMPANION_TOKEN)")
+	fs.StringVar(&o.mode, "mode", "single", "single (before-write + after-write per item) or batch")
+	fs.IntVar(&o.callers, "callers", 32, "callers at once")
+	fs.IntVar(&o.items, "items", 10000, "items to claim and report (0: only --floor)")
+	fs.IntVar(&o.batch, "batch", 500, "items per batch call, 1-500 (--mode batch)")
+	fs.StringVar(&o.prefix, "prefix", "bench-"+time.Now().UTC().Format("20060102T150405"), "the keys' first part (their `workflow`)")
+	fs.StringVar(&o.floor, "floor", "", "also measure the fsync'd SQLite floor in `DIR`")
+	fs.IntVar(&o.floorItems, "floor-items", 2000, "items of the floor measurement")
+	if done, err := m.parse(fs, args); done {
+		return err
+	}
+	switch {
+	case o.mode != "single" && o.mode != "batch":
+		return usageErrorf("bench: --mode is single or batch, not %q", o.mode)
+	case o.callers < 1 || o.callers > 1024:
+		return usageErrorf("bench: --callers must be 1-1024")
+	case o.items < 0:
+		return usageErrorf("bench: --items must not be negative")
+	case o.batch < 1 || o.batch > 500:
+		return usageErrorf("bench: --batch must be 1-500")
+	case !benchPrefix.MatchString(o.prefix):
+		return usageErrorf("bench: --prefix must be 1-120 characters of A-Z a-z 0-9 . _ @ + = ~ - (no colon)")
+	case o.items == 0 && o.floor == "":
+		return usageErrorf("bench: nothing to measure: --items 0 and no --floor")
+	case o.floor != "" && o.floorItems < 1:
+		return usageErrorf("bench: --floor-items must be at least 1")
+	}
+	base := strings.TrimRight(o.url, "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErrorf("bench: --url %q is not an http(s) URL", o.url)
+	}
+	var floor *sqlitestore.FloorResult
+	if o.floor != "" {
+		if st, err := os.Stat(o.floor); err != nil || !st.IsDir() {
+			return usageErrorf("bench: --floor %q is not a directory", o.floor)
+		}
+		fmt.Fprintf(m.Stderr, "floor: %d items, two fsync'd SQLite transactions each, in %s\n", o.floorItems, o.floor)
+		r, err := sqlitestore.Floor(ctx, o.floor, o.floorItems)
+		if err != nil {
+			return err
+		}
+		floor = &r
+	}
+	var run *benchRun
+	if o.items > 0 {
+		run = newBenchRun(base, o)
+		if err := run.do(ctx, m.Stderr); err != nil {
+			return err
+		}
+	}
+	m.benchSummary(o, run, floor)
+	if run != nil && run.failed.Load() > 0 {
+		return fmt.Errorf("bench: %d calls failed; the first: %s", run.failed.Load(), run.firstError())
+	}
+	return nil
+}
+
+// benchRun is one load of a deployment.
+type benchRun struct {
+	o      benchOptions
+	base   string
+	client *http.Client
+	next   atomic.Int64 // the next item to claim
+	done   atomic.Int64 // items reported
+	failed atomic.Int64 // calls that failed
+	took   time.Duration
+
+	mu    sync.Mutex
+	first error
+	calls map[string][]time.Duration // per kind of call, the duration of each call that succeeded
+}
+
+func newBenchRun(base string, o benchOptions) *benchRun {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = o.callers*2, o.callers*2
+	return &benchRun{o: o, base: base, client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, calls: map[string][]time.Duration{}}
+}
+
+func (r *benchRun) firstError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.first
+}
+
+// do runs the callers until every item is claimed and reported (or ctx ends), printing a progress line
+// to progress every second.
+func (r *benchRun) do(ctx context.Context, progress io.Writer) error {
+	start := time.Now()
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				fmt.Fprintf(progress, "\r%s\n", r.progressLine(time.Since(start)))
+				return
+			case <-tick.C:
+				fmt.Fprintf(progress, "\r%s", r.progressLine(time.Since(start)))
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for range r.o.callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := map[string][]time.Duration{}
+			for ctx.Err() == nil {
+				n := 1
+				if r.o.mode == "batch" {
+					n = r.o.batch
+				}
+				from := int(r.next.Add(int64(n))) - n
+				if from >= r.o.items {
+					break
+				}
+				to := min(from+n, r.o.items)
+				if err := r.claimAndReport(ctx, from, to, mine); err != nil {
+					r.failed.Add(1)
+					r.mu.Lock()
+					if r.first == nil {
+						r.first = err
+					}
+					r.mu.Unlock()
+				}
+			}
+			r.mu.Lock()
+			for k, v := range mine {
+				r.calls[k] = append(r.calls[k], v...)
+			}
+			r.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r.took = time.Since(start)
+	close(stopProgress)
+	<-progressDone
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bench: stopped: %w", err)
+	}
+	return nil
+}
+
+func (r *benchRun) progressLine(took time.Duration) string {
+	done := r.done.Load()
+	return fmt.Sprintf("%d/%d items  %.0f items/s  %d errors  %s", done, r.o.items, float64(done)/max(took.Seconds(), 1e-9),
+		r.failed.Load(), took.Round(time.Second))
+}
+
+func (r *benchRun) key(i int) string { return fmt.Sprintf("%s:i%07d:write:0", r.o.prefix, i) }
+
+// claimAndReport claims items [from, to) and reports each succeeded: two calls, single or batch.
+func (r *benchRun) claimAndReport(ctx context.Context, from, to int, calls map[string][]time.Duration) error {
+	type answer struct {
+		Key      string `json:"key"`
+		Decision string `json:"decision"`
+		Reason   string `json:"reason"`
+		Claim    string `json:"claim"`
+	}
+	claimOf := func(a answer) (map[string]any, error) {
+		if a.Decision != "proceed" {
+			return nil, fmt.Errorf("before-write %s answered %s/%s, not proceed (keys of an earlier run? use another --prefix)", a.Key, a.Decision, a.Reason)
+		}
+		return map[string]any{"key": a.Key, "claim": a.Claim, "outcome": "succeeded", "external_id": "bench-" + a.Key}, nil
+	}
+	item := func(i int) map[string]any {
+		return map[string]any{"key": r.key(i), "payload": map[string]any{"bench": r.o.prefix, "n": i}, "lease_seconds": 300}
+	}
+	if r.o.mode == "single" {
+		var a answer
+		if err := r.call(ctx, "before-write", "/v1/before-write", item(from), &a, calls); err != nil {
+			return err
+		}
+		report, err := claimOf(a)
+		if err != nil {
+			return err
+		}
+		if err := r.call(ctx, "after-write", "/v1/after-write", report, nil, calls); err != nil {
+			return err
+		}
+		r.done.Add(1)
+		return nil
+	}
+	its := make([]map[string]any, 0, to-from)
+	for i := from; i < to; i++ {
+		its = append(its, item(i))
+	}
+	var b struct {
+		Items []answer `json:"items"`
+	}
+	batchID := fmt.Sprintf("%s-b%07d", r.o.prefix, from)
+	if err := r.call(ctx, "batch before-write", "/v1/batches/before-write", map[string]any{"batch_id": batchID, "items": its}, &b, calls); err != nil {
+		return err
+	}
+	reports := make([]map[string]any, 0, len(b.Items))
+	for _, a := range b.Items {
+		report, err := claimOf(a)
+		if err != nil {
+			return err
+		}
+		reports = append(reports, report)
+	}
+	if err := r.call(ctx, "batch after-write", "/v1/batches/after-write", map[string]any{"items": reports}, nil, calls); err != nil {
+		return err
+	}
+	r.done.Add(int64(to - from))
+	return nil
+}
+
+// call POSTs body to path and decodes a 200 answer into out (unless nil), recording the call's duration
+// under kind.
+func (r *benchRun) call(ctx context.Context, kind, path string, body, out any, calls map[string][]time.Duration) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if r.o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.o.token)
+	}
+	start := time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	answer, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if err != nil {
+		return fmt.Errorf("%s: %w", kind, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: HTTP %d: %s", kind, resp.StatusCode, strings.TrimSpace(string(answer[:min(len(answer), 300)])))
+	}
+	if out != nil {
+		if err := json.Unmarshal(answer, out); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
+	}
+	calls[kind] = append(calls[kind], took)
+	return nil
+}
+
+// percentile returns the p-th percentile (0-100) of sorted durations, by the nearest rank.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p/100+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// benchSummary prints the summary table.
+func (m *Main) benchSummary(o benchOptions, run *benchRun, floor *sqlitestore.FloorResult) {
+	w := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "\tcalls\titems\titems/s\tp50/call\tp99/call\terrors\t")
+	var rate float64
+	if run != nil {
+		rate = float64(run.done.Load()) / run.took.Seconds()
+		kinds := []string{"before-write", "after-write"}
+		if o.mode == "batch" {
+			kinds = []string{"batch before-write", "batch after-write"}
+		}
+		for _, k := range kinds {
+			d := slices.Clone(run.calls[k])
+			slices.Sort(d)
+			fmt.Fprintf(w, "%s\t%d\t\t\t%s\t%s\t\t\n", k, len(d), ms(percentile(d, 50)), ms(percentile(d, 99)))
+		}
+		name := fmt.Sprintf("%s, %d callers", o.mode, o.callers)
+		if o.mode == "batch" {
+			name = fmt.Sprintf("batch of %d, %d callers", o.batch, o.callers)
+		}
+		fmt.Fprintf(w, "%s\t\t%d\t%.0f\t\t\t%d\t\n", name, run.done.Load(), rate, run.failed.Load())
+	}
+	if floor != nil {
+		d := slices.Clone(floor.Commits)
+		slices.Sort(d)
+		fmt.Fprintf(w, "floor (2 fsync'd SQLite commits/item)\t%d\t%d\t%.0f\t%s\t%s\t0\t\n", len(d), floor.Items, floor.ItemsPerSecond(),
+			ms(percentile(d, 50)), ms(percentile(d, 99)))
+	}
+	w.Flush()
+	if run != nil && floor != nil && floor.ItemsPerSecond() > 0 {
+		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s).\n", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
+	}
+	if run != nil {
+		fmt.Fprintf(m.Stdout, "\nThe items are the tenant's, keys %s:i…:write:0; list them with\n  companion items list --workflow %s --all\n", o.prefix, o.prefix)
+	}
+}

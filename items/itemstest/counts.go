@@ -1,0 +1,168 @@
+package itemstest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// exerciseKeptCounts drives a random sequence of transitions (claims single and in batches, reports of
+// every outcome, reconciles, resolutions, needs-person marks, expired leases) over a few tenants,
+// destinations and keys, and checks after every round that Stats, which stores answer from counts they
+// keep as items change, equals a recount of every item read back from the store.
+func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
+	t.Run("CountsEqualARecount", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, 13))
+		tenants := []string{tenantA, tenantB}
+		dests := []string{destDefault, destKeyed, destSearchable}
+		type ref struct{ tenant, key string }
+		var known []ref
+		seen := map[ref]bool{}
+		claims := map[ref]string{}
+		payloads := []string{payloadA, payloadA, payloadA, `{"other":true}`}
+		for round := 0; round < 6; round++ {
+			for step := 0; step < 40; step++ {
+				tenant := tenants[rng.IntN(len(tenants))]
+				hh := h.as(tenant)
+				r := ref{tenant, fmt.Sprintf("k%02d", rng.IntN(24))}
+				if !seen[r] {
+					seen[r] = true
+					known = append(known, r)
+				}
+				opts := []bwOpt{dest(dests[rng.IntN(len(dests))]), lease(30 + rng.IntN(120))}
+				switch op := rng.IntN(10); {
+				case op < 3:
+					a, err := hh.ledger.BeforeWrite(hh.ctx, hh.params(r.key, payloads[rng.IntN(len(payloads))], opts...))
+					if err == nil && a.Claim != "" {
+						claims[r] = a.Claim
+					}
+				case op == 3:
+					// A batch of a few keys, some repeated.
+					var ps []items.BeforeWriteParams
+					for range 1 + rng.IntN(6) {
+						k := fmt.Sprintf("k%02d", rng.IntN(24))
+						if !seen[ref{tenant, k}] {
+							seen[ref{tenant, k}] = true
+							known = append(known, ref{tenant, k})
+						}
+						ps = append(ps, hh.params(k, payloadA, opts...))
+					}
+					as, err := hh.ledger.BeforeWriteMany(hh.ctx, tenant, ps)
+					if err == nil {
+						for i, a := range as {
+							if a.Claim != "" {
+								claims[ref{tenant, ps[i].Key}] = a.Claim
+							}
+						}
+					}
+				case op < 7:
+					c, ok := claims[r]
+					if !ok {
+						continue
+					}
+					reports := []items.AfterWriteParams{succeeded(c, "x-"+r.key), failedClass(c, items.ClassTimeout),
+						failedClass(c, items.ClassDNS), failedStatus(c, 422), failedStatus(c, 503), unknownOutcome(c)}
+					_, _ = hh.awErr(r.key, reports[rng.IntN(len(reports))])
+				case op == 7:
+					outcomes := []string{items.ResolveNotCommitted, items.ResolveSucceeded}
+					_, _, _ = hh.resolve(r.key, outcomes[rng.IntN(len(outcomes))], "looked in the log", "x-"+r.key)
+				case op == 8:
+					_, _ = hh.ledger.MarkNeedsPerson(hh.ctx, tenant, r.key)
+				default:
+					_, _ = hh.ledger.ExpireLease(hh.ctx, tenant, r.key)
+				}
+				if rng.IntN(4) == 0 {
+					h.advance(time.Duration(rng.IntN(90)) * time.Second)
+				}
+			}
+			now := h.now()
+			for _, tenant := range append(tenants, "") {
+				got, err := h.ops.Stats(h.ctx, tenant, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var its []*items.Item
+				for _, r := range known {
+					if tenant != "" && r.tenant != tenant {
+						continue
+					}
+					it, err := h.store.Get(h.ctx, r.tenant, r.key)
+					if err == nil {
+						its = append(its, it)
+					}
+				}
+				want := recount(its, now)
+				if g, w := fmt.Sprintf("%+v", got.Measures), fmt.Sprintf("%+v", want.Measures); g != w {
+					t.Fatalf("round %d, tenant %q: kept counts\n%s\nrecount\n%s", round, tenant, g, w)
+				}
+				for d, w := range want.Destinations {
+					if g := got.Destinations[d]; fmt.Sprintf("%+v", g) != fmt.Sprintf("%+v", w) {
+						t.Fatalf("round %d, tenant %q, destination %s: kept counts\n%+v\nrecount\n%+v", round, tenant, d, g, w)
+					}
+				}
+				if len(got.Destinations) != len(want.Destinations) {
+					t.Fatalf("round %d, tenant %q: destinations %v, recount %v", round, tenant, got.Destinations, want.Destinations)
+				}
+			}
+		}
+	})
+}
+
+// recount measures items from scratch, by the definitions of items.Measures, without the stores' counts.
+// Fingerprint conflicts are not items' measures: this suite adds none.
+func recount(its []*items.Item, now time.Time) items.Stats {
+	st := items.Stats{Measures: items.NewMeasures(), Destinations: map[string]items.Measures{}}
+	attempted := map[string]int{}
+	for _, it := range its {
+		f := it.Facts()
+		for _, d := range []string{"", it.Destination} {
+			m := &st.Measures
+			var dm items.Measures
+			if d != "" {
+				var ok bool
+				if dm, ok = st.Destinations[d]; !ok {
+					dm = items.NewMeasures()
+				}
+				m = &dm
+			}
+			m.Items++
+			m.States[it.State]++
+			if it.NeedsPerson {
+				m.NeedsPerson++
+			}
+			if f.EnteredUnknown {
+				m.EnteredUnknown++
+			}
+			if f.Attempt > 1 {
+				m.Retries += f.Attempt - 1
+			}
+			if f.Attempt >= 1 {
+				attempted[d]++
+			}
+			if f.SameKeyRecovered {
+				m.SameKeyRecoveries++
+			}
+			m.ManualResolutions += f.Resolutions
+			if f.DuplicateEffect {
+				m.DuplicateEffects++
+			}
+			if since, ok := it.UnresolvedSince(now); ok {
+				m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, int64(max(now.Sub(since), 0)/time.Second))
+			}
+			if attempted[d] > 0 {
+				m.RetriesPerOperation = float64(m.Retries) / float64(attempted[d])
+			}
+			if d != "" {
+				st.Destinations[d] = dm
+			}
+		}
+	}
+	return st
+}

@@ -1,0 +1,178 @@
+package items
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Retention: settled items are removed once their destination's retention has passed since their last
+// change, so that a ledger of a million items a day does not grow for ever. An item is settled when
+// nothing can happen to it any more without a new request: it succeeded, or it failed for good (no
+// attempts left, not retryable), or a person settled it, and it does not need a person. Items that are in
+// flight, unknown, prepared, failed and retryable, or that need a person are never removed, however old.
+//
+// A removed item is forgotten: a before-write for its key afterwards is a new item (proceed, reason new),
+// so retention must outlast any replay a workflow could still make. Config refuses a retention shorter
+// than the destination's key_retention_seconds.
+
+// DefaultRetention is how long a settled item is kept after its last change when its destination names
+// no retention.
+const DefaultRetention = 30 * 24 * time.Hour
+
+// Settled reports whether the item may be removed by retention: it does not need a person, and it
+// succeeded, or it failed and the sweeper has nothing left to look at (not retryable, no duplicate
+// effect).
+func (it *Item) Settled() bool {
+	if it.NeedsPerson {
+		return false
+	}
+	return it.State == StateSucceeded || (it.State == StateFailed && !it.Facts().SweepCandidate)
+}
+
+// StateRemoved is the state of the kept counts' group of removed items (CountGroup): its Items are the
+// items retention removed, and its sums keep their measures, so that the cumulative measures (retries,
+// recoveries, resolutions, …) never go down when items are removed. No item is ever in it.
+const StateRemoved State = "removed"
+
+// DestinationRef names a tenant's destination.
+type DestinationRef struct {
+	Tenant      string
+	Destination string
+}
+
+// RemoveParams select the settled items RemoveSettled removes: those of one tenant, destination and
+// state (succeeded or failed), in the order of their last change.
+type RemoveParams struct {
+	DestinationRef
+	State State
+	// ChangedBefore: only items whose last change is at or before it.
+	ChangedBefore time.Time
+	// After continues where the previous call stopped; nil starts at the oldest item.
+	After *RemovePosition
+	// Limit bounds the items removed by one call (and so the time the writer is held).
+	Limit int
+}
+
+// RemovePosition is where a RemoveSettled call stopped: the last change and key of the last item it
+// looked at.
+type RemovePosition struct {
+	UpdatedAt time.Time
+	Key       string
+}
+
+// RetentionStore is what Retention needs of a store.
+type RetentionStore interface {
+	// SettledDestinations returns the tenants' destinations that may hold settled items. Returns
+	// ErrUnavailable.
+	SettledDestinations(ctx context.Context) ([]DestinationRef, error)
+	// RemoveSettled removes up to p.Limit settled items (Item.Settled) of p's tenant, destination and
+	// state whose last change is at or before p.ChangedBefore, after p.After, with their alerts, and
+	// counts them removed in the kept counts. The items are selected without holding the writer (items of
+	// other destinations passed over cost no pause); an item that changed since it was selected is not
+	// removed. It returns how many it removed and where to continue, nil when there is nothing more.
+	// Returns ErrUnavailable.
+	RemoveSettled(ctx context.Context, p RemoveParams) (int, *RemovePosition, error)
+}
+
+// DefaultRemoveLimit is how many items one RemoveSettled call removes at most: small enough that the
+// writer is held for milliseconds, not seconds.
+const DefaultRemoveLimit = 100
+
+// RetentionConfig configures Retention.
+type RetentionConfig struct {
+	Store RetentionStore
+	// Config gives each destination's retention and the clock. Required.
+	Config Config
+	// Limit is the items removed per call. Default DefaultRemoveLimit.
+	Limit int
+	// Logger gets one line per run that removed something. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Retention removes settled items past their destination's retention.
+type Retention struct {
+	cfg RetentionConfig
+}
+
+// NewRetention returns a Retention. It fails when cfg has no store.
+func NewRetention(cfg RetentionConfig) (*Retention, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("items: retention without a store")
+	}
+	if cfg.Limit <= 0 {
+		cfg.Limit = DefaultRemoveLimit
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Config.Now == nil {
+		cfg.Config.Now = time.Now
+	}
+	return &Retention{cfg: cfg}, nil
+}
+
+// RetentionCounts is what one run did.
+type RetentionCounts struct {
+	Removed int
+	// LongestCall is the longest RemoveSettled call: how long the run held the store's writer at most
+	// (on SQLite every other write waits that long).
+	LongestCall time.Duration
+}
+
+// RunOnce removes, destination by destination, the settled items past their retention, a call of up to
+// Limit items at a time, until none is left. It returns what it did and the first error (it goes on with
+// the other destinations after one).
+func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
+	var c RetentionCounts
+	dests, err := r.cfg.Store.SettledDestinations(ctx)
+	if err != nil {
+		return c, err
+	}
+	now := r.cfg.Config.Now()
+	var errs []error
+	for _, d := range dests {
+		cutoff := now.Add(-r.cfg.Config.Destination(d.Destination).Retention)
+		for _, state := range []State{StateSucceeded, StateFailed} {
+			p := RemoveParams{DestinationRef: d, State: state, ChangedBefore: cutoff, Limit: r.cfg.Limit}
+			for ctx.Err() == nil {
+				start := time.Now()
+				n, next, err := r.cfg.Store.RemoveSettled(ctx, p)
+				c.LongestCall = max(c.LongestCall, time.Since(start))
+				c.Removed += n
+				if err != nil {
+					errs = append(errs, fmt.Errorf("retention of %s/%s: %w", d.Tenant, d.Destination, err))
+					break
+				}
+				if next == nil {
+					break
+				}
+				p.After = next
+			}
+		}
+	}
+	if c.Removed > 0 {
+		r.cfg.Logger.Info(fmt.Sprintf("retention removed %d settled items", c.Removed), slog.Int("removed", c.Removed),
+			slog.Duration("longest_call", c.LongestCall))
+	}
+	if len(errs) > 0 {
+		r.cfg.Logger.Error("retention failed", slog.Any("error", errors.Join(errs...)))
+	}
+	return c, errors.Join(errs...)
+}
+
+// Run runs RunOnce every interval until ctx ends.
+func (r *Retention) Run(ctx context.Context, every time.Duration) error {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		_, _ = r.RunOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// Retention (items.Retention). A call removes (with their alerts and probe claims) up to a limit of settled items in one transaction on the
+// writer's connection, so every other write waits for it: the limit keeps that to milliseconds. The file
+// gives the space back as it goes: a ledger created by this build has auto_vacuum=INCREMENTAL, and after
+// each removal the pages it freed (at most vacuumPages) are released, also in small steps. (A ledger
+// created before reuses the freed pages, so it stops growing, but does not shrink; VACUUM, offline,
+// converts it.)
+
+// vacuumPages bounds the pages one incremental vacuum step releases (1 MiB): about what a call of
+// items.DefaultRemoveLimit items frees.
+const vacuumPages = 256
+
+// settledDestinationsSQL lists, from the kept counts, the destinations holding items that may be settled.
+const settledDestinationsSQL = `SELECT DISTINCT tenant, destination FROM item_counts
+	WHERE items > 0 AND needs_person = 0 AND state IN ('succeeded', 'failed')`
+
+// SettledDestinations implements items.RetentionStore.
+func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef, error) {
+	var out []items.DestinationRef
+	err := s.scan(ctx, func(rows *sql.Rows) error {
+		var d items.DestinationRef
+		if err := rows.Scan(&d.Tenant, &d.Destination); err != nil {
+			return err
+		}
+		out = append(out, d)
+		return nil
+	}, settledDestinationsSQL)
+	return out, err
+}
+
+// settledSQL selects, on a reader, the settled items of one tenant, destination and state after a
+// position, oldest change first, walking items_state_changed. Settled is items.Item.Settled in the
+// columns: not needing a person, and succeeded, or failed with nothing for the sweeper (sweep_candidate =
+// 0: not retryable, no duplicate effect). The items of other destinations it passes over are read, but
+// on a reader: no write waits for them.
+const settledSQL = `SELECT key, version, updated_at FROM items INDEXED BY items_state_changed
+	WHERE tenant = ?1 AND state = ?2 AND (updated_at, key) > (?3, ?4) AND updated_at <= ?5 AND destination = ?6
+	AND needs_person = 0 AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at, key LIMIT ?7`
+
+// removeItemSQL removes one selected item if it has not changed since.
+const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING doc`
+
+// RemoveSettled implements items.RetentionStore.
+func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *items.RemovePosition, error) {
+	after := items.RemovePosition{UpdatedAt: time.Unix(0, -1<<62)}
+	if p.After != nil {
+		after = *p.After
+	}
+	type candidate struct {
+		key     string
+		version int64
+	}
+	var found []candidate
+	var last items.RemovePosition
+	err := s.scan(ctx, func(rows *sql.Rows) error {
+		var c candidate
+		var at int64
+		if err := rows.Scan(&c.key, &c.version, &at); err != nil {
+			return err
+		}
+		found = append(found, c)
+		last = items.RemovePosition{UpdatedAt: time.Unix(0, at), Key: c.key}
+		return nil
+	}, settledSQL, p.Tenant, string(p.State), after.UpdatedAt.UnixNano(), after.Key, p.ChangedBefore.UnixNano(), p.Destination, p.Limit)
+	if err != nil || len(found) == 0 {
+		return 0, nil, err
+	}
+	next := &last
+	if len(found) < p.Limit {
+		next = nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, nil, unavailable(err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	remove, err := tx.PrepareContext(ctx, removeItemSQL)
+	if err != nil {
+		return 0, nil, unavailable(err)
+	}
+	defer remove.Close()
+	var removeRecords []*sql.Stmt // the item's alerts and probe claims go with it
+	for _, q := range []string{`DELETE FROM alerts WHERE tenant = ? AND key = ?`, `DELETE FROM probes WHERE tenant = ? AND key = ?`} {
+		st, err := tx.PrepareContext(ctx, q)
+		if err != nil {
+			return 0, nil, unavailable(err)
+		}
+		defer st.Close()
+		removeRecords = append(removeRecords, st)
+	}
+	changes := items.CountChanges{}
+	removed := 0
+	for _, c := range found {
+		var doc string
+		err := remove.QueryRowContext(ctx, p.Tenant, c.key, c.version).Scan(&doc)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // changed since it was selected
+		}
+		if err != nil {
+			return 0, nil, unavailable(err)
+		}
+		it, err := decode(doc)
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, st := range removeRecords {
+			if _, err := st.ExecContext(ctx, p.Tenant, c.key); err != nil {
+				return 0, nil, unavailable(err)
+			}
+		}
+		changes.Remove(it)
+		removed++
+	}
+	if err := s.writeCounts(ctx, tx, changes); err != nil {
+		return 0, nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, nil, unavailable(err)
+	}
+	// Give the freed pages back; a failure only leaves them for reuse.
+	_, _ = s.w.ExecContext(ctx, `PRAGMA incremental_vacuum(`+strconv.Itoa(vacuumPages)+`)`)
+	return removed, next, nil
+}
