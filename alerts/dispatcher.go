@@ -76,6 +76,9 @@ type DispatcherConfig struct {
 	RefreshTimeout time.Duration
 	// Logger gets one line per dispatch that sent or changed something. Default slog.Default().
 	Logger *slog.Logger
+	// PublicURL is the service's address as people reach it (https://companion.example.com); when set,
+	// each listed item links to its page in the operator console.
+	PublicURL string
 }
 
 // Dispatcher sends the alert outbox: one message per owner, tenant and batch, each group claimed before it
@@ -158,6 +161,9 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
 	}
 	return counts, err
 }
+
+// Target returns where an item's alert goes and what its owner should check (the console shows both).
+func (d *Dispatcher) Target(it *items.Item) Target { return d.target(it) }
 
 func (d *Dispatcher) target(it *items.Item) Target {
 	return d.cfg.Routing.Route(it, d.cfg.Ledger.Config().Destination(it.Destination))
@@ -368,7 +374,9 @@ func (d *Dispatcher) message(g items.AlertGroup, alerts []items.Alert, found map
 			continue
 		}
 		open := a.Status != items.AlertClosed && stillNeeded(it, a)
-		m.Lines = append(m.Lines, newLine(it, a, d.target(it).CheckHint, open, now))
+		l := newLine(it, a, d.target(it).CheckHint, open, now)
+		l.URL = ItemURL(d.cfg.PublicURL, it.Key)
+		m.Lines = append(m.Lines, l)
 	}
 	return m
 }

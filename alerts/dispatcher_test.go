@@ -340,6 +340,45 @@ func TestRoutingValidation(t *testing.T) {
 	}
 }
 
+func TestDispatchLinksEachLineToTheConsoleWhenAPublicURLIsSet(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
+	slack := newFakeSlack(t)
+	d, err := alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: e.ledger, Outbox: e.store, Notifier: slack.notifier(t),
+		Logger: e.logger, PublicURL: "https://companion.example.com/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Wait)
+	e.needsPerson("inv", "", 2)
+	e.unknownItem("odd:key@1+2", withDedupe(items.DedupeNone))
+	e.dispatch(d)
+	posts := slack.Posts()
+	if len(posts) != 1 {
+		t.Fatalf("%d messages, want 1", len(posts))
+	}
+	text := posts[0].texts()
+	for _, want := range []string{
+		"<https://companion.example.com/console/item?key=inv-000|`inv-000`>",
+		"<https://companion.example.com/console/item?key=inv-001|`inv-001`>",
+		"<https://companion.example.com/console/item?key=odd%3Akey%401%2B2|`odd:key@1+2`>",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("message lacks the link %q:\n%s", want, text)
+		}
+	}
+
+	// Without a public URL the key stays plain code, with no link.
+	plain := newEnv(t, items.Config{})
+	slack2 := newFakeSlack(t)
+	d2 := plain.dispatcher(plain.ledger, slack2.notifier(t), alerts.Routing{DefaultOwner: "U0OPS"})
+	plain.needsPerson("inv", "", 1)
+	plain.dispatch(d2)
+	if text := slack2.Posts()[0].texts(); strings.Contains(text, "console/item") || !strings.Contains(text, "`inv-000`") {
+		t.Errorf("without a public URL the message links anyway or lacks the key:\n%s", text)
+	}
+}
+
 // dispatcherWith is a dispatcher over the env's store with its own ledger clock and claim timeout.
 func (e *env) dispatcherWith(now func() time.Time, claimTimeout time.Duration, n alerts.Notifier) *alerts.Dispatcher {
 	e.t.Helper()

@@ -49,6 +49,8 @@ type Line struct {
 	// Age is how long the item has needed a person.
 	Age       time.Duration
 	CheckHint string
+	// URL is the item's page in the operator console; empty when no public URL is configured.
+	URL string
 	// Open is true while the item still waits for its owner: the line carries the buttons.
 	Open bool
 	// Acknowledge is true on an open line only an acknowledgement settles (items.Item.Acknowledgeable): it
@@ -156,6 +158,15 @@ func outcomeWord(outcome string) string {
 		return "acknowledged"
 	}
 	return "committed"
+}
+
+// ItemURL returns the console page of an item under publicURL (the service's address as people reach
+// it, such as https://companion.example.com); empty when publicURL is empty.
+func ItemURL(publicURL, key string) string {
+	if publicURL == "" {
+		return ""
+	}
+	return strings.TrimRight(publicURL, "/") + "/console/item?key=" + url.QueryEscape(key)
 }
 
 // stillNeeded reports whether the item still waits for its owner for the alert's cause.

@@ -139,7 +139,12 @@ func Blocks(m Message) []slack.Block {
 
 func lineText(l Line) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "`%s`", l.Key)
+	if l.URL != "" {
+		// Slack's link syntax: the URL's own < > | are percent-encoded by ItemURL, the text is escaped.
+		fmt.Fprintf(&b, "<%s|`%s`>", l.URL, escape(l.Key))
+	} else {
+		fmt.Fprintf(&b, "`%s`", l.Key)
+	}
 	if l.Reference != "" {
 		fmt.Fprintf(&b, " · ref *%s*", escape(l.Reference))
 	}
@@ -148,7 +153,7 @@ func lineText(l Line) string {
 		fmt.Fprintf(&b, " · last error %s", escape(l.LastErrorClass))
 	}
 	fmt.Fprintf(&b, " · waiting %s", age(l.Age))
-	fmt.Fprintf(&b, "\nwhy: %s", causeText(l.Cause))
+	fmt.Fprintf(&b, "\nwhy: %s", CauseText(l.Cause))
 	if l.CheckHint != "" && l.Open {
 		fmt.Fprintf(&b, "\ncheck: %s", escape(l.CheckHint))
 	}
@@ -181,8 +186,8 @@ func noteText(l Line) string {
 	return escape(l.Note)
 }
 
-// causeText says in the seeds' words why an item needs a person.
-func causeText(cause string) string {
+// CauseText says in the seeds' words why an item needs a person (Slack messages and the console).
+func CauseText(cause string) string {
 	switch cause {
 	case items.CauseNoDedupe:
 		return "the outcome is unknown and the destination can neither dedupe nor be searched"

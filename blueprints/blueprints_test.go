@@ -201,6 +201,9 @@ func TestMakeCheckerRejectsBrokenBlueprints(t *testing.T) {
 		"unknown module":    func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
 		"duplicate id":      func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
 		"bad operator":      func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
+		"escaped quote in a formula": func(s string) string {
+			return strings.Replace(s, `{{if(2.data.decision = \"conflict\"`, `{{if(2.data.decision = \\\"conflict\\\"`, 1)
+		},
 	}
 	for name, breakIt := range cases {
 		broken := breakIt(string(good))
@@ -255,13 +258,22 @@ func checkMakeBlueprint(raw []byte) []string {
 	}
 	ids := map[int]bool{}
 	// walk visits modules in run order; before holds the ids that have run before the module.
-	var walk func(flow []anyModule, before map[int]bool, inHandlerOf int)
-	walk = func(flow []anyModule, before map[int]bool, inHandlerOf int) {
+	var walk func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int)
+	walk = func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int) {
 		ran := map[int]bool{}
 		for k := range before {
 			ran[k] = true
 		}
+		// seq is the order modules ran in: an aggregator closes everything from its feeder on.
+		seq := append([]int(nil), beforeSeq...)
 		for _, m := range flow {
+			// Make writes strings inside {{…}} with bare quotes; a backslash before a quote is a literal
+			// backslash in the formula.
+			for _, str := range decodedStrings(m.Mapper, m.Parameters) {
+				if badQuoteRE.MatchString(str) {
+					fail("module %d: a formula has a backslash before a quote: %s", m.ID, str)
+				}
+			}
 			if ids[m.ID] || m.ID < 1 {
 				fail("module id %d is duplicated or not positive", m.ID)
 			}
@@ -311,6 +323,17 @@ func checkMakeBlueprint(raw []byte) []string {
 				if !ran[p.Feeder] {
 					fail("aggregator %d: feeder %d must be a module that ran before", m.ID, p.Feeder)
 				}
+				// Make outputs no bundle of the feeder or of the modules between it and the aggregator:
+				// after the aggregator, only its own array may be mapped.
+				for i, id := range seq {
+					if id == p.Feeder {
+						for _, closed := range seq[i:] {
+							delete(ran, closed)
+						}
+						seq = seq[:i]
+						break
+					}
+				}
 			case "http:MakeRequest":
 				var mp MakeHTTPMapper
 				_ = json.Unmarshal(m.Mapper, &mp)
@@ -323,21 +346,84 @@ func checkMakeBlueprint(raw []byte) []string {
 				}
 			}
 			if len(m.OnError) > 0 {
-				walk(m.OnError, ran, m.ID)
+				walk(m.OnError, ran, seq, m.ID)
 				last := m.OnError[len(m.OnError)-1].Module
 				if last == "builtin:Break" {
 					fail("module %d: Break retries the module blindly", m.ID)
 				}
 			}
 			ran[m.ID] = true
+			seq = append(seq, m.ID)
 			for _, r := range m.Routes {
 				if len(r.Flow) == 0 {
 					fail("router %d: empty route", m.ID)
 				}
-				walk(r.Flow, ran, 0)
+				walk(r.Flow, ran, seq, 0)
 			}
 		}
 	}
-	walk(bp.Flow, map[int]bool{}, 0)
+	walk(bp.Flow, map[int]bool{}, nil, 0)
 	return errs
+}
+
+var badQuoteRE = regexp.MustCompile(`\{\{[^}]*\\"`)
+
+// decodedStrings returns every string inside the JSON values, as Make reads them.
+func decodedStrings(raws ...json.RawMessage) []string {
+	var out []string
+	var visit func(v any)
+	visit = func(v any) {
+		switch x := v.(type) {
+		case string:
+			out = append(out, x)
+		case []any:
+			for _, e := range x {
+				visit(e)
+			}
+		case map[string]any:
+			for _, e := range x {
+				visit(e)
+			}
+		}
+	}
+	for _, raw := range raws {
+		var v any
+		if json.Unmarshal(raw, &v) == nil {
+			visit(v)
+		}
+	}
+	return out
+}
+
+// The batch blueprint's write maps from the decision's aggregated item; mapping the feeder's bundle
+// after its aggregator closed (what the write did before) must fail the check.
+func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
+	var batch Template
+	for _, tpl := range Templates() {
+		if tpl.Slug == "batch-guarded-write" {
+			batch = tpl
+		}
+	}
+	good, _ := encode(RenderMake(batch, DefaultSettings()))
+	if errs := checkMakeBlueprint(good); len(errs) > 0 {
+		t.Fatalf("the batch blueprint fails: %v", errs)
+	}
+	closed := regexp.MustCompile(`\{\{first\(map\(4\.array; \\"invoice\\"; \\"key\\"; 6\.key\)\)\}\}`)
+	broken := closed.ReplaceAllString(string(good), "{{2.invoice}}")
+	if broken == string(good) {
+		t.Fatal("mutation did not apply: the write does not map invoice from aggregator 4 by the decision's key")
+	}
+	if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+		t.Error("checker accepted a write mapping {{2.invoice}} after aggregator 4 closed feeder 2")
+	}
+}
+
+// The READMEs name the slots by their node names: no placeholder may be substituted inside another word.
+func TestReadmesNameTheSlots(t *testing.T) {
+	s := DefaultSettings()
+	for name, text := range map[string]string{"n8n": n8nReadme(s), "make": makeReadme(s)} {
+		if !strings.Contains(text, "**"+NodeWrite+"**") || strings.Contains(text, "YOUR "+s.WriteURL) {
+			t.Errorf("%s README does not name the slot %q as it is", name, NodeWrite)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package blueprints
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -219,8 +220,10 @@ func statusEvidence(c, w int, succeeded bool) string {
 		return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s"}`,
 			ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), ref(w, "data.id"), ref(w, "headers.`x-request-id`"))
 	}
-	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), w, ref(w, "statusCode"))
+	// A 3xx (redirects are not followed) proves nothing: unknown. 4xx and 5xx are failed, and the service
+	// decides what a 5xx means.
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), w, ref(w, "statusCode"))
 }
 
 func transportEvidence(c, w int) string {
@@ -234,6 +237,7 @@ func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y 
 	w := f.writeModule(claimID, filter, body, x, y)
 	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
 	onerr = append(onerr, extra("transport", w.ID, x+600, y+300)...)
+	onerr = append(onerr, extra("answer transport", w.ID, x+750, y+300)...)
 	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
 	onerr = append(onerr, ign)
 	w.OnError = onerr
@@ -241,10 +245,12 @@ func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y 
 	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
 	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
 	okRoute := append([]MakeModule{ok}, extra("succeeded", w.ID, x+900, y-150)...)
+	okRoute = append(okRoute, extra("answer succeeded", w.ID, x+1200, y-150)...)
 	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
 	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
 	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
 	badRoute := append([]MakeModule{bad}, extra("failed", w.ID, x+900, y+150)...)
+	badRoute = append(badRoute, extra("answer failed", w.ID, x+1200, y+150)...)
 	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
 	return []MakeModule{w, r}
 }
@@ -283,6 +289,15 @@ func (f *makeFlow) respond(name, status, body string, x, y int) MakeModule {
 	return m
 }
 
+// respondLater answers so that the sender redelivers: status (a formula that may give 503) with a
+// Retry-After of retryAfter seconds (a formula).
+func (f *makeFlow) respondLater(name, status, retryAfter, body string, x, y int) MakeModule {
+	m := f.respond(name, status, body, x, y)
+	mp := m.Mapper.(map[string]any)
+	mp["headers"] = []map[string]string{{"key": "content-type", "value": "application/json"}, {"key": "retry-after", "value": retryAfter}}
+	return m
+}
+
 func (f *makeFlow) single(t Template) []MakeModule {
 	hook := f.module("Trigger", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
@@ -303,6 +318,19 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
 	c := bw.ID
 	report := func(kind string, w int, x, y int) []MakeModule {
+		// The webhook's answer after the write: 200 when it exists, else 503 with Retry-After so that the
+		// sender delivers again (a 4xx is refused for good: 422).
+		switch kind {
+		case "answer succeeded":
+			return []MakeModule{f.respond("Answer: written", "200", fmt.Sprintf(`{"key": "%s", "state": "succeeded", "external_id": "%s"}`, ref(c, "data.key"), ref(w, "data.id")), x, y)}
+		case "answer failed":
+			return []MakeModule{f.respondLater("Answer: deliver again later",
+				fmt.Sprintf(`{{if(%d.statusCode >= 400; if(%d.statusCode < 500; if(%d.statusCode = 429; 503; 422); 503); 503)}}`, w, w, w),
+				fmt.Sprintf(`{{ifempty(%d.headers.`+"`retry-after`"+`; 60)}}`, w),
+				fmt.Sprintf(`{"key": "%s", "http_status": %s}`, ref(c, "data.key"), ref(w, "statusCode")), x, y)}
+		case "answer transport":
+			return []MakeModule{f.respondLater("Answer: deliver again later", "503", "60", fmt.Sprintf(`{"key": "%s", "state": "unknown or failed"}`, ref(c, "data.key")), x, y)}
+		}
 		if trig == 0 {
 			return nil
 		}
@@ -330,7 +358,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		}}}
 		stored = append(storedFirst, f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+1200, 150))
 	} else {
-		r := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
+		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
 		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
 		stored = []MakeModule{r}
 	}
@@ -341,7 +369,8 @@ func (f *makeFlow) single(t Template) []MakeModule {
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
 		}}
-		nothing = append(nothing, f.respond("Answer: needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
+		nothing = append(nothing, f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
+			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
 		routes = append(routes, nothing)
 	} else {
 		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
@@ -356,10 +385,16 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		return append(flow, bw, decision)
 	}
 	bw.Filter = equal("first delivery", ref(trig, "data.decision"), "proceed")
-	dup := f.respond("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; 200)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
+	dup := f.respondLater("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; if(%d.data.reason = "succeeded"; 200; 503))}}`, trig, trig), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 30)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
 	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{{{A: ref(trig, "data.decision"), O: "text:notequal", B: "proceed"}}}}
 	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
 	return append(flow, guard)
+}
+
+// skipStatus is the answer to a skip: 200 when the effect exists, 422 when it failed for good, else 503
+// (in progress, retry later, waiting for a person: a later delivery can still finish it).
+func skipStatus(c int) string {
+	return fmt.Sprintf(`{{if(%d.data.reason = "succeeded"; 200; if(%d.data.reason = "failed_permanent"; 422; 503))}}`, c, c)
 }
 
 // reconcileRoute: look the reference up, report the finding, ask before-write again and write
@@ -376,7 +411,7 @@ func (f *makeFlow) reconcileRoute(t Template, c int, x, y int) []MakeModule {
 		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s failed: Make %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "error.type")))
 	lk.OnError = []MakeModule{failed, f.module("End the item here", "builtin:Ignore", x+600, y+300)}
 	found := withBody(f.companion("Reconcile: found", PathReconcile, "", x+600, y-150),
-		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; \"id\"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; \"id\"); \", \")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
+		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; "id"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; "id"); ", ")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
 	found.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
 	absent := withBody(f.companion("Reconcile: absent", PathReconcile, "", x+600, y+150),
 		fmt.Sprintf(`{"key": "%s", "finding": "absent", "evidence": "lookup by reference %s found no record (HTTP 200, empty list)"}`, ref(c, "data.key"), ref(c, "data.reference")))
@@ -402,16 +437,27 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	compose := f.module("One batch item", "util:ComposeTransformer", 600, 0)
 	compose.Parameters = map[string]string{}
 	compose.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s"}`, one(ex.KeyMake), one(ex.PayloadMake), t.Destination, t.Dedupe, one(ex.RefMake))}
+	// The aggregator keeps, beside each batch item's JSON, the key and the fields the write sends: once
+	// it has closed the loop, the feeder's bundles are gone, and the write finds its values here by key.
 	agg := f.module("All items", "builtin:BasicAggregator", 900, 0)
 	agg.Parameters = map[string]int{"feeder": items.ID}
-	agg.Mapper = map[string]string{"value": ref(compose.ID, "value")}
+	aggFields := map[string]string{"value": ref(compose.ID, "value"), "key": one(ex.KeyMake)}
+	for field := range ex.Fields {
+		aggFields[field] = ref(items.ID, field)
+	}
+	agg.Mapper = aggFields
 	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
+	// An empty aggregation (no items, or a re-run where the trigger sent none) stops here instead of
+	// sending {"items": []}, which the service refuses.
+	claim.Filter = &MakeFilter{Name: "at least one item", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"}}}}
 	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
 	each.Parameters = map[string]string{}
 	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
 	// The write: only proceeding items pass its filter; skip and conflict items end here (their
 	// stored result is in the decision bundle for anything that follows).
-	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), one(writeBody(ex)), 1800, 0)
+	// Each write's values come from its decision: the aggregated item with the decision's key.
+	fromDecision := regexp.MustCompile(`\{\{1\.(\w+)\}\}`).ReplaceAllString(writeBody(ex), fmt.Sprintf(`{{first(map(%d.array; "$1"; "key"; %d.key))}}`, agg.ID, each.ID))
+	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), fromDecision, 1800, 0)
 	mp := w.Mapper.(MakeHTTPMapper)
 	mp.Headers = []MakeHeader{{Name: "Idempotency-Key", Value: ref(each.ID, "idempotency_key")}}
 	w.Mapper = mp
@@ -422,8 +468,8 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	}
 	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
 	ev.Parameters = map[string]string{}
-	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; \"succeeded\"; \"failed\")}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
-		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
+		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}

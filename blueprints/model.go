@@ -29,6 +29,7 @@ const (
 	PathBatchAfterWrite  = "/v1/batches/after-write"
 	PathBatches          = "/v1/batches/"
 	PathItems            = "/v1/items/"
+	PathList             = "/v1/items"
 )
 
 // Dedupe says what the destination can do about a repeated write (API.md, before-write `dedupe`).
@@ -61,6 +62,27 @@ var Decisions = []Decision{
 	{"skip", "do not write. reason `succeeded` carries the stored external_id and result, which are passed downstream as if the write had just happened; `in_progress`, `retry_later`, `attempts_exhausted`, `failed_permanent` and `awaiting_owner` end the item here (nothing is sent; a person is alerted where one is needed)."},
 	{"conflict", "the same key arrived with a different payload after a write may have gone out. Nothing is sent; the run stops and surfaces it so a person approves a new intent with a new key."},
 	{"reconcile", "the outcome of an earlier attempt is unknown and the destination is searchable (dedupe `lookup`): look the reference up, report found / absent / lookup_failed to /v1/reconcile, then ask before-write again."},
+}
+
+// WriteKind is one kind of write a builder puts in the slot, and the dedupe mode that is safe for it.
+type WriteKind struct {
+	Kind     string
+	Examples string
+	Dedupe   Dedupe
+	Why      string
+}
+
+// WriteKinds say, per kind of write, which dedupe mode is safe: `key` lets companion answer an unknown
+// outcome with a same-key retry, which is safe only when the destination itself drops the repeat.
+var WriteKinds = []WriteKind{
+	{"HTTP API that honours an idempotency key", "Stripe, Adyen, most payment and billing APIs, the sandbox receiver (HTTP Request node with header Idempotency-Key)",
+		DedupeKey, "a same-key retry after an unknown outcome is dropped by the destination"},
+	{"write that is idempotent by itself", "PUT to a fixed id, Sheets *Append or Update* matched on a key column, a database insert that ignores a duplicate key, a CRM *upsert* by external id",
+		DedupeKey, "a repeat updates the same record instead of creating a second one"},
+	{"create in a destination you can search by a reference you write into it", "CRM records (HubSpot, Salesforce) with a reference field, a sheet row with a reference column, invoices by number",
+		DedupeLookup, "after an unknown outcome the lookup slot proves the record exists or is absent before anything is sent again"},
+	{"message that cannot be taken back or searched", "Send Email (SMTP), Gmail, Slack, Teams, SMS, a webhook to a system without idempotency",
+		DedupeNone, "the node sends no idempotency key and nothing can be searched: an unknown outcome waits for a person, never a second send"},
 }
 
 // TransportError maps a transport failure code, as n8n (axios/Node) and Make report it, to the
@@ -106,6 +128,11 @@ type Settings struct {
 	// CredentialID is the id of that credential in the n8n instance; empty lets the builder pick
 	// the credential after import.
 	CredentialID string
+	// OperatorCredentialName names the n8n "Bearer Auth" credential of the error workflow: a token with
+	// the operator role, which may list a failed execution's items (GET /v1/items?execution_id=).
+	OperatorCredentialName string
+	// OperatorCredentialID is its id in the n8n instance; empty lets the builder pick it after import.
+	OperatorCredentialID string
 	// Token is what the Make blueprints put in their Authorization header; Make has no portable
 	// credential reference, so it is a placeholder to replace.
 	Token string
@@ -118,12 +145,13 @@ type Settings struct {
 // DefaultSettings are the settings of the committed templates.
 func DefaultSettings() Settings {
 	return Settings{
-		ServiceURL:         "http://127.0.0.1:8080",
-		WriteURL:           "http://127.0.0.1:9090/records",
-		LookupURL:          "http://127.0.0.1:9090/records",
-		CredentialName:     "companion",
-		Token:              "REPLACE_WITH_YOUR_COMPANION_TOKEN",
-		WriteTimeoutMillis: 10000,
+		ServiceURL:             "http://127.0.0.1:8080",
+		WriteURL:               "http://127.0.0.1:9090/records",
+		LookupURL:              "http://127.0.0.1:9090/records",
+		CredentialName:         "companion",
+		OperatorCredentialName: "companion operator",
+		Token:                  "REPLACE_WITH_YOUR_COMPANION_TOKEN",
+		WriteTimeoutMillis:     10000,
 	}
 }
 
@@ -140,6 +168,9 @@ func (s Settings) Validate() error {
 	}
 	if s.CredentialName == "" {
 		return fmt.Errorf("--credential: must not be empty")
+	}
+	if s.OperatorCredentialName == "" {
+		return fmt.Errorf("--operator-credential: must not be empty")
 	}
 	if s.WriteTimeoutMillis < 1000 || s.WriteTimeoutMillis > 300000 {
 		return fmt.Errorf("--write-timeout-ms: want 1000-300000, got %d", s.WriteTimeoutMillis)

@@ -20,6 +20,7 @@ const (
 	n8nMerge        = "n8n-nodes-base.merge"
 	n8nErrorTrigger = "n8n-nodes-base.errorTrigger"
 	n8nStickyNote   = "n8n-nodes-base.stickyNote"
+	n8nRespond      = "n8n-nodes-base.respondToWebhook"
 )
 
 // N8nNodeVersions are the typeVersions the templates are written against; a test checks every
@@ -35,6 +36,7 @@ var N8nNodeVersions = map[string]float64{
 	n8nMerge:        3.2,
 	n8nErrorTrigger: 1,
 	n8nStickyNote:   1,
+	n8nRespond:      1.1,
 }
 
 // N8nWorkflow is an n8n workflow as `n8n import:workflow` and the editor's import read it.
@@ -104,6 +106,24 @@ type WebhookParams struct {
 	Path         string   `json:"path"`
 	ResponseMode string   `json:"responseMode"`
 	Options      struct{} `json:"options"`
+}
+
+// RespondParams configure a Respond to Webhook node (typeVersion 1.1) answering JSON.
+type RespondParams struct {
+	RespondWith  string         `json:"respondWith"`
+	ResponseBody string         `json:"responseBody"`
+	Options      RespondOptions `json:"options"`
+}
+
+// RespondOptions set the answer's status and headers.
+type RespondOptions struct {
+	ResponseCode    string          `json:"responseCode"`
+	ResponseHeaders *RespondHeaders `json:"responseHeaders,omitempty"`
+}
+
+// RespondHeaders are the answer's headers.
+type RespondHeaders struct {
+	Entries []NameValue `json:"entries"`
 }
 
 // SetParams configure an Edit Fields (Set) node in manual mode (typeVersion 3.4).
@@ -435,6 +455,9 @@ func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
 		field("destination", "string", t.Destination),
 		field("dedupe", "string", string(t.Dedupe)),
 		field("write_url", "string", s.WriteURL),
+		// Where the write node puts the id of what it wrote: the first of these paths in its output that
+		// holds a value (an HTTP Request's body.id, a record's id, Send Email's messageId).
+		field("external_id_fields", "string", ExternalIDFields),
 	}
 	if t.Dedupe == DedupeLookup {
 		as = append(as, field("lookup_url", "string", s.LookupURL))
@@ -458,78 +481,68 @@ func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
 	}
 }
 
-// transportClassesJS renders TransportErrors as a JS object literal, sorted for stability.
-func transportClassesJS() string {
-	var parts []string
-	for _, e := range TransportErrors {
-		parts = append(parts, fmt.Sprintf("%s: '%s'", e.Code, e.Class))
+// addAnswer adds the end of a webhook run at x: the answer (status, Retry-After), then Done, or a stop
+// with an error when the run ended in anything but its effect.
+func (g *n8nGraph) addAnswer(slug string, x, y int) {
+	g.add(codeNode("Answer", "runOnceForEachItem", answerJS, [2]int{x, y}))
+	g.add(switchOn(slug, "Redeliver later?", "later", []string{"now", "later"}, [2]int{x + 220, y}))
+	g.connect("Answer", 0, "Redeliver later?")
+	respond := func(name string, headers *RespondHeaders, pos [2]int) {
+		g.add(N8nNode{Name: name, Type: n8nRespond, Position: pos, Parameters: RespondParams{
+			RespondWith: "json", ResponseBody: "={{ JSON.stringify($json.body) }}",
+			Options: RespondOptions{ResponseCode: "={{ $json.status }}", ResponseHeaders: headers},
+		}})
 	}
-	sort.Strings(parts)
-	return "{ " + strings.Join(parts, ", ") + " }"
+	respond("Respond", nil, [2]int{x + 440, y - 100})
+	respond("Respond: redeliver later", &RespondHeaders{Entries: []NameValue{{Name: "Retry-After", Value: "={{ $json.retry_after }}"}}}, [2]int{x + 440, y + 100})
+	g.connect("Redeliver later?", 0, "Respond")
+	g.connect("Redeliver later?", 1, "Respond: redeliver later")
+	// done → continue; surface → stop the execution with an error so a person sees it.
+	g.add(switchOn(slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{x + 660, y}))
+	g.connect("Respond", 0, "Needs a person?")
+	g.connect("Respond: redeliver later", 0, "Needs a person?")
+	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json.body };", [2]int{x + 880, y - 100}))
+	g.connect("Needs a person?", 0, "Done")
+	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{x + 880, y + 100},
+		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.body.message }}"}})
+	g.connect("Needs a person?", 1, "Stop: needs a person")
 }
 
-func preDispatchClassesJS() string {
-	seen := map[string]bool{}
-	var out []string
-	for _, e := range TransportErrors {
-		if !e.Dispatched && !seen[e.Class] {
-			seen[e.Class] = true
-			out = append(out, "'"+e.Class+"'")
-		}
+// slotNote is the sticky note over the write slot: what to keep, and which dedupe is safe for which write.
+func slotNote(batch bool) string {
+	var b strings.Builder
+	b.WriteString("## Your write goes here\nReplace **" + NodeWrite + "** with any write node (HTTP Request, Send Email, Gmail, Sheets, Slack, …). Keep:\n" +
+		"- Settings → On Error: *Continue (using error output)*, both outputs connected as they are\n" +
+		"- **Retry On Fail: OFF** (a retry here can duplicate the write; companion decides retries)\n" +
+		"- Settings node → `external_id_fields`: where your node puts the id it wrote\n" +
+		"- HTTP Request: header `Idempotency-Key` = `{{ $json.idempotency_key }}`, *Include Response Headers and Status*, *Never Error*\n")
+	if batch {
+		b.WriteString("- Options → Batching: 1 item per batch (one by one)\n")
 	}
-	sort.Strings(out)
-	return "[" + strings.Join(out, ", ") + "]"
+	b.WriteString("\n**Which `dedupe` (Settings)**\n")
+	for _, k := range WriteKinds {
+		fmt.Fprintf(&b, "- %s → `%s`\n", k.Kind, k.Dedupe)
+	}
+	return b.String()
 }
 
-// evidenceJS turns what the write returned into an after-write body (API.md). claimNode names the
-// node whose item carries the claim (key, claim).
-func evidenceJS(claimNode string) string {
-	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write.
-// An HTTP answer arrives as {statusCode, headers, body} (Never Error is on);
-// a transport failure arrives on the error output as the input item plus error.code.
-const claim = $('CLAIM_NODE').item.json;
-const report = { key: claim.key, claim: claim.claim };
-const clip = (s) => String(s ?? '').slice(0, 300);
-if (typeof $json.statusCode === 'number') {
-  const status = $json.statusCode;
-  const headers = $json.headers || {};
-  const body = $json.body;
-  report.http_status = status;
-  if (headers['x-request-id']) report.receiver_request_id = String(headers['x-request-id']);
-  if (status >= 200 && status < 300) {
-    report.outcome = 'succeeded';
-    // YOUR DESTINATION: where it puts the id of what it created.
-    report.external_id = body && body.id != null ? String(body.id) : null;
-    if (body && typeof body === 'object' && !Array.isArray(body)) report.result = body;
-  } else if (status < 400) {
-    report.outcome = 'unknown';
-  } else {
-    report.outcome = 'failed';
-    report.error = { class: 'http', code: String(status), message: clip(typeof body === 'string' ? body : JSON.stringify(body)) };
-    const ra = headers['retry-after'];
-    if (ra !== undefined) {
-      const secs = /^\d+$/.test(String(ra)) ? Number(ra) : Math.ceil((Date.parse(ra) - Date.now()) / 1000);
-      if (Number.isFinite(secs) && secs > 0) report.retry_after = secs;
-    }
-  }
-} else {
-  const err = $json.error || {};
-  const code = String(err.code || (err.cause && err.cause.code) || '');
-  const classes = TRANSPORT;
-  const cls = classes[code] || 'other';
-  // Refused and DNS failures happen before anything is sent; everything else may have been committed.
-  report.outcome = PRE_DISPATCH.includes(cls) ? 'failed' : 'unknown';
-  report.error = { class: cls, code, message: clip(err.message) };
-}
-return { json: report };`)
-}
+// ExternalIDFields is the default of Settings → external_id_fields.
+const ExternalIDFields = "body.id, id, messageId"
 
 // Node names shared by the renderers and the e2e runner.
 const (
 	NodeWrite       = "YOUR WRITE: create the record"
 	NodeLookup      = "YOUR LOOKUP: find by reference"
 	NodeBeforeWrite = "Before-write"
+	NodeWriteError  = "Write error"
+	// NodeCheckDelivery checks the delivery's fields before any key is built.
+	NodeCheckDelivery = "Check delivery"
 )
+
+// writeErrorJS marks an item of the write's error output: n8n gives the failing node's input item
+// with the error merged in (error is a message for most nodes, an object for some).
+const writeErrorJS = `// The write node's error output: nothing here is a result. Evidence judges the error.
+return { json: { write_error: $json.error ?? 'the write node failed without saying why' } };`
 
 // guardedWriteTail adds write → evidence → after-write → outcome, fed by `from` output `out`.
 // It returns the name of the node that ends the proceed path.
@@ -554,22 +567,26 @@ func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x,
 	g.add(N8nNode{
 		Name: NodeWrite, Type: n8nHTTPRequest, Position: [2]int{x, y}, Parameters: h,
 		OnError: "continueErrorOutput",
-		Notes:   "THE SLOT: replace with your own write, keeping the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status, On Error = Continue (using error output), and Retry On Fail OFF.",
+		Notes:   "THE SLOT: replace with any write node, keeping On Error = Continue (using error output) with both outputs connected, and Retry On Fail OFF. An HTTP Request also keeps the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status.",
 	})
 	evidence := "Evidence"
+	// The error output goes through "Write error", which marks the item, so that Evidence never takes a
+	// node's failure for its result.
+	g.add(codeNode(NodeWriteError, "runOnceForEachItem", writeErrorJS, [2]int{x + 220, y + 180}))
+	g.connect(NodeWrite, 1, NodeWriteError)
 	if batch {
-		// One Merge so that HTTP answers and transport failures reach one batch after-write.
-		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 220, y}, Parameters: MergeParams{}})
+		// One Merge so that results and errors reach one batch after-write.
+		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 440, y}, Parameters: MergeParams{}})
 		g.connectInput(NodeWrite, 0, "Both outcomes", 0)
-		g.connectInput(NodeWrite, 1, "Both outcomes", 1)
-		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
+		g.connectInput(NodeWriteError, 0, "Both outcomes", 1)
+		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 660, y}))
 		g.connect("Both outcomes", 0, evidence)
 		return NodeWrite, evidence
 	}
-	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 220, y}))
+	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
 	g.connect(NodeWrite, 0, evidence)
-	g.connect(NodeWrite, 1, evidence)
-	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 440, y}))
+	g.connect(NodeWriteError, 0, evidence)
+	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 660, y}))
 	g.connect(evidence, 0, "After-write")
 	g.add(codeNode("Write outcome", "runOnceForEachItem", `// The write's outcome as the ledger recorded it, with the evidence sent.
 const evidence = $('Evidence').item.json;
@@ -581,56 +598,10 @@ return { json: {
   external_id: evidence.external_id ?? null,
   result: evidence.result ?? null,
   evidence,
-} };`, [2]int{x + 660, y}))
+} };`, [2]int{x + 880, y}))
 	g.connect("After-write", 0, "Write outcome")
 	return NodeWrite, "Write outcome"
 }
-
-const storedResultJS = `// skip: nothing is written. With reason "succeeded" the stored external_id and result
-// go downstream as if the write had just happened; other reasons end the item here.
-return { json: {
-  key: $json.key,
-  decision: $json.decision,
-  reason: $json.reason,
-  state: $json.state,
-  external_id: $json.external_id ?? null,
-  result: $json.result ?? null,
-  retry_after: $json.retry_after ?? null,
-} };`
-
-const surfaceJS = `// conflict (or an answer this template does not handle): nothing is written.
-// The run stops with an error after recording, so a person sees it.
-return { json: {
-  key: $json.key,
-  decision: $json.decision,
-  reason: $json.reason,
-  state: $json.state,
-  surface: true,
-  message: 'companion answered ' + $json.decision + '/' + $json.reason + ' for ' + $json.key + ': ' + ($json.message || ''),
-} };`
-
-// runOutcomeJS reports the trigger claim from the write's outcome: succeeded when the write is
-// known to exist; the write's own evidence when this run wrote (so a re-sent trigger is allowed
-// exactly when the write may be retried); "validation" (nothing sent by this run) otherwise.
-const runOutcomeJS = `// The trigger event's claim is reported like the write it guarded:
-// - the write exists (succeeded now or before): succeeded, so a duplicate delivery is short-circuited;
-// - this run wrote and the outcome is failed or unknown: the same evidence, so a re-sent trigger runs again
-//   exactly when the write may be retried (after Retry-After; with the same key after an unknown);
-// - this run sent nothing: failed/validation, so a later delivery may ask again (bounded by max_attempts).
-const trigger = $('Claim trigger event').item.json;
-const w = $json;
-const report = { key: trigger.key, claim: trigger.claim };
-if (w.state === 'succeeded') {
-  report.outcome = 'succeeded';
-  report.external_id = w.external_id ?? null;
-  report.result = { write_key: w.key, write_state: w.state };
-} else if (w.evidence) {
-  for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
-} else {
-  report.outcome = 'failed';
-  report.error = { class: 'validation', code: w.decision + '/' + w.reason, message: 'this run sent nothing: ' + w.decision + '/' + w.reason };
-}
-return { json: { report, write: w, end: w.surface ? 'surface' : 'done' } };`
 
 // n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup).
 func n8nSingle(t Template, s Settings) N8nWorkflow {
@@ -638,12 +609,22 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 	y := 300
 	g.add(N8nNode{
 		Name: "Webhook", Type: n8nWebhook, Position: [2]int{0, y}, WebhookID: stableID(t.Slug, "webhook"),
-		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "lastNode"},
-		Notes:      "Trigger. Example body: " + t.Example.Event,
+		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "responseNode"},
+		Notes:      "Trigger. Example body: " + t.Example.Event + ". Answered by the Respond nodes at the end (200, 400, 409, 422, 503 + Retry-After).",
 	})
-	g.add(settingsNode(t, s, "$json.body", [2]int{220, y}))
-	g.connect("Webhook", 0, "Settings")
-	x := 440
+	var required []string
+	for f := range t.Example.Fields {
+		required = append(required, "'"+f+"'")
+	}
+	sort.Strings(required)
+	g.add(codeNode(NodeCheckDelivery, "runOnceForEachItem", strings.Replace(checkDeliveryJS, "REQUIRED", "["+strings.Join(required, ", ")+"]", 1), [2]int{220, y}))
+	g.connect("Webhook", 0, NodeCheckDelivery)
+	g.add(switchOn(t.Slug, "Delivery complete?", "delivery", []string{"complete", "incomplete"}, [2]int{440, y}))
+	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
+	g.add(settingsNode(t, s, "$json.body", [2]int{660, y}))
+	g.connect("Delivery complete?", 0, "Settings")
+	g.connect("Delivery complete?", 1, "Answer")
+	x := 880
 	prev := "Settings"
 	if t.TriggerGuard {
 		g.add(companionHTTP(s, "Claim trigger event", "POST", "={{ $json.companion_url }}"+PathBeforeWrite,
@@ -652,12 +633,23 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 		g.connect(prev, 0, "Claim trigger event")
 		g.add(decisionSwitch(t.Slug, "First delivery?", []string{"proceed", "skip"}, [2]int{x + 220, y}))
 		g.connect("Claim trigger event", 0, "First delivery?")
+		// Only a finished or a running delivery of the same event stops here. Any other skip (the trigger's
+		// attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides:
+		// the trigger guard never stops a write that the ledger would let through.
+		dup := switchOn(t.Slug, "Duplicate?", "reason", []string{"succeeded", "in_progress"}, [2]int{x + 440, y + 260})
+		dp := dup.Parameters.(SwitchParams)
+		dp.Options = SwitchOptions{FallbackOutput: "extra", RenameFallbackOutput: "not a duplicate"}
+		dup.Parameters = dp
+		g.add(dup)
+		g.connect("First delivery?", 1, "Duplicate?")
 		g.add(codeNode("Duplicate trigger: stop", "runOnceForEachItem", `// This event is already being handled, or was: a duplicate delivery runs nothing.
-return { json: { duplicate: true, key: $json.key, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 440, y + 260}))
-		g.connect("First delivery?", 1, "Duplicate trigger: stop")
-		g.add(N8nNode{Name: "Trigger conflict", Type: n8nStopAndError, Position: [2]int{x + 440, y + 440},
-			Parameters: StopAndErrorParams{ErrorMessage: "={{ 'trigger ' + $json.key + ': ' + $json.decision + '/' + $json.reason + ' — the same event arrived with different content' }}"}})
-		g.connect("First delivery?", 2, "Trigger conflict")
+return { json: { duplicate: true, key: $json.key, decision: $json.decision, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 660, y + 260}))
+		g.connect("Duplicate?", 0, "Duplicate trigger: stop")
+		g.connect("Duplicate?", 1, "Duplicate trigger: stop")
+		g.connect("Duplicate?", 2, NodeBeforeWrite)
+		g.connect("Duplicate trigger: stop", 0, "Answer")
+		// A conflict on the trigger (the same event with other content) is surfaced like the write's.
+		g.connect("First delivery?", 2, "Surface")
 		prev, x = "First delivery?", x+440
 	}
 	bw := "={{ JSON.stringify({ key: $('Settings').item.json.key, payload: $('Settings').item.json.payload, destination: $('Settings').item.json.destination, dedupe: $('Settings').item.json.dedupe, reference: $('Settings').item.json.reference, batch_id: $('Settings').item.json.batch_id, batch_index: BATCH_INDEX, execution_id: $execution.id }) }}"
@@ -673,7 +665,7 @@ return { json: { duplicate: true, key: $json.key, reason: $json.reason, state: $
 	}
 	g.add(decisionSwitch(t.Slug, "Decision", words, [2]int{x + 220, y}))
 	g.connect(NodeBeforeWrite, 0, "Decision")
-	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF** (a retry here can duplicate the write; companion decides retries)", [2]int{x + 380, y - 300}, 420, 240, 5))
+	g.add(sticky("Slot note", slotNote(false), [2]int{x + 380, y - 420}, 520, 360, 5))
 	_, last := g.guardedWriteTail(s, NodeBeforeWrite, false, x+440, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{x + 660, y + 260}))
@@ -730,34 +722,27 @@ return { json: out };`, [2]int{x + 660, y + 620}))
 	}
 	g.connect("Decision", fallback, "Surface")
 
-	ex := x + 1320
-	end := "Outcome"
+	ex := x + 1540
 	if t.TriggerGuard {
 		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex, y}))
 		for _, from := range []string{last, "Stored result", "Surface"} {
 			g.connect(from, 0, "Run outcome")
 		}
-		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 220, y}))
-		g.connect("Run outcome", 0, "Record trigger outcome")
-		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
-const run = $('Run outcome').item.json;
-return { json: Object.assign({}, run.write, { end: run.end }) };`, [2]int{ex + 440, y}))
-		g.connect("Record trigger outcome", 0, end)
+		g.add(switchOn(t.Slug, "Trigger claimed?", "trigger", []string{"claimed", "not_claimed"}, [2]int{ex + 220, y}))
+		g.connect("Run outcome", 0, "Trigger claimed?")
+		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 440, y}))
+		g.connect("Trigger claimed?", 0, "Record trigger outcome")
+		g.add(codeNode("Outcome", "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
+return { json: $('Run outcome').item.json.write };`, [2]int{ex + 660, y}))
+		g.connect("Record trigger outcome", 0, "Outcome")
+		g.connect("Trigger claimed?", 1, "Outcome")
+		g.connect("Outcome", 0, "Answer")
+		ex += 880
 	} else {
-		g.add(codeNode(end, "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
-return { json: Object.assign({}, $json, { end: $json.surface ? 'surface' : 'done' }) };`, [2]int{ex, y}))
 		for _, from := range []string{last, "Stored result", "Surface"} {
-			g.connect(from, 0, end)
+			g.connect(from, 0, "Answer")
 		}
-		ex -= 220
 	}
-	// done → continue; surface → stop the execution with an error so a person sees it.
-	g.add(switchOn(t.Slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{ex + 660, y}))
-	g.connect(end, 0, "Needs a person?")
-	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json };", [2]int{ex + 880, y - 100}))
-	g.connect("Needs a person?", 0, "Done")
-	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{ex + 880, y + 100},
-		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.message }}"}})
-	g.connect("Needs a person?", 1, "Stop: needs a person")
+	g.addAnswer(t.Slug, ex, y)
 	return g.workflow(t, s)
 }

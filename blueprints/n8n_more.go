@@ -52,7 +52,7 @@ return $input.all().flatMap((call) => call.json.items).map((d, i) => ({
 	g.connect("Batch before-write", 0, "One item per decision")
 	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1320, y}))
 	g.connect("One item per decision", 0, "Decision")
-	g.add(sticky("Slot note", "## Your write goes here\nReplace **"+NodeWrite+"** with your own request. Keep:\n- header `Idempotency-Key` = `{{ $json.idempotency_key }}`\n- Options → Batching: 1 item per batch (one by one)\n- Options → Response: *Include Response Headers and Status* and *Never Error*\n- Settings → On Error: *Continue (using error output)*\n- **Retry On Fail: OFF**", [2]int{1480, y - 320}, 440, 260, 5))
+	g.add(sticky("Slot note", slotNote(true), [2]int{1480, y - 440}, 520, 380, 5))
 	_, last := g.guardedWriteTail(s, "One item per decision", true, 1540, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence, 500 reports to a POST /v1/batches/after-write.
@@ -61,9 +61,9 @@ const calls = [];
 for (let start = 0; start < all.length; start += 500) {
   calls.push({ json: { items: all.slice(start, start + 500) } });
 }
-return calls;`, [2]int{2200, y}))
+return calls;`, [2]int{2420, y}))
 	g.connect(last, 0, "Batch report")
-	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2420, y})
+	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2640, y})
 	n.Parameters = func() HTTPParams {
 		p := n.Parameters.(HTTPParams)
 		p.URL = "={{ $('Settings').first().json.companion_url }}" + PathBatchAfterWrite
@@ -77,7 +77,7 @@ const counts = {};
 for (const call of calls) {
   for (const [decision, n] of Object.entries(call.counts)) counts[decision] = (counts[decision] || 0) + n;
 }
-return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2640, y}))
+return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2860, y}))
 	g.connect("Batch after-write", 0, "Outcome")
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 300}))
 	g.connect("Decision", 1, "Stored result")
@@ -99,61 +99,60 @@ func n8nErrorWorkflow(t Template, s Settings) N8nWorkflow {
 	g.add(N8nNode{Name: "Error Trigger", Type: n8nErrorTrigger, Position: [2]int{0, y}, Parameters: EmptyParams{}})
 	as := []SetAssignment{
 		{ID: stableID(t.Slug, "companion_url"), Name: "companion_url", Value: s.ServiceURL, Type: "string"},
-		{ID: stableID(t.Slug, "batch_id"), Name: "batch_id", Value: "={{ 'n8n-' + $json.workflow.id + '-exec-' + $json.execution.id }}", Type: "string"},
 		{ID: stableID(t.Slug, "execution_id"), Name: "execution_id", Value: "={{ String($json.execution.id) }}", Type: "string"},
 		{ID: stableID(t.Slug, "failure"), Name: "failure", Value: "={{ 'n8n execution ' + $json.execution.id + ' of ' + $json.workflow.name + ' failed at ' + $json.execution.lastNodeExecuted + ': ' + ($json.execution.error ? $json.execution.error.message : '') }}", Type: "string"},
 	}
 	g.add(N8nNode{Name: "Settings", Type: n8nSet, Position: [2]int{220, y},
 		Parameters: SetParams{Mode: "manual", Assignments: SetAssignments{Assignments: as}},
-		Notes:      "FILL IN companion_url. batch_id must name executions the way the guarded-write templates do."})
+		Notes:      "FILL IN companion_url. The guarded-write templates send $execution.id as every claim's execution_id; this workflow lists the failed execution's items by it."})
 	g.connect("Error Trigger", 0, "Settings")
-	get := companionHTTP(s, "Claims of the execution", "GET", "={{ $json.companion_url }}"+PathBatches+"{{ encodeURIComponent($json.batch_id) }}", "", [2]int{440, y})
+	get := companionHTTP(s, "Claims of the execution", "GET", "={{ $json.companion_url }}"+PathList, "", [2]int{440, y})
 	p := get.Parameters.(HTTPParams)
+	p.SendQuery = true
+	p.QueryParameters = &NameValueList{Parameters: []NameValue{
+		{Name: "execution_id", Value: "={{ $json.execution_id }}"},
+		{Name: "state", Value: "in_flight"},
+		{Name: "limit", Value: "500"},
+	}}
 	p.Options.Response = fullResponse()
 	// 500 items a page; 40 pages are the 20,000 items of 40 full batch calls.
 	p.Options.Pagination = cursorPages(40)
 	get.Parameters = p
-	get.Notes = "One output item per page of 500. 404 means the execution claimed nothing."
+	get.Notes = "The items whose latest claim this execution made, still in flight: one output item per page of 500. Needs the operator credential (the list is an operator call)."
 	g.add(get)
 	g.connect("Settings", 0, "Claims of the execution")
-	g.add(codeNode("Still in flight", "runOnceForAllItems", `// Items of the failed execution's batch that are still in flight, from every page of its status.
+	g.add(codeNode("Unknown reports", "runOnceForAllItems", `// Report each claim this execution still holds as unknown: the write may or may not have gone out,
+// and the next run can then reconcile or retry with the same key at once instead of waiting for the
+// lease to expire. The list holds the items whose latest claim came from this execution (also items an
+// earlier run registered); an item claimed again since by another execution is not in it.
+const settings = $('Settings').first().json;
 const out = [];
 for (const page of $input.all()) {
   const res = page.json;
-  if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) continue;
-  for (const it of res.body.items) {
-    if (it.state === 'in_flight') out.push({ json: { key: it.key } });
+  if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) {
+    // Fail loudly: a 403 means the credential is not an operator token, and the claims stay in flight.
+    throw new Error('GET /v1/items?execution_id=' + settings.execution_id + ' answered ' + res.statusCode + ': ' + JSON.stringify(res.body).slice(0, 200));
+  }
+  for (const item of res.body.items) {
+    if (item.state !== 'in_flight' || !item.claim) continue;
+    if (String(item.execution_id) !== settings.execution_id) continue;
+    out.push({ json: { key: item.key, claim: item.claim, outcome: 'unknown', error: { class: 'other', code: 'n8n_execution_failed', message: settings.failure.slice(0, 300) } } });
   }
 }
 return out;`, [2]int{660, y}))
-	g.connect("Claims of the execution", 0, "Still in flight")
-	g.add(companionHTTP(s, "Ledger item", "GET", "={{ $('Settings').first().json.companion_url }}"+PathItems+"{{ encodeURIComponent($json.key) }}", "", [2]int{880, y}))
-	g.connect("Still in flight", 0, "Ledger item")
-	g.add(codeNode("Unknown reports", "runOnceForAllItems", `// Report each claim this execution still holds as unknown: the write may or may not have gone out,
-// and the next run can then reconcile or retry with the same key at once instead of waiting for the
-// lease to expire. A claim taken by another execution is left alone.
-const settings = $('Settings').first().json;
-const out = [];
-for (const it of $input.all()) {
-  const item = it.json;
-  if (item.state !== 'in_flight') continue;
-  // The current attempt carries the claim and the execution that made it.
-  const attempts = Array.isArray(item.attempts) ? item.attempts : [];
-  const current = attempts.find((a) => a.number === item.attempt) || {};
-  const claim = current.claim || item.claim;
-  const executionId = current.execution_id;
-  if (!claim) continue; // the claim is not known: the sweeper will mark it unknown when the lease ends
-  if (executionId != null && String(executionId) !== settings.execution_id) continue;
-  out.push({ json: { key: item.key, claim, outcome: 'unknown', error: { class: 'other', code: 'n8n_execution_failed', message: settings.failure.slice(0, 300) } } });
-}
-return out;`, [2]int{1100, y}))
-	g.connect("Ledger item", 0, "Unknown reports")
-	rep := reportHTTP(s, "Report unknown", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y})
+	g.connect("Claims of the execution", 0, "Unknown reports")
+	rep := reportHTTP(s, "Report unknown", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y})
 	rp := rep.Parameters.(HTTPParams)
 	rp.URL = "={{ $('Settings').first().json.companion_url }}" + PathAfterWrite
 	rep.Parameters = rp
 	g.add(rep)
 	g.connect("Unknown reports", 0, "Report unknown")
+	// Every call of the error workflow goes with the operator credential.
+	for i := range g.nodes {
+		if g.nodes[i].Credentials != nil {
+			g.nodes[i].Credentials = map[string]N8nCredentialRef{"httpBearerAuth": {ID: s.OperatorCredentialID, Name: s.OperatorCredentialName}}
+		}
+	}
 	return g.workflow(t, s)
 }
 

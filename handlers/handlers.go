@@ -9,10 +9,12 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/replaysafe/companion/batches"
+	"github.com/replaysafe/companion/console"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -57,6 +59,20 @@ type Config struct {
 	// acceptance suite) can record what it ran against. Neither carries a path or an address.
 	Version   string
 	StoreKind string
+	// Console configures the operator console at /console/, served when Operators is set.
+	Console ConsoleConfig
+}
+
+// ConsoleConfig is what the operator console needs beyond the service's own configuration.
+type ConsoleConfig struct {
+	// Off leaves /console/ unserved.
+	Off bool
+	// Target routes an item to its owner and check hint (the alert routing); nil shows the item's owner.
+	Target func(*items.Item) console.Target
+	// CauseText explains a needs-person cause in words; nil shows the cause.
+	CauseText func(string) string
+	// Refresh is how often console pages reload themselves; console.DefaultRefresh when 0.
+	Refresh time.Duration
 }
 
 // Access says who may call a route.
@@ -176,5 +192,30 @@ func New(cfg Config) http.Handler {
 	for _, rt := range cfg.Routes {
 		r.Handle(rt.Method, rt.Path, s.authorize(rt.Access), gin.WrapH(rt.Handler))
 	}
+	if cfg.Operators != nil && !cfg.Console.Off {
+		s.mountConsole(r, cfg)
+	}
 	return r
+}
+
+// mountConsole serves the operator console under /console/. The console signs its visitors in itself
+// (an operator token, then a session cookie), with this service's tokens, resolver and error table.
+func (s *server) mountConsole(r *gin.Engine, cfg Config) {
+	c := console.New(console.Config{Ledger: s.ledger, Store: s.operators, Resolver: s.resolver, Batches: s.batches,
+		Authenticate: func(secret string) (console.Principal, bool) {
+			p, ok := s.auth.lookup(secret)
+			return console.Principal{Name: p.Name, Tenant: p.Tenant, Operator: p.Role == RoleOperator}, ok
+		},
+		Open:  s.auth.open,
+		Local: console.Principal{Name: OpenPrincipal.Name, Tenant: OpenPrincipal.Tenant, Operator: true},
+		Errors: func(err error) console.PublicError {
+			d := publicError(err)
+			return console.PublicError{Status: StatusOf(d.Code), Code: string(d.Code), Message: d.Message}
+		},
+		Target: cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh, Logger: s.log})
+	h := gin.WrapH(c)
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
+		r.Handle(m, "/console/*path", h)
+	}
+	r.GET("/console", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, console.Prefix) })
 }

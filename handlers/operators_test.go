@@ -91,6 +91,25 @@ func TestListItemsFiltersAndPages(t *testing.T) {
 	}
 }
 
+func TestListItemsByExecution(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	svc.Claim("inv-1", map[string]any{"execution_id": "41", "batch_id": "exec-41:Send"})
+	svc.Claim("inv-2", map[string]any{"execution_id": "42"})
+	svc.Claim("inv-3", map[string]any{"execution_id": "41"})
+	r := svc.Get(handlerstest.OperatorAcme, "/v1/items?execution_id=41")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if got := fmt.Sprint(keysIn(r)); got != "[inv-3 inv-1]" {
+		t.Errorf("execution 41 lists %s, want [inv-3 inv-1]", got)
+	}
+	if first := r.At("items").([]any)[1].(map[string]any); first["execution_id"] != "41" || first["batch_id"] != "exec-41:Send" {
+		t.Errorf("listed item %v lacks its execution_id or batch_id", first)
+	}
+	if got := svc.Get(handlerstest.OperatorGlobex, "/v1/items?execution_id=41"); len(keysIn(got)) != 0 {
+		t.Errorf("another tenant lists %v", keysIn(got))
+	}
+}
+
 func TestListItemsRefusals(t *testing.T) {
 	t.Parallel()
 	svc, _ := operatorService(t, items.Config{}, nil)
@@ -110,6 +129,8 @@ func TestListItemsRefusals(t *testing.T) {
 		{handlerstest.OperatorAcme, "?older_than=1h", http.StatusBadRequest, items.CodeInvalid, "older_than"},
 		{handlerstest.OperatorAcme, "?cursor=abc", http.StatusBadRequest, items.CodeInvalid, "cursor"},
 		{handlerstest.OperatorAcme, "?state=unknown&state=failed", http.StatusBadRequest, items.CodeInvalid, "state"},
+		{handlerstest.OperatorAcme, "?execution_id=1&execution_id=2", http.StatusBadRequest, items.CodeInvalid, "execution_id"},
+		{handlerstest.OperatorAcme, "?execution=1", http.StatusBadRequest, items.CodeInvalid, "execution"},
 		{handlerstest.WorkflowAcme, "/../stats", http.StatusForbidden, handlers.CodeForbidden, ""},
 	} {
 		path := "/v1/items" + c.query

@@ -53,7 +53,15 @@ type Config struct {
 	Destinations map[string]Destination
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// MaxClockSkew is how far the clocks of two processes sharing a store may differ. Where a lease must be
+	// judged on this process's clock although other processes use the store too (a SharedStore without a
+	// clock of its own), a lease counts as expired only MaxClockSkew after its end. The service's default
+	// is DefaultMaxClockSkew; zero means none.
+	MaxClockSkew time.Duration
 }
+
+// DefaultMaxClockSkew is the service's default Config.MaxClockSkew (max_clock_skew).
+const DefaultMaxClockSkew = 2 * time.Second
 
 // Destination returns the configuration of the named destination, with defaults filled in.
 func (c Config) Destination(name string) Destination {

@@ -39,6 +39,7 @@ func (it *Item) AppendJSON(dst []byte) ([]byte, error) {
 	if it.BatchIndex != nil {
 		b = strconv.AppendInt(append(b, `,"batch_index":`...), int64(*it.BatchIndex), 10)
 	}
+	b = appendOmitString(b, `,"execution_id":`, it.ExecutionID)
 	b = appendOmitString(b, `,"owner":`, it.Owner)
 	b = append(b, `,"fingerprint":`...)
 	b = appendJSONString(b, it.Fingerprint)

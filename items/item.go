@@ -130,7 +130,10 @@ type Item struct {
 	// BatchID and BatchIndex name the batch that first registered the item.
 	BatchID    string `json:"batch_id,omitempty"`
 	BatchIndex *int   `json:"batch_index,omitempty"`
-	Owner      string `json:"owner,omitempty"`
+	// ExecutionID is the execution_id of the latest claim (the workflow run that holds or held the
+	// current attempt): the operator list finds a run's items by it, also items of an earlier batch.
+	ExecutionID string `json:"execution_id,omitempty"`
+	Owner       string `json:"owner,omitempty"`
 	// Fingerprint is the SHA-256 of the canonical payload of the current attempt.
 	Fingerprint string `json:"fingerprint"`
 	State       State  `json:"state"`

@@ -22,6 +22,9 @@ type Ledger struct {
 	secret []byte
 	macs   sync.Pool // of hash.Hash: HMAC-SHA256 under secret
 	now    func() time.Time
+	// skew is the margin past its end at which a lease counts as expired on this process's clock: the
+	// configured MaxClockSkew for a shared store without a clock of its own, else zero (see leaseNow).
+	skew time.Duration
 }
 
 // NewLedger returns a ledger over store. It reads (or, on a new store, creates) the ledger secret.
@@ -34,7 +37,32 @@ func NewLedger(ctx context.Context, store Store, cfg Config) (*Ledger, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Ledger{store: store, cfg: cfg, secret: secret, now: func() time.Time { return now().UTC() }}, nil
+	l := &Ledger{store: store, cfg: cfg, secret: secret, now: func() time.Time { return now().UTC() }}
+	if ss, ok := store.(SharedStore); ok && !ss.HasClock() {
+		l.skew = max(cfg.MaxClockSkew, 0)
+	}
+	return l, nil
+}
+
+// leaseNow returns the reading a decision that starts or judges a lease is made with. On a store that
+// several processes share and that has a clock of its own, it is this process's clock moved by the
+// store clock's offset, read now: every replica then stamps and judges leases on the store's clock, and a
+// replica whose clock is 20 s ahead does not take another's live claim for expired. Otherwise it is this
+// process's clock (a store without a clock judges with the margin l.skew, see expireLease).
+//
+// Transitions call it inside their TransitionFunc, as the store is about to write: a lease counts from
+// the moment its claim is written, and time the request waited (in a group commit, or lost in retries
+// after a conflicting write) is not taken out of the caller's lease.
+func (l *Ledger) leaseNow(ctx context.Context) (time.Time, error) {
+	now := l.now()
+	if ss, ok := l.store.(SharedStore); ok && ss.HasClock() {
+		off, err := ss.ClockOffset(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		now = now.Add(off)
+	}
+	return now, nil
 }
 
 // Store returns the ledger's store.
@@ -102,9 +130,12 @@ func (l *Ledger) BeforeWrite(ctx context.Context, p BeforeWriteParams) (Answer, 
 	if err := checkBeforeWrite(p); err != nil {
 		return Answer{}, err
 	}
-	now := l.now()
 	var ans Answer
 	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(cur *Item) (*Item, error) {
+		now, err := l.leaseNow(ctx)
+		if err != nil {
+			return nil, err
+		}
 		next, a := l.decide(cur, p, now)
 		ans = a
 		return next, nil
@@ -128,9 +159,19 @@ func (l *Ledger) BeforeWriteMany(ctx context.Context, tenant string, ps []Before
 		}
 		keys[i] = p.Key
 	}
-	now := l.now()
 	answers := make([]Answer, len(ps))
+	// The clock is read at the first item's decision, as the store is about to write, and again when the
+	// store decides an item again (after a conflicting write), where the decisions start over.
+	var now time.Time
+	last := -1
 	stored, err := l.store.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
+		if i <= last || now.IsZero() {
+			var err error
+			if now, err = l.leaseNow(ctx); err != nil {
+				return nil, err
+			}
+		}
+		last = i
 		next, a := l.decide(cur, ps[i], now)
 		answers[i] = a
 		return next, nil
@@ -207,7 +248,7 @@ func (l *Ledger) decide(cur *Item, p BeforeWriteParams, now time.Time) (*Item, A
 		return keep(), ans
 	case StateInFlight:
 		ans.Decision, ans.Reason = Skip, ReasonInProgress
-		ans.RetryAfter = secondsUntil(now, *cur.LeaseExpiresAt)
+		ans.RetryAfter = secondsUntil(now, cur.LeaseExpiresAt.Add(l.skew))
 		ans.Message = "another caller holds the claim; ask again after retry_after seconds"
 		return keep(), ans
 	case StateFailed:
@@ -347,6 +388,7 @@ func (l *Ledger) claim(it *Item, p BeforeWriteParams, now time.Time, reason Reas
 	if p.Owner != "" {
 		it.Owner = p.Owner
 	}
+	it.ExecutionID = p.ExecutionID
 	it.Attempts = append(it.Attempts, Attempt{Number: it.Attempt, Claim: it.Claim, ExecutionID: p.ExecutionID,
 		BatchID: p.BatchID, Dedupe: mode, Fingerprint: p.Fingerprint, StartedAt: now})
 	it.record(ev)
@@ -362,8 +404,11 @@ func newClaim() string {
 
 // expireLease records an expired lease: the item becomes unknown (cause lease_expired). It reports
 // whether it changed the item.
+//
+// now must come from leaseNow: on a shared store without a clock of its own, a lease counts as expired
+// only the configured skew after its end.
 func (l *Ledger) expireLease(it *Item, now time.Time) bool {
-	if !it.LeaseExpired(now) {
+	if !it.LeaseExpired(now.Add(-l.skew)) {
 		return false
 	}
 	it.State = StateUnknown
@@ -387,11 +432,17 @@ func (l *Ledger) enteredUnknown(it *Item, now time.Time) {
 // ExpireLease records the expiry of the item's lease if it has expired; the sweeper calls it. It reports
 // whether the item changed.
 func (l *Ledger) ExpireLease(ctx context.Context, tenant, key string) (bool, error) {
-	now := l.now()
 	changed := false
 	_, err := l.store.Transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
 		changed = false
-		if cur == nil || !l.expireLease(cur, now) {
+		if cur == nil {
+			return nil, nil
+		}
+		now, err := l.leaseNow(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !l.expireLease(cur, now) {
 			return nil, nil
 		}
 		changed = true
@@ -406,8 +457,8 @@ func (l *Ledger) Get(ctx context.Context, tenant, key string) (*Item, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !it.LeaseExpired(l.now()) {
-		return it, nil
+	if !it.LeaseExpired(l.now().Add(-l.skew)) {
+		return it, nil // on a store with a clock, ExpireLease judges the lease again on it
 	}
 	if _, err := l.ExpireLease(ctx, tenant, key); err != nil {
 		return nil, err
@@ -658,7 +709,6 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 	case p.Finding == FindingFound && p.ExternalID == "":
 		return Report{}, Invalid("external_id", "is required when the finding is found")
 	}
-	now := l.now()
 	evidence := strings.TrimSpace(p.Evidence)
 	var rep Report
 	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
@@ -666,9 +716,14 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 			return nil, ErrNotFound
 		}
 		rep = Report{Attempt: it.Attempt}
+		// The clock is read as the store is about to write: a lease is judged on the store's clock.
+		now, err := l.leaseNow(ctx)
+		if err != nil {
+			return nil, err
+		}
 		// A finding repeats only the one recorded for the current attempt, and never while the item waits
 		// for a lookup: the same evidence text for a later attempt is new evidence.
-		if last := lastEvent(it, EventReconcile); last != nil && last.Attempt == it.Attempt && !awaitingLookup(it, now) &&
+		if last := lastEvent(it, EventReconcile); last != nil && last.Attempt == it.Attempt && !awaitingLookup(it, now.Add(-l.skew)) &&
 			last.Outcome == p.Finding && last.ExternalID == p.ExternalID && last.Note == evidence {
 			rep.Reason, rep.Message = ReasonUnchanged, "this finding was already recorded"
 			return nil, nil
@@ -775,7 +830,6 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 	if err := CheckResolve(p); err != nil {
 		return nil, "", err
 	}
-	now := l.now()
 	evidence := strings.TrimSpace(p.Evidence)
 	reason := ReasonRecorded
 	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
@@ -787,6 +841,11 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 			r.Outcome == p.Outcome && r.Evidence == evidence && r.ExternalID == p.ExternalID {
 			reason = ReasonUnchanged
 			return nil, nil
+		}
+		// The clock is read as the store is about to write: a lease is judged on the store's clock.
+		now, err := l.leaseNow(ctx)
+		if err != nil {
+			return nil, err
 		}
 		// An in-flight item past its lease counts as unknown, and is recorded so.
 		l.expireLease(it, now)

@@ -40,6 +40,8 @@ type ListParams struct {
 	Destination string
 	Workflow    string
 	BatchID     string
+	// ExecutionID keeps items whose latest claim came from that execution (Item.ExecutionID).
+	ExecutionID string
 	// Owner keeps items whose per-request owner is Owner, or about which an alert went to Owner.
 	Owner string
 	// ChangedBefore keeps items whose last change is at or before it (the API's older_than).

@@ -1,6 +1,9 @@
 package items
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // TransitionFunc decides a change to one item. It receives the stored item (nil when there is none),
 // may modify it, and returns the item to write, or nil to write nothing. An error aborts the transition
@@ -37,4 +40,21 @@ type Store interface {
 
 	// Close releases the store's resources.
 	Close() error
+}
+
+// SharedStore is implemented by a store that several processes (replicas of the service) use at once.
+// Their clocks differ, and a lease must be judged on one clock: a replica whose clock runs 20 s ahead
+// would otherwise see another replica's live claim as expired, and let a second writer proceed.
+type SharedStore interface {
+	Store
+
+	// HasClock reports whether the store reads a clock of its own (its server's) in ClockOffset. When it
+	// does not, the ledger judges leases on this process's clock, and counts a lease as expired only
+	// Config.MaxClockSkew after its end.
+	HasClock() bool
+
+	// ClockOffset returns how far the store's clock is ahead of this process's clock (negative: behind),
+	// read now; zero when the difference is below what one reading can tell, or too small to matter to a
+	// lease. Returns ErrUnavailable.
+	ClockOffset(ctx context.Context) (time.Duration, error)
 }

@@ -31,6 +31,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Var(&retention, "key-retention", "forget an Idempotency-Key this long after its record was created: seconds (3600) or a duration (1h); 0 keeps keys forever")
 	var lag retentionFlag
 	fs.Var(&lag, "lookup-lag", "show a created record in GET /records only this long after its creation, as a lagging search index: seconds (30) or a duration (2m); 0 shows it at once")
+	smtpAddr := fs.String("smtp-addr", "", "also answer SMTP on this address (host:port): a mail destination counted at GET /mail; empty: no SMTP")
 	dataDir := fs.String("data-dir", "", "directory where records and keys are kept as JSON so a restart keeps them; empty keeps them in memory only")
 
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +72,22 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fmt.Fprintf(stdout, "companion receiver listening on http://%s (dedupe=%s, key_retention=%s, data=%s)\n",
 		ln.Addr(), Dedupe(*dedupe), keys, storage)
-	return rc.Serve(ctx, ln)
+	if *smtpAddr == "" {
+		return rc.Serve(ctx, ln)
+	}
+	sl, err := lc.Listen(ctx, "tcp", *smtpAddr)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("receiver: smtp: %w", err)
+	}
+	fmt.Fprintf(stdout, "companion receiver answering SMTP on %s (messages counted at GET /mail)\n", sl.Addr())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	smtpDone := make(chan error, 1)
+	go func() { smtpDone <- rc.ServeSMTP(ctx, sl) }()
+	err = rc.Serve(ctx, ln)
+	cancel()
+	return errors.Join(err, <-smtpDone)
 }
 
 func printUsage(w io.Writer, fs *flag.FlagSet) {

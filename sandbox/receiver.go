@@ -126,6 +126,9 @@ type Receiver struct {
 	keys         map[string]keyEntry
 	lastRecord   uint64 // never reset, so record ids stay unique for the data's lifetime
 	faults       []queuedFault
+
+	// mail is the SMTP destination's (ServeSMTP), with its own lock.
+	mail mailbox
 }
 
 // New returns a Receiver for cfg, loading cfg.DataDir's records if there are
@@ -158,6 +161,7 @@ func New(cfg Config) (*Receiver, error) {
 		lookupLag:    cfg.LookupLag,
 		keys:         make(map[string]keyEntry),
 	}
+	rc.mail.now = cfg.Now
 	if cfg.DataDir != "" {
 		if err := rc.load(cfg.DataDir); err != nil {
 			return nil, err
@@ -261,6 +265,9 @@ func (rc *Receiver) routes() http.Handler {
 	mux.HandleFunc("GET /control/faults", rc.listFaults)
 	mux.HandleFunc("POST /control/faults", rc.queueFault)
 	mux.HandleFunc("DELETE /control/faults", rc.clearFaults)
+	mux.HandleFunc("GET /mail", rc.getMail)
+	mux.HandleFunc("POST /control/mail-faults", rc.queueMailFault)
+	mux.HandleFunc("DELETE /control/mail", rc.clearMail)
 	return rc.logRequests(mux)
 }
 

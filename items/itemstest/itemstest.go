@@ -43,6 +43,7 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 	t.Run("Acknowledge", func(t *testing.T) { exerciseAcknowledge(t, open) })
 	t.Run("KnowledgeOnlyGrows", func(t *testing.T) { exerciseKnowledge(t, open) })
 	t.Run("Store", func(t *testing.T) { exerciseStore(t, open) })
+	t.Run("Leases", func(t *testing.T) { exerciseLeases(t, open) })
 	t.Run("Concurrency", func(t *testing.T) {
 		if opts.SkipConcurrency != "" {
 			t.Skip(opts.SkipConcurrency)

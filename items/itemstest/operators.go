@@ -154,6 +154,42 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	t.Run("ByExecutionOfTheLatestClaim", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		// Run 1 registers a and b in its batch; a fails retryably, and run 2 claims it again, so a belongs
+		// to run 1's batch but to run 2's execution. c is run 2's own.
+		first := h.claim("a", payloadA, dest(destKeyed), execution("run-1"), batch("run-1:Send", 0))
+		h.claim("b", payloadA, execution("run-1"), batch("run-1:Send", 1))
+		h.aw("a", failedStatus(first.Claim, 503))
+		h.advance(time.Hour)
+		h.claim("a", payloadA, dest(destKeyed), execution("run-2"), batch("run-2:Send", 0))
+		h.advance(time.Second)
+		h.claim("c", payloadA, execution("run-2"), batch("run-2:Send", 1))
+		h.as(tenantB).claim("d", payloadA, execution("run-2"))
+		for _, c := range []struct {
+			p    items.ListParams
+			want []string
+		}{
+			{items.ListParams{ExecutionID: "run-1"}, []string{"b"}},
+			{items.ListParams{ExecutionID: "run-2"}, []string{"c", "a"}},
+			{items.ListParams{ExecutionID: "run-2", States: []items.State{items.StateInFlight}, Limit: 1}, []string{"c"}},
+			{items.ListParams{ExecutionID: "run-2", BatchID: "run-1:Send"}, []string{"a"}},
+			{items.ListParams{ExecutionID: "run-3"}, []string{}},
+		} {
+			if got := h.listKeys(c.p); !slices.Equal(got, c.want) {
+				t.Errorf("list %+v = %v, want %v", c.p, got, c.want)
+			}
+		}
+		page := h.list(items.ListParams{ExecutionID: "run-2", Limit: 1})
+		if next := h.list(items.ListParams{ExecutionID: "run-2", Limit: 1, Cursor: page.NextCursor}); !slices.Equal(keysOf(next.Items), []string{"a"}) {
+			t.Errorf("second page = %v, want [a]", keysOf(next.Items))
+		}
+		if it := h.item("a"); it.ExecutionID != "run-2" || it.BatchID != "run-1:Send" {
+			t.Errorf("a: execution_id %q batch_id %q, want run-2 and the batch that registered it, run-1:Send", it.ExecutionID, it.BatchID)
+		}
+	})
+
 	t.Run("CursorPagesThroughEveryItemOnce", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)

@@ -60,6 +60,9 @@ func (s *Store) insertMany(ctx context.Context, docs []itemDoc) ([]*itemDoc, err
 		out[i] = &docs[i]
 	}
 	_, err := s.items.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	if err == nil {
+		err = s.injected("insert many")
+	}
 	var bwe mongo.BulkWriteException
 	switch {
 	case err == nil:

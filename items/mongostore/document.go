@@ -31,7 +31,8 @@ func checkID(tenant, key string) error {
 //
 // Every field is written on every change (no omitempty): a transition is a $set of the whole document, and
 // a field left out of a $set would keep its old value. Fields the operator and sweeper queries filter on
-// (tenant, key, state, lease_expires_at, updated_at, batch_id, batch_index, needs_person, reference) are
+// (tenant, key, state, lease_expires_at, updated_at, batch_id, batch_index, execution_id, needs_person,
+// reference) are
 // top level, where the indexes of ensureIndexes can cover them.
 //
 // MongoDB keeps times to the millisecond; toDoc truncates every time to the millisecond so that the item a
@@ -51,6 +52,7 @@ type itemDoc struct {
 	Reference         string           `bson:"reference"`
 	BatchID           string           `bson:"batch_id"`
 	BatchIndex        *int             `bson:"batch_index"`
+	ExecutionID       string           `bson:"execution_id"`
 	Owner             string           `bson:"owner"`
 	Fingerprint       string           `bson:"fingerprint"`
 	State             items.State      `bson:"state"`
@@ -147,6 +149,7 @@ func toDoc(it *items.Item) itemDoc {
 		Dedupe:            it.Dedupe,
 		Reference:         it.Reference,
 		BatchID:           it.BatchID,
+		ExecutionID:       it.ExecutionID,
 		Owner:             it.Owner,
 		Fingerprint:       it.Fingerprint,
 		State:             it.State,
@@ -241,6 +244,7 @@ func (d *itemDoc) item() *items.Item {
 		Dedupe:            d.Dedupe,
 		Reference:         d.Reference,
 		BatchID:           d.BatchID,
+		ExecutionID:       d.ExecutionID,
 		Owner:             d.Owner,
 		Fingerprint:       d.Fingerprint,
 		State:             d.State,

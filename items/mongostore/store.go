@@ -8,7 +8,9 @@
 // matches nothing and is decided again on a fresh one. There are no multi-document transactions.
 //
 // Writes use write concern majority with journaling, and reads go to the primary, so a decision is made on
-// the newest state and an acknowledged claim survives the loss of a member. Every operation has a
+// the newest state and an acknowledged claim survives the loss of a member. Leases are stamped and judged
+// on the primary's clock (ClockOffset), so replicas whose clocks differ agree on them; a call that fails
+// after writing takes its claims back before it answers (undo.go). Every operation has a
 // client-side timeout: a hung server turns into items.ErrUnavailable, never into a hung request.
 //
 // This is the only package that imports the MongoDB driver.
@@ -22,8 +24,10 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
@@ -54,12 +58,27 @@ type Store struct {
 	client *mongo.Client
 	items  *mongo.Collection
 	meta   *mongo.Collection
+	// committedMeta is meta read with read concern majority: what it returns cannot be rolled back.
+	committedMeta *mongo.Collection
+	// clock is this process's clock, which ClockOffset compares with the server's; serverClock is
+	// whether the server reports its clock (localTime in hello).
+	clock       func() time.Time
+	serverClock bool
+	// fault, set by tests, fails a write the server applied (as a lost acknowledgement): see undo.go.
+	fault func(op string) error
+	// timeout bounds an undo as a whole (WithTimeout).
+	timeout time.Duration
 }
 
-var _ items.Store = (*Store)(nil)
+var _ items.SharedStore = (*Store)(nil)
 
 type settings struct {
 	timeout time.Duration
+	// monitor, when set, sees every command the client sends (tests).
+	monitor *event.CommandMonitor
+	clock   func() time.Time
+	// noServerClock makes the store not read the server's clock.
+	noServerClock bool
 }
 
 // Option changes how Open connects.
@@ -68,6 +87,18 @@ type Option func(*settings)
 // WithTimeout sets the client-side timeout of every operation (DefaultTimeout when not given).
 func WithTimeout(d time.Duration) Option {
 	return func(s *settings) { s.timeout = d }
+}
+
+// WithClock sets the process clock the store compares with the server's clock (time.Now when not
+// given): a test gives two stores clocks that differ, as two replicas' clocks do.
+func WithClock(now func() time.Time) Option {
+	return func(s *settings) { s.clock = now }
+}
+
+// WithoutServerClock makes the store not read the server's clock, as if the server did not report it:
+// the ledger then judges leases on this process's clock with its max_clock_skew margin.
+func WithoutServerClock() Option {
+	return func(s *settings) { s.noServerClock = true }
 }
 
 // Open connects to the MongoDB deployment at uri, checks that its primary answers, and creates the
@@ -81,7 +112,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	if database == "" {
 		database = DefaultDatabase
 	}
-	set := settings{timeout: DefaultTimeout}
+	set := settings{timeout: DefaultTimeout, clock: time.Now}
 	for _, o := range opts {
 		o(&set)
 	}
@@ -93,16 +124,31 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		SetConnectTimeout(set.timeout).
 		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
 		SetReadPreference(readpref.Primary())
+	if set.monitor != nil {
+		copts.SetMonitor(set.monitor)
+	}
 	client, err := mongo.Connect(copts)
 	if err != nil {
 		// The URI itself is wrong: say so, without echoing credentials.
 		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), err)
 	}
 	db := client.Database(database)
-	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection)}
+	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
+		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority())),
+		clock:         set.clock, timeout: set.timeout}
 	if err := client.Ping(ctx, readpref.Primary()); err != nil {
 		s.Close()
 		return nil, unavailable("connect to "+Redacted(uri), err)
+	}
+	if !set.noServerClock {
+		// A server that refuses hello (older than MongoDB 4.4.2) or does not report its clock leaves the
+		// ledger on this process's clock, with its max_clock_skew margin.
+		at, err := s.serverTime(ctx)
+		if err != nil && !isServerError(err) {
+			s.Close()
+			return nil, unavailable("connect to "+Redacted(uri), err)
+		}
+		s.serverClock = err == nil && !at.IsZero()
 	}
 	if err := s.ensureIndexes(ctx); err != nil {
 		s.Close()
@@ -135,6 +181,8 @@ var indexes = []mongo.IndexModel{
 	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
 	// order without sorting the whole batch.
 	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+	// A run's items (the operator list by execution_id), newest change first.
+	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
 	// Items waiting for a person (alerts, the operator's queue).
 	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
 	// Lookups by business reference.
@@ -162,6 +210,42 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 		if err := s.items.Indexes().DropOne(ctx, name); err != nil && !isServerError(err) {
 			return unavailable("drop index", err)
 		}
+	}
+	return s.fillExecutionIDs(ctx)
+}
+
+// fillExecutionIDs gives the items stored by an earlier build their top-level execution_id, the
+// execution of their latest claim, which they hold only in their last attempt. It runs at every start
+// and finds nothing to do once every item has the field. Each item is set only if it still lacks the
+// field, so a replica that claimed it meanwhile keeps its value.
+func (s *Store) fillExecutionIDs(ctx context.Context) error {
+	cur, err := s.items.Find(ctx, bson.D{{Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
+		options.Find().SetProjection(bson.D{{Key: "attempts.execution_id", Value: 1}}))
+	if err != nil {
+		return unavailable("fill execution ids", err)
+	}
+	defer cur.Close(ctx)
+	for cur.Next(ctx) {
+		var d struct {
+			ID       string `bson:"_id"`
+			Attempts []struct {
+				ExecutionID string `bson:"execution_id"`
+			} `bson:"attempts"`
+		}
+		if err := cur.Decode(&d); err != nil {
+			return fmt.Errorf("mongostore: fill execution ids: %w", err)
+		}
+		latest := ""
+		if n := len(d.Attempts); n > 0 {
+			latest = d.Attempts[n-1].ExecutionID
+		}
+		if _, err := s.items.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "execution_id", Value: latest}}}}); err != nil {
+			return unavailable("fill execution ids", err)
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return unavailable("fill execution ids", err)
 	}
 	return nil
 }
@@ -209,8 +293,14 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*items.Item, error
 
 // Transition implements items.Store: read, decide, then one conditional single-document write; a write
 // that finds the item changed since the read decides again on a fresh read.
+// If the write fails, a claim it may have made is taken back (undo.go).
 func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.TransitionFunc) (*items.Item, error) {
-	return s.transition(ctx, tenant, key, nil, fn)
+	log := undoLog{}
+	it, err := s.transition(ctx, log, tenant, key, nil, fn)
+	if err != nil {
+		return nil, s.undo(ctx, log, err)
+	}
+	return it, nil
 }
 
 // seen is what a transition already knows of an item: the document last read or written (nil: none
@@ -220,7 +310,8 @@ type seen struct {
 	doc *itemDoc
 }
 
-func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
+// transition records its writes in log.
+func (s *Store) transition(ctx context.Context, log undoLog, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
 	for race := 0; ; race++ {
 		if race == maxRaces {
 			return nil, fmt.Errorf("%w: mongodb: item %q changed under %d attempts to change it", items.ErrUnavailable, key, maxRaces)
@@ -255,7 +346,7 @@ func (s *Store) transition(ctx context.Context, tenant, key string, hint *seen, 
 		if err := checkReturned(tenant, key, next); err != nil {
 			return nil, err
 		}
-		stored, err := s.write(ctx, cur, prepare(cur, next))
+		stored, err := s.write(ctx, log, cur, prepare(cur, next))
 		if err != nil {
 			return nil, err
 		}
@@ -275,13 +366,25 @@ func checkReturned(tenant, key string, next *items.Item) error {
 	return nil
 }
 
-// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update. It
-// returns the stored document, or nil when another writer created or changed the item since cur was read.
-func (s *Store) write(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update, first
+// recorded in log. It returns the stored document, or nil when another writer created or changed the item
+// since cur was read.
+func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc) (*itemDoc, error) {
+	forget := log.wrote(cur, d)
+	var stored *itemDoc
+	var err error
 	if cur == nil {
-		return s.insert(ctx, d)
+		stored, err = s.insert(ctx, d)
+	} else {
+		stored, err = s.update(ctx, cur, d)
 	}
-	return s.update(ctx, cur, d)
+	switch {
+	case err == nil && stored == nil:
+		forget() // certainly not written: another writer came first
+	case err == nil:
+		log.acked(stored) // and counted by the caller
+	}
+	return stored, err
 }
 
 // prepare returns the document to write for next, decided on cur (nil for a new item): one version more
@@ -311,7 +414,11 @@ func prepare(cur *itemDoc, next *items.Item) itemDoc {
 // concurrent creators exactly one inserts.
 func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, error) {
 	d.ID = itemID(d.Tenant, d.Key)
-	if _, err := s.items.InsertOne(ctx, d); err != nil {
+	_, err := s.items.InsertOne(ctx, d)
+	if err == nil {
+		err = s.injected("insert")
+	}
+	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return nil, nil
 		}
@@ -340,6 +447,9 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil, nil
 	}
+	if err == nil {
+		err = s.injected("update")
+	}
 	if err != nil {
 		return nil, unavailable("update item", err)
 	}
@@ -355,8 +465,20 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 //
 // Only the first pass is all or nothing. If another writer changes an item between the two passes, that
 // item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
-// items written before it stay written (each of them atomic and correct on its own).
+// items written before it stay written (each of them atomic and correct on its own), except their claims:
+// when the second pass fails, the claims it wrote (or may have written) are taken back before it answers
+// (undo.go), so that a batch answered 503 leaves no claim held by nobody.
 func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	log := undoLog{}
+	out, err := s.transitionMany(ctx, log, tenant, keys, fn)
+	if err != nil {
+		return nil, s.undo(ctx, log, err)
+	}
+	return out, nil
+}
+
+// transitionMany is TransitionMany, recording its writes in log.
+func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
 	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
 	type step struct{ seen, next *itemDoc }
 	steps := make([]step, len(keys))
@@ -406,15 +528,25 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	// in counts.go.
 	counts := items.CountChanges{}
 	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), counts) }()
+	forget := make([]func(), len(newDocs))
+	for j, d := range newDocs {
+		forget[j] = log.wrote(nil, d)
+	}
 	inserted, err := s.insertMany(ctx, newDocs)
 	if err != nil {
 		return nil, err
+	}
+	for j, d := range inserted {
+		if d == nil {
+			forget[j]() // certainly not written: another writer created the item first
+		}
 	}
 	created := make(map[int]*itemDoc, len(newAt))
 	for j, i := range newAt {
 		created[i] = inserted[j]
 		if inserted[j] != nil {
 			counts.Move(nil, inserted[j].item())
+			log.acked(inserted[j])
 		}
 	}
 
@@ -424,7 +556,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	redecided := make(map[string]*seen)
 	for i, key := range keys {
 		if last, ok := redecided[key]; ok {
-			stored, err := s.transition(ctx, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			stored, err := s.transition(ctx, log, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}
@@ -441,7 +573,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		}
 		stored, ok := created[i]
 		if !ok {
-			if stored, err = s.write(ctx, st.seen, *st.next); err != nil {
+			if stored, err = s.write(ctx, log, st.seen, *st.next); err != nil {
 				return nil, err
 			}
 			if stored != nil {
@@ -450,7 +582,7 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 		}
 		if stored == nil {
 			// Another writer came first: decide this call again, and the later ones on this key.
-			stored, err := s.transition(ctx, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			stored, err := s.transition(ctx, log, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}
@@ -474,9 +606,13 @@ func seenOf(it *items.Item) *seen {
 const ledgerSecretID = "ledger_secret"
 
 // LedgerSecret implements items.Store: the first replica to start inserts a random secret; every replica
-// then reads the one that won.
+// then reads the one that won, with read concern majority.
 //
 // ATOMICITY: the unique _id index of the meta collection lets exactly one insert of the secret succeed.
+// The insert is acknowledged by a majority, and the read sees only what a majority holds: a replica that
+// starts during a failover cannot read a secret that a deposed primary accepted alone and that is rolled
+// back later (the next replica would create another one, and the two would derive different idempotency
+// keys for the same item).
 func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
@@ -489,13 +625,63 @@ func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 	var stored struct {
 		Value []byte `bson:"value"`
 	}
-	if err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}}).Decode(&stored); err != nil {
+	if err := s.committedMeta.FindOne(ctx, bson.D{{Key: "_id", Value: ledgerSecretID}}).Decode(&stored); err != nil {
 		return nil, unavailable("read ledger secret", err)
 	}
 	if len(stored.Value) == 0 {
 		return nil, errors.New("mongostore: the stored ledger secret is empty")
 	}
 	return stored.Value, nil
+}
+
+// HasClock implements items.SharedStore: whether the server reports its clock (every MongoDB does; see
+// WithoutServerClock).
+func (s *Store) HasClock() bool { return s.serverClock }
+
+// ClockOffset implements items.SharedStore: how far the primary's clock is ahead of this process's,
+// read with one hello command (its localTime), which MongoDB and FerretDB both answer.
+//
+// The ledger reads it inside a transition, between the read and the guarded write, and decides and stamps
+// leases on this process's clock moved by it: on the primary's clock, the one clock every replica shares.
+// A lease the primary's clock shows expired when the offset is read is still expired when the write
+// lands, since that clock only moves forward. (MongoDB could also compare with $$NOW inside the guarded
+// update; FerretDB v1, the test server, does not know $$NOW, so the store reads the clock instead, and the
+// same code runs on both.)
+//
+// The server's clock is known to within half the round trip (and its millisecond). An offset no larger, or
+// smaller than clockResolution, is returned as zero: it is below what a lease (5 s at least) can tell,
+// and a test's fake clock stays exact against a MongoDB on another host.
+func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
+	before := s.clock()
+	at, err := s.serverTime(ctx)
+	after := s.clock()
+	if err != nil {
+		return 0, unavailable("read the server's clock", err)
+	}
+	if at.IsZero() {
+		return 0, fmt.Errorf("%w: mongodb: the server no longer reports its clock", items.ErrUnavailable)
+	}
+	half := after.Sub(before) / 2
+	off := at.Sub(before.Add(half))
+	if off.Abs() <= max(half+time.Millisecond, clockResolution) {
+		return 0, nil
+	}
+	return off, nil
+}
+
+// clockResolution is the smallest difference between the server's clock and this process's that
+// ClockOffset reports.
+const clockResolution = 100 * time.Millisecond
+
+// serverTime returns the primary's clock (hello's localTime), or the zero time when it reports none.
+func (s *Store) serverTime(ctx context.Context) (time.Time, error) {
+	var hello struct {
+		LocalTime time.Time `bson:"localTime"`
+	}
+	if err := s.items.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
+		return time.Time{}, err
+	}
+	return hello.LocalTime, nil
 }
 
 // Ping implements items.Store: the primary must answer, and accept a write with the store's write

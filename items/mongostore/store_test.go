@@ -1,6 +1,7 @@
 package mongostore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -401,7 +404,7 @@ func TestOpenCreatesTheIndexesOnce(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant", "tenant_reference"} {
+	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant", "tenant_reference", "tenant_execution_changed"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("index %s missing; have %q", want, names)
 		}
@@ -554,5 +557,81 @@ func TestStoreDoesNotLinkFerretDB(t *testing.T) {
 	}
 	if strings.Contains(string(out), "FerretDB") {
 		t.Fatal("items/mongostore depends on FerretDB; only its tests may")
+	}
+}
+
+// TestLedgerSecretIsReadWithMajority shows that the ledger secret is read with read concern majority (the
+// test server accepts the read concern; only a real replica set can show what it changes during a
+// failover), and that the secret read so is the one every replica gets.
+func TestLedgerSecretIsReadWithMajority(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var reads []bson.Raw
+	mon := &event.CommandMonitor{Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+		if ev.CommandName == "find" {
+			coll, _ := ev.Command.Lookup("find").StringValueOK()
+			if id, _ := ev.Command.Lookup("filter", "_id").StringValueOK(); coll == mongostore.MetaCollection && id == "ledger_secret" {
+				mu.Lock()
+				reads = append(reads, slices.Clone(ev.Command))
+				mu.Unlock()
+			}
+		}
+	}}
+	s, err := mongostore.Open(t.Context(), e.uri, e.db, mongostore.WithCommandMonitor(mon))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	a, err := s.LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.open().LedgerSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("two replicas read different ledger secrets")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reads) != 1 {
+		t.Fatalf("LedgerSecret read the secret %d times, want once", len(reads))
+	}
+	level, _ := reads[0].Lookup("readConcern", "level").StringValueOK()
+	if level != "majority" {
+		t.Fatalf("the ledger secret was read with read concern %q, want majority (command %s)", level, reads[0])
+	}
+}
+
+// TestOpenFillsExecutionIDsOfEarlierItems starts on an item stored by a build without the top-level
+// execution_id (made here by unsetting it): Open fills it from the item's last attempt.
+func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	ctx := t.Context()
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := fmt.Sprintf("upgrade-%d", time.Now().UnixNano())
+	fp, err := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: tenant, Key: "a", Fingerprint: fp, ExecutionID: "run-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.collection(mongostore.ItemsCollection).UpdateMany(ctx, bson.D{{Key: "tenant", Value: tenant}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "execution_id", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := e.open().ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 1 || page.Items[0].ExecutionID != "run-7" {
+		t.Fatalf("after a restart, execution run-7 lists %+v, want item a with its execution_id", page.Items)
 	}
 }

@@ -234,6 +234,12 @@ func (s *Store) tryGroup(group []*transition) error {
 		fail(err)
 		return nil
 	}
+	// A failed commit writes nothing: the transaction is one, so a group answered ErrUnavailable leaves
+	// no claim behind, whichever of its statements failed (TestFailedGroupLeavesNoClaim).
+	if err := s.injected("commit"); err != nil {
+		fail(unavailable(err))
+		return nil
+	}
 	if err := tx.Commit(); err != nil {
 		fail(unavailable(err))
 		return nil

@@ -47,6 +47,8 @@ func TestQueryPlans(t *testing.T) {
 		{"ListItemsNotNeedsPerson", "", nil, []string{"USING INDEX items_changed"}},
 		{"ListItemsState", "", nil, []string{"USING INDEX items_state_changed"}},
 		{"ListItemsCursor", "", nil, []string{"USING INDEX items_changed"}},
+		{"ListItemsExecution", "", nil, []string{"USING INDEX items_execution"}},
+		{"ListItemsExecutionCursor", "", nil, []string{"USING INDEX items_execution"}},
 		{"BatchItems", `SELECT doc FROM items WHERE tenant = ? AND batch_id = ? AND (batch_index, key) > (?, ?)
 			ORDER BY batch_index, key LIMIT ?`, []any{"acme", "b", 3, "k", 100}, []string{"USING INDEX items_batch"}},
 		{"BatchCounts", batchCountsSQL, []any{"in_flight", now.UnixMilli(), "unknown", "acme", "b"},
@@ -73,11 +75,13 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX sqlite_autoindex_items_1"}},
 	}
 	lists := map[string]items.ListParams{
-		"ListItems":               {},
-		"ListItemsNeedsPerson":    {NeedsPerson: &yes},
-		"ListItemsNotNeedsPerson": {NeedsPerson: &no, Destination: "billing"},
-		"ListItemsState":          {States: []items.State{items.StateUnknown}},
-		"ListItemsCursor":         {Cursor: cursor, Workflow: "wf"},
+		"ListItems":                {},
+		"ListItemsNeedsPerson":     {NeedsPerson: &yes},
+		"ListItemsNotNeedsPerson":  {NeedsPerson: &no, Destination: "billing"},
+		"ListItemsState":           {States: []items.State{items.StateUnknown}},
+		"ListItemsCursor":          {Cursor: cursor, Workflow: "wf"},
+		"ListItemsExecution":       {ExecutionID: "1234"},
+		"ListItemsExecutionCursor": {ExecutionID: "1234", Cursor: cursor, States: []items.State{items.StateUnknown, items.StateFailed}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

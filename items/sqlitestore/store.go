@@ -52,6 +52,8 @@ type Store struct {
 	// committer's alone.
 	grown   int
 	commits atomic.Int64 // transactions committed, for tests
+	// fault, set by tests, fails a transaction's statement after it ran, or its commit before it runs.
+	fault func(op string) error
 }
 
 var _ items.Store = (*Store)(nil)
@@ -170,6 +172,9 @@ func (s *Store) Path() string { return s.path }
 //	                                         only the few items that need a person are in it
 //	items_batch              (tenant, batch_id, batch_index, key)
 //	                                         BatchItems, BatchCounts
+//	items_execution          (tenant, execution_id, updated_at, key)
+//	                                         ListItems with an execution_id (an error workflow finds its
+//	                                         run's items), read backwards
 //	items_sweep              partial         SweepCandidates
 //	items_alert_pending      partial         PendingAlertItems
 //
@@ -191,6 +196,7 @@ CREATE TABLE IF NOT EXISTS items (
 	reference          TEXT NOT NULL DEFAULT '',
 	batch_id           TEXT NOT NULL DEFAULT '',
 	batch_index        INTEGER,
+	execution_id       TEXT NOT NULL DEFAULT '',
 	needs_person       INTEGER NOT NULL DEFAULT 0,
 	lease_expires_at   INTEGER,
 	created_at         INTEGER NOT NULL,
@@ -223,10 +229,44 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
+	if err := s.migrateExecutionID(ctx); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
 	if err := s.migrateOperators(ctx); err != nil {
 		return err
 	}
 	return s.migrateCounts(ctx)
+}
+
+// migrateExecutionID gives a ledger of an earlier build the execution_id column and its index. An item
+// stored before has the execution of its latest claim only inside its document, in its last attempt: the
+// column (and the document's top-level field) is filled from there, so a run's items are listed also when
+// they were claimed before the upgrade.
+func (s *Store) migrateExecutionID(ctx context.Context) error {
+	var have int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('items') WHERE name = 'execution_id'`).Scan(&have); err != nil {
+		return err
+	}
+	if have == 0 {
+		tx, err := s.w.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE items ADD COLUMN execution_id TEXT NOT NULL DEFAULT ''`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE items SET execution_id = latest, doc = json_set(doc, '$.execution_id', latest)
+			FROM (SELECT rowid AS id, json_extract(doc, '$.attempts[#-1].execution_id') AS latest FROM items) AS l
+			WHERE items.rowid = l.id AND latest IS NOT NULL AND latest != ''`); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	_, err := s.w.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at, key)`)
+	return err
 }
 
 // unavailable translates a database error into the domain's ErrUnavailable, keeping the cause for logs.
@@ -297,7 +337,7 @@ func advance(cur, next *items.Item) error {
 }
 
 // insertRows are the sizes of the INSERT statements, largest first: a batch's new items go in as many of
-// the largest as fit, the rest in smaller ones. 23 parameters a row keep 100 rows far below SQLite's limit
+// the largest as fit, the rest in smaller ones. 24 parameters a row keep 100 rows far below SQLite's limit
 // of 32766 bound parameters.
 var insertRows = []int{100, 10, 1}
 
@@ -337,6 +377,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		if err := wroteRows(res, err, 1); err != nil {
 			return err
 		}
+		if err := s.injected("update"); err != nil {
+			return unavailable(err)
+		}
 	}
 	rows := fresh
 	for i, size := range insertRows {
@@ -345,6 +388,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 			res, err := tx.StmtContext(ctx, s.inserts[i]).ExecContext(ctx, rows[:width]...)
 			if err := wroteRows(res, err, size); err != nil {
 				return err
+			}
+			if err := s.injected("insert"); err != nil {
+				return unavailable(err)
 			}
 			rows = rows[width:]
 		}
@@ -371,7 +417,7 @@ func wroteRows(res sql.Result, err error, want int) error {
 // itemColumns are the columns write stores, in the order appendColumns gives their values; tenant and
 // key come last, where the UPDATE's WHERE clause wants them.
 var itemColumns = []string{"version", "state", "destination", "workflow", "owner", "reference", "batch_id",
-	"batch_index", "needs_person", "lease_expires_at", "created_at", "updated_at", "attempt", "same_key_recovered",
+	"batch_index", "execution_id", "needs_person", "lease_expires_at", "created_at", "updated_at", "attempt", "same_key_recovered",
 	"resolutions", "duplicate_effect", "entered_unknown", "needs_person_since", "sweep_candidate", "alert_pending",
 	"doc", "tenant", "key"}
 
@@ -422,9 +468,17 @@ func appendColumns(args []any, it *items.Item, doc string) []any {
 		needsPersonSince = f.NeedsPersonSince.UnixNano()
 	}
 	return append(args, it.Version, string(it.State), it.Destination, it.Workflow, it.Owner, it.Reference,
-		it.BatchID, batchIndex, boolInt(it.NeedsPerson), lease, it.CreatedAt.UnixNano(), it.UpdatedAt.UnixNano(),
+		it.BatchID, batchIndex, it.ExecutionID, boolInt(it.NeedsPerson), lease, it.CreatedAt.UnixNano(), it.UpdatedAt.UnixNano(),
 		f.Attempt, boolInt(f.SameKeyRecovered), f.Resolutions, boolInt(f.DuplicateEffect), boolInt(f.EnteredUnknown),
 		needsPersonSince, boolInt(f.SweepCandidate), boolInt(f.AlertPending), doc, it.Tenant, it.Key)
+}
+
+// injected returns the failure a test's fault hook gives for op.
+func (s *Store) injected(op string) error {
+	if s.fault == nil {
+		return nil
+	}
+	return s.fault(op)
 }
 
 func laterOf(a, b time.Time) time.Time {

@@ -240,7 +240,7 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"typo of max_attempts", "defaults:\n  dedupe: none\n" + strings.Repeat("# a comment\n", 7) +
 			"destinations:\n  crm:\n    dedupe: lookup\n  billing:\n    max_attempt: 5\n",
 			[]string{"line 14: destinations.billing.max_attempt: unknown field (did you mean max_attempts?)"}},
-		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts)"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts, public_url, max_clock_skew)"}},
 		{"typo in a token", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_evn: X\n", []string{"line 5: tokens[0].secret_evn: unknown field (did you mean secret_env?)"}},
 		{"typo in a route", "alerts:\n  routes:\n    - workflow: a*\n      ownr: U1\n", []string{"line 4: alerts.routes[0].ownr: unknown field (did you mean owner?)"}},
 		{"typo under defaults", "defaults:\n  lease_second: 60\n", []string{"line 2: defaults.lease_second: unknown field (did you mean lease_seconds?)"}},
@@ -249,6 +249,8 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"lease out of range", "defaults:\n  lease_seconds: 2\n", []string{"line 2", "defaults.lease_seconds", "5-86400"}},
 		{"no attempts", "defaults:\n\n  max_attempts: 0\n", []string{"line 3", "defaults.max_attempts"}},
 		{"bad duration", "destinations:\n  crm:\n    escalate_after: soon\n", []string{"line 3", "destinations.crm.escalate_after"}},
+		{"bad clock skew", "defaults:\n  dedupe: key\nmax_clock_skew: soon\n", []string{"line 3", "max_clock_skew", "duration"}},
+		{"negative clock skew", "max_clock_skew: -1s\n", []string{"line 1", "max_clock_skew", "must not be negative"}},
 		{"flag as text", "destinations:\n  crm:\n    server_errors_not_committed: yes please\n", []string{"line 3", "server_errors_not_committed", "true or false"}},
 		{"inline secret", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret: hunter2\n", []string{"line 5", "tokens[0].secret", "secret_env"}},
 		{"unset secret env", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_env: NOT_SET\n", []string{"line 5", "tokens[0].secret_env", "NOT_SET"}},

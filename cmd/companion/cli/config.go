@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -32,6 +33,12 @@ type fileConfig struct {
 	Tokens []tokenConfig `yaml:"tokens"`
 	// Alerts routes the alerts of items that need a person (sweep.go).
 	Alerts alertsConfig `yaml:"alerts"`
+	// PublicURL is the service's address as people reach it; alert lines link to the console under it.
+	// COMPANION_PUBLIC_URL overrides it.
+	PublicURL field[string] `yaml:"public_url"`
+	// MaxClockSkew is how far the clocks of the replicas sharing a store may differ (items.Config): a Go
+	// duration or whole seconds; default 2 s.
+	MaxClockSkew field[durationValue] `yaml:"max_clock_skew"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -147,17 +154,28 @@ func (p *configProblems) err() error {
 }
 
 // loadConfig reads and checks the configuration file. getenv resolves the secrets of its tokens.
-func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, error) {
-	cfg, routing, tokens, _, err := readConfig(path, getenv)
-	return cfg, routing, tokens, err
+// It returns the ledger's configuration, the alert routing, the tokens and the public URL.
+func loadConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, string, error) {
+	f, err := readConfig(path, getenv)
+	return f.cfg, f.routing, f.tokens, f.publicURL, err
+}
+
+// fileSettings is what the configuration file says.
+type fileSettings struct {
+	cfg     items.Config
+	routing alerts.Routing
+	tokens  []handlers.Token
+	lookups map[string]probes.Lookup
+	// publicURL is the service's address as people reach it; empty when the file names none.
+	publicURL string
 }
 
 // readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
 // its tokens and lookup headers.
-func readConfig(path string, getenv func(string) string) (items.Config, alerts.Routing, []handlers.Token, map[string]probes.Lookup, error) {
+func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config: %w", err)
+		return fileSettings{}, fmt.Errorf("config: %w", err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -165,14 +183,22 @@ func readConfig(path string, getenv func(string) string) (items.Config, alerts.R
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
 		var root yaml.Node
 		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
-		return items.Config{}, alerts.Routing{}, nil, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err, &root), "\n  "))
+		return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err, &root), "\n  "))
 	}
 	probs := &configProblems{path: path}
 	lookups := map[string]probes.Lookup{}
 	if fc.Defaults.Lookup != nil {
 		probs.add(fc.Defaults.Lookup.line(), "defaults.lookup", "a lookup belongs to one destination; give it under destinations.<name>.lookup")
 	}
-	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{}}
+	cfg := items.Config{Defaults: fc.Defaults.destination("defaults", probs), Destinations: map[string]items.Destination{},
+		MaxClockSkew: items.DefaultMaxClockSkew}
+	if check(fc.MaxClockSkew, "max_clock_skew", probs) {
+		if v := time.Duration(fc.MaxClockSkew.Value); v < 0 {
+			probs.add(fc.MaxClockSkew.Line, "max_clock_skew", "must not be negative")
+		} else {
+			cfg.MaxClockSkew = v
+		}
+	}
 	names := make([]string, 0, len(fc.Destinations))
 	for name := range fc.Destinations {
 		names = append(names, name)
@@ -216,10 +242,28 @@ func readConfig(path string, getenv func(string) string) (items.Config, alerts.R
 		}
 	}
 	routing := fc.Alerts.routing(probs)
-	if err := probs.err(); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, nil, err
+	if f := fc.PublicURL; f.Set {
+		if err := checkPublicURL(f.Value); err != nil {
+			probs.add(f.Line, "public_url", err.Error())
+		}
 	}
-	return cfg, routing, tokens, lookups, nil
+	if err := probs.err(); err != nil {
+		return fileSettings{}, err
+	}
+	return fileSettings{cfg: cfg, routing: routing, tokens: tokens, lookups: lookups, publicURL: fc.PublicURL.Value}, nil
+}
+
+// checkPublicURL accepts an absolute http(s) URL without query, fragment or characters that would break
+// a Slack link (| < >).
+func checkPublicURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return fmt.Errorf("%q is not an absolute http(s) URL such as https://companion.example.com", s)
+	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(s, "|<> "):
+		return fmt.Errorf("%q must be a plain base URL: no query, fragment, spaces or | < >", s)
+	}
+	return nil
 }
 
 var (

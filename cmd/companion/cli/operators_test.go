@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
@@ -33,10 +37,15 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
 		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 	}
-	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1}}`)
+	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1},"execution_id":"exec-8"}`)
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
 
-	out, err := run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
+	out, err := run(t, env, "items", "list", "--execution", "exec-8")
+	if err != nil || !strings.Contains(out, "inv-3") || !strings.Contains(out, "1 item(s)") {
+		t.Fatalf("items list --execution: %v\n%s", err, out)
+	}
+
+	out, err = run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,6 +248,9 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 		{"bad escalate_after", nil, "alerts:\n  routes:\n    - owner: U1\n      escalate_after: soon\n", []string{"line 4", "escalate_after"}},
 		{"only a token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "", []string{"SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"}},
 		{"bad schedule", map[string]string{"COMPANION_SWEEP_EVERY": "every minute"}, "", []string{"--sweep-every"}},
+		{"relative public_url", nil, "public_url: companion.example.com\n", []string{"line 1", "public_url", "absolute http(s) URL"}},
+		{"public_url with a query", nil, "public_url: https://c.example.com/?a=1\n", []string{"line 1", "public_url", "plain base URL"}},
+		{"bad COMPANION_PUBLIC_URL", map[string]string{"COMPANION_PUBLIC_URL": "ftp://c.example.com"}, "", []string{"COMPANION_PUBLIC_URL", "absolute http(s) URL"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "c.yaml")
@@ -305,5 +317,63 @@ func TestOperatorCommandsOnMongoDB(t *testing.T) {
 	var st map[string]any
 	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["needs_person"] != 1.0 {
 		t.Fatalf("stats on MongoDB: %v\n%s", err, out)
+	}
+}
+
+// With public_url (COMPANION_PUBLIC_URL wins over the file), each alert line links to the item's console
+// page; serve answers /console/ on the same address.
+func TestPublicURLLinksAlertsToTheConsole(t *testing.T) {
+	var mu sync.Mutex
+	var posted []string
+	slack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		// Slack's client sends the blocks as JSON, whose encoder writes < and > as \u003c and \u003e.
+		posted = append(posted, r.URL.Path+" "+strings.NewReplacer(`\u003c`, "<", `\u003e`, ">").Replace(r.Form.Get("blocks"))+string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case strings.HasSuffix(r.URL.Path, "conversations.open"):
+			_, _ = io.WriteString(w, `{"ok":true,"channel":{"id":"D0OPS"}}`)
+		default:
+			_, _ = io.WriteString(w, `{"ok":true,"channel":"D0OPS","ts":"1.1"}`)
+		}
+	}))
+	t.Cleanup(slack.Close)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(cfg, []byte("public_url: https://file.example.com\nalerts:\n  default_owner: U0OPS\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, "d"), "COMPANION_CONFIG": cfg,
+		"COMPANION_SWEEP_EVERY": "@every 1h", "COMPANION_PUBLIC_URL": "https://companion.example.com",
+		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "s", "SLACK_API_URL": slack.URL + "/api/"}
+	svc := start(t, env)
+	_, a := call(t, svc, "POST", "/v1/before-write", "", `{"key":"inv-1","payload":{"n":1},"dedupe":"none"}`)
+	call(t, svc, "POST", "/v1/after-write", "", `{"key":"inv-1","claim":"`+a["claim"].(string)+`","outcome":"unknown"}`)
+	resp, err := http.Get("http://" + svc.Addr() + "/console/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "inv-1") {
+		t.Fatalf("GET /console/ in open mode answered %d:\n%s", resp.StatusCode, body)
+	}
+	svc.Close()
+
+	p := newProgram(env)
+	if err := p.Run(context.Background(), []string{"sweep", "--once"}); err != nil {
+		t.Fatalf("sweep: %v\n%s", err, p.err)
+	}
+	mu.Lock()
+	all := strings.Join(posted, "\n")
+	mu.Unlock()
+	if !strings.Contains(all, "<https://companion.example.com/console/item?key=inv-1|`inv-1`>") {
+		t.Fatalf("no console link in what Slack received:\n%s", all)
+	}
+	if strings.Contains(all, "file.example.com") {
+		t.Fatalf("the file's public_url won over COMPANION_PUBLIC_URL:\n%s", all)
 	}
 }

@@ -153,8 +153,8 @@ func (m *Main) lookups(o serveOptions) (map[string]probes.Lookup, error) {
 	if o.configPath == "" {
 		return nil, nil
 	}
-	_, _, _, lookups, err := readConfig(o.configPath, m.Getenv)
-	return lookups, err
+	f, err := readConfig(o.configPath, m.Getenv)
+	return f.lookups, err
 }
 
 // runProbes runs the prober on the sweep's schedule until Close.

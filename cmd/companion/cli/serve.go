@@ -85,7 +85,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if m.Getenv("GOGC") == "" {
 		debug.SetGCPercent(handlers.GCPercent)
 	}
-	cfg, routing, tokens, err := m.settings(o)
+	cfg, routing, tokens, publicURL, err := m.settings(o)
 	if err != nil {
 		return err
 	}
@@ -113,7 +113,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	alertSvc, err := newAlertServices(ledger, routing, slackCfg, log)
+	alertSvc, err := newAlertServices(ledger, routing, slackCfg, publicURL, log)
 	if err != nil {
 		store.Close()
 		return err
@@ -187,25 +187,33 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 }
 
 // settings combines the configuration file and the token sources.
-func (m *Main) settings(o serveOptions) (items.Config, alerts.Routing, []handlers.Token, error) {
-	var cfg items.Config
+// The public URL (alert lines link to the console under it) is COMPANION_PUBLIC_URL, else the file's public_url.
+func (m *Main) settings(o serveOptions) (items.Config, alerts.Routing, []handlers.Token, string, error) {
+	cfg := items.Config{MaxClockSkew: items.DefaultMaxClockSkew}
 	var routing alerts.Routing
 	var fileTokens []handlers.Token
+	var publicURL string
 	if o.configPath != "" {
 		var err error
-		if cfg, routing, fileTokens, err = loadConfig(o.configPath, m.Getenv); err != nil {
-			return items.Config{}, alerts.Routing{}, nil, err
+		if cfg, routing, fileTokens, publicURL, err = loadConfig(o.configPath, m.Getenv); err != nil {
+			return items.Config{}, alerts.Routing{}, nil, "", err
 		}
+	}
+	if v := m.Getenv("COMPANION_PUBLIC_URL"); v != "" {
+		if err := checkPublicURL(v); err != nil {
+			return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("COMPANION_PUBLIC_URL: %w", err)
+		}
+		publicURL = v
 	}
 	envTokens, err := m.envTokens()
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, err
+		return items.Config{}, alerts.Routing{}, nil, "", err
 	}
 	tokens := append(envTokens, fileTokens...)
 	if err := handlers.CheckTokens(tokens); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
+		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
 	}
-	return cfg, routing, tokens, nil
+	return cfg, routing, tokens, publicURL, nil
 }
 
 // envTokens reads COMPANION_TOKENS, or the file COMPANION_TOKENS_FILE names.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/console"
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
@@ -128,7 +129,7 @@ type alertServices struct {
 }
 
 // newAlertServices builds the alert services over the ledger's store.
-func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, log *slog.Logger) (*alertServices, error) {
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, publicURL string, log *slog.Logger) (*alertServices, error) {
 	store, ok := ledger.Store().(operatorStore)
 	if !ok {
 		return nil, fmt.Errorf("the store %T cannot keep the alert outbox", ledger.Store())
@@ -148,7 +149,7 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		out.where = "Slack " + slackCfg.APIURL
 	}
 	if out.dispatcher, err = alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: ledger, Outbox: store, Routing: routing,
-		Notifier: notifier, Logger: log}); err != nil {
+		Notifier: notifier, Logger: log, PublicURL: publicURL}); err != nil {
 		return nil, err
 	}
 	if slack != nil {
@@ -163,6 +164,11 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 func (a *alertServices) handlersConfig(hc *handlers.Config) {
 	hc.Operators = hc.Ledger.Store().(operatorStore)
 	hc.Resolver = a.dispatcher
+	hc.Console.Target = func(it *items.Item) console.Target {
+		t := a.dispatcher.Target(it)
+		return console.Target{Owner: t.Owner, CheckHint: t.CheckHint}
+	}
+	hc.Console.CauseText = alerts.CauseText
 	if a.actions != nil {
 		hc.SlackActions = a.actions
 	}
@@ -199,7 +205,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if !once {
 		return usageErrorf("sweep: give --once (serve sweeps on its own schedule, --sweep-every)")
 	}
-	cfg, routing, _, err := m.settings(o)
+	cfg, routing, _, publicURL, err := m.settings(o)
 	if err != nil {
 		return err
 	}
@@ -224,7 +230,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
 	log := m.logger()
-	a, err := newAlertServices(ledger, routing, slackCfg, log)
+	a, err := newAlertServices(ledger, routing, slackCfg, publicURL, log)
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -32,6 +31,9 @@ import (
 )
 
 const token = "e2e-secret-token-0123456789"
+
+// operatorToken is the error workflow's: it lists a failed execution's items, an operator call.
+const operatorToken = "e2e-operator-token-0123456789"
 
 // Workflow ids given to the imported templates.
 var workflowIDs = map[string]string{
@@ -48,6 +50,7 @@ type env struct {
 	companion   string // direct URL
 	proxy       string // companion behind the fault proxy, as the workflows see it
 	receiver    string
+	smtpPort    int
 	n8n         string
 	failReports atomic.Bool // the proxy answers after-write with 503 while set
 	// failBatchReports: the proxy answers batch after-write with 503 while set
@@ -77,16 +80,24 @@ func run() int {
 		fn   func(context.Context, *env) error
 	}{
 		{"single: clean run writes once and records succeeded", scenarioClean},
-		{"single: commit-then-drop is unknown with one effect; re-send retries with the same key", scenarioDrop},
-		{"single: 429 is failed; a re-run after Retry-After writes once", scenario429},
+		{"single: commit-then-drop is unknown with one effect, answered 503; re-send retries with the same key", scenarioDrop},
+		{"single: 429 is failed, answered 503; a re-run after Retry-After writes once", scenario429},
 		{"single: the same trigger twice writes once", scenarioTwice},
-		{"single: the same trigger twice at once writes once", scenarioTwiceAtOnce},
+		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
+		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
+		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
+		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
+		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
+		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
+		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
+		{"side by side: Remove Duplicates loses a refused write's redelivery; the template writes it once", scenarioSideBySide},
 		{"batch: three items claimed and written once each", scenarioBatch},
 		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
 		{"batch: commit-then-drop on one item leaves only it unknown", scenarioBatchDrop},
 		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
+		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},
 		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
 	}
 	passed, failed := 0, 0
@@ -143,7 +154,7 @@ func (e *env) start(ctx context.Context) error {
 			return fmt.Errorf("build companion: %w", err)
 		}
 	}
-	ports := make([]int, 5)
+	ports := make([]int, 6)
 	for i := range ports {
 		if ports[i], err = freePort(); err != nil {
 			return err
@@ -152,14 +163,15 @@ func (e *env) start(ctx context.Context) error {
 	e.companion = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	e.receiver = fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 	e.n8n = fmt.Sprintf("http://127.0.0.1:%d", ports[2])
+	e.smtpPort = ports[5]
 	cfg := filepath.Join(e.work, "companion.yaml")
-	if err := os.WriteFile(cfg, []byte("destinations:\n  billing: {dedupe: key, max_attempts: 3}\n  quotes: {dedupe: lookup, max_attempts: 3}\n  n8n-triggers: {dedupe: key, max_attempts: 5}\n"), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte("destinations:\n  billing: {dedupe: key, max_attempts: 3}\n  quotes: {dedupe: lookup, max_attempts: 3}\n  n8n-triggers: {dedupe: key, max_attempts: 5}\n  mail: {dedupe: none, max_attempts: 3}\n"), 0o644); err != nil {
 		return err
 	}
-	if err := e.spawn(ctx, "receiver", []string{"COMPANION_TOKENS="}, bin, "receiver", "--addr", strings.TrimPrefix(e.receiver, "http://")); err != nil {
+	if err := e.spawn(ctx, "receiver", []string{"COMPANION_TOKENS="}, bin, "receiver", "--addr", strings.TrimPrefix(e.receiver, "http://"), "--smtp-addr", fmt.Sprintf("127.0.0.1:%d", e.smtpPort)); err != nil {
 		return err
 	}
-	if err := e.spawn(ctx, "companion", []string{"COMPANION_TOKENS=e2e:default:workflow:" + token}, bin, "serve", "--addr", strings.TrimPrefix(e.companion, "http://"), "--data-dir", filepath.Join(e.work, "ledger"), "--config", cfg); err != nil {
+	if err := e.spawn(ctx, "companion", []string{"COMPANION_TOKENS=e2e:default:workflow:" + token + ",e2e-op:default:operator:" + operatorToken}, bin, "serve", "--addr", strings.TrimPrefix(e.companion, "http://"), "--data-dir", filepath.Join(e.work, "ledger"), "--config", cfg); err != nil {
 		return err
 	}
 	if err := e.startProxy(ports[3]); err != nil {
@@ -287,6 +299,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.WriteURL = e.receiver + "/records"
 	s.LookupURL = e.receiver + "/records"
 	s.CredentialID = "e2eCompanionCred"
+	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
 	dir := filepath.Join(e.work, "workflows")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -310,7 +323,24 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 			return err
 		}
 	}
-	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}}]`, s.CredentialID, s.CredentialName, token)
+	ewf, err := json.Marshal(emailWorkflow(s))
+	if err != nil {
+		return err
+	}
+	var em map[string]any
+	_ = json.Unmarshal(ewf, &em)
+	em["id"] = emailWorkflowID
+	ewf, _ = json.Marshal(em)
+	if err := os.WriteFile(filepath.Join(dir, "email-write.json"), ewf, 0o644); err != nil {
+		return err
+	}
+	nwf, _ := json.Marshal(naiveWorkflow(s))
+	if err := os.WriteFile(filepath.Join(dir, "remove-duplicates.json"), nwf, 0o644); err != nil {
+		return err
+	}
+	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
+		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}}]`,
+		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort)
 	credFile := filepath.Join(e.work, "credentials.json")
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		return err
@@ -325,8 +355,12 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
+	ids := []string{emailWorkflowID, naiveWorkflowID}
 	for _, t := range blueprints.Templates() {
-		if err := e.n8nCLI(ctx, env, "publish:workflow", "--id="+workflowIDs[t.Slug]); err != nil {
+		ids = append(ids, workflowIDs[t.Slug])
+	}
+	for _, id := range ids {
+		if err := e.n8nCLI(ctx, env, "publish:workflow", "--id="+id); err != nil {
 			return err
 		}
 	}
@@ -366,6 +400,12 @@ func waitHTTP(ctx context.Context, u string, d time.Duration) error {
 
 // call sends a JSON request and decodes a JSON answer into out (when not nil).
 func call(method, u, bearer string, body any, out any) (int, error) {
+	code, _, err := callHeader(method, u, bearer, body, out)
+	return code, err
+}
+
+// callHeader is call that also returns the answer's headers.
+func callHeader(method, u, bearer string, body any, out any) (int, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -378,26 +418,34 @@ func call(method, u, bearer string, body any, out any) (int, error) {
 	if bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	}
-	client := &http.Client{Timeout: 90 * time.Second}
+	// A webhook run of the 1,050-item batch answers after all its writes: 69 s at load 20 on a 2-core
+	// machine, over 90 s at load 25.
+	client := &http.Client{Timeout: 180 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	if out != nil && len(b) > 0 {
 		if err := json.Unmarshal(b, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, u, resp.StatusCode, b)
+			return resp.StatusCode, resp.Header, fmt.Errorf("%s %s: %d %s", method, u, resp.StatusCode, b)
 		}
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, resp.Header, nil
 }
 
 // trigger posts to a workflow's production webhook and returns its answer.
 func (e *env) trigger(path string, body any) (int, map[string]any, error) {
-	var out map[string]any
-	code, err := call("POST", e.n8n+"/webhook/"+path, "", body, &out)
+	code, _, out, err := e.triggerHeader(path, body)
 	return code, out, err
+}
+
+// triggerHeader is trigger that also returns the answer's headers (Retry-After).
+func (e *env) triggerHeader(path string, body any) (int, http.Header, map[string]any, error) {
+	var out map[string]any
+	code, h, err := callHeader("POST", e.n8n+"/webhook/"+path, "", body, &out)
+	return code, h, out, err
 }
 
 // item is what the runner reads of GET /v1/items/{key}.
@@ -497,426 +545,6 @@ func (e *env) expect(key, state string, attempt int, ref string, records int) er
 	}
 	if got := ef.ByIdempotencyKey[it.IdempotencyKey]; got != records {
 		return fmt.Errorf("receiver: %d records under the item's idempotency key %s, want %d", got, it.IdempotencyKey, records)
-	}
-	return nil
-}
-
-func reminder(inv int) (map[string]any, string, string) {
-	body := map[string]any{"invoice": fmt.Sprint(inv), "recipient": "c-19", "amount": 120.5, "reminder": 2}
-	return body, fmt.Sprintf("invoice-%d:reminder:2", inv), fmt.Sprintf("invoice-%d-reminder-2", inv)
-}
-
-const single = "companion/guarded-write"
-
-func (e *env) runSingle(body any) (map[string]any, error) {
-	code, out, err := e.trigger(single, body)
-	if err == nil && code != 200 {
-		err = fmt.Errorf("webhook answered %d: %v", code, out)
-	}
-	return out, err
-}
-
-func scenarioClean(ctx context.Context, e *env) error {
-	body, key, ref := reminder(1001)
-	out, err := e.runSingle(body)
-	if err != nil {
-		return err
-	}
-	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
-		return err
-	}
-	recs, err := e.records(ref)
-	if err != nil {
-		return err
-	}
-	// The workflow passes the destination's id downstream and the ledger stores it.
-	it, _ := e.item(key)
-	if len(recs) != 1 || it.ExternalID != recs[0].ID || out["external_id"] != recs[0].ID {
-		return fmt.Errorf("external_id: ledger %q, webhook answer %v, receiver records %v", it.ExternalID, out["external_id"], recs)
-	}
-	_, err = e.expectState(key+":trigger", "succeeded", 1)
-	return err
-}
-
-func scenarioDrop(ctx context.Context, e *env) error {
-	body, key, ref := reminder(1002)
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
-		return err
-	}
-	if _, err := e.runSingle(body); err != nil {
-		return err
-	}
-	// The receiver committed and hung up: the ledger does not know, and must not say "not sent".
-	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
-		return err
-	}
-	if _, err := e.expectState(key+":trigger", "unknown", 1); err != nil {
-		return err
-	}
-	// The same event again: the trigger and the write are retried with the same key, the receiver
-	// replays its first answer, nothing new is created.
-	if _, err := e.runSingle(body); err != nil {
-		return fmt.Errorf("re-send: %w", err)
-	}
-	if err := e.expect(key, "succeeded", 2, ref, 1); err != nil {
-		return err
-	}
-	_, err := e.expectState(key+":trigger", "succeeded", 2)
-	return err
-}
-
-func scenario429(ctx context.Context, e *env) error {
-	body, key, ref := reminder(1003)
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
-		return err
-	}
-	if _, err := e.runSingle(body); err != nil {
-		return err
-	}
-	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
-		return err
-	}
-	if it, _ := e.item(key); it.HTTPStatus != 429 {
-		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
-	}
-	// Retry-After: 1 s, recorded as the item's retry time; the re-run comes after it.
-	time.Sleep(2 * time.Second)
-	if _, err := e.runSingle(body); err != nil {
-		return fmt.Errorf("re-run: %w", err)
-	}
-	if err := e.expect(key, "succeeded", 2, ref, 1); err != nil {
-		return err
-	}
-	_, err := e.expectState(key+":trigger", "succeeded", 2)
-	return err
-}
-
-func scenarioTwice(ctx context.Context, e *env) error {
-	body, key, ref := reminder(1004)
-	for i := 0; i < 2; i++ {
-		out, err := e.runSingle(body)
-		if err != nil {
-			return fmt.Errorf("delivery %d: %w", i+1, err)
-		}
-		if dup := out["duplicate"] == true; dup != (i == 1) {
-			return fmt.Errorf("delivery %d answered %v; only the second is a duplicate", i+1, out)
-		}
-	}
-	return e.expect(key, "succeeded", 1, ref, 1)
-}
-
-func scenarioTwiceAtOnce(ctx context.Context, e *env) error {
-	body, key, ref := reminder(1005)
-	// The receiver answers slowly so both deliveries are inside n8n at the same time.
-	if err := e.fault(map[string]any{"fault": "commit_then_delay", "count": 1, "reference": ref, "delay_ms": 1500}); err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	outs := make([]map[string]any, 2)
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			outs[i], errs[i] = e.runSingle(body)
-		}(i)
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if dups := btoi(outs[0]["duplicate"] == true) + btoi(outs[1]["duplicate"] == true); dups != 1 {
-		return fmt.Errorf("%d of the two deliveries were short-circuited, want exactly 1: %v", dups, outs)
-	}
-	return e.expect(key, "succeeded", 1, ref, 1)
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-const batchPath = "companion/batch-guarded-write"
-
-func batchBody(invoices ...int) map[string]any {
-	var items []any
-	for _, inv := range invoices {
-		b, _, _ := reminder(inv)
-		items = append(items, b)
-	}
-	return map[string]any{"items": items}
-}
-
-func (e *env) runBatch(invoices ...int) (map[string]any, error) {
-	code, out, err := e.trigger(batchPath, batchBody(invoices...))
-	if err == nil && code != 200 {
-		err = fmt.Errorf("webhook answered %d: %v", code, out)
-	}
-	return out, err
-}
-
-type batch struct {
-	Counts map[string]int `json:"counts"`
-	Items  []item         `json:"items"`
-}
-
-func (e *env) batch(id string) (batch, error) {
-	var b batch
-	code, err := call("GET", e.companion+blueprints.PathBatches+url.PathEscape(id), token, nil, &b)
-	if err == nil && code != 200 {
-		err = fmt.Errorf("GET batch %s: %d", id, code)
-	}
-	return b, err
-}
-
-// batchOf reads the batch a run answered with: the run that wrote something answers with its
-// batch_id and the counts of the batch before-write.
-func (e *env) batchOf(out map[string]any) (string, batch, error) {
-	id, _ := out["batch_id"].(string)
-	if id == "" {
-		return "", batch{}, fmt.Errorf("the run answered without its batch_id: %v", out)
-	}
-	b, err := e.batch(id)
-	return id, b, err
-}
-
-func scenarioBatch(ctx context.Context, e *env) error {
-	out, err := e.runBatch(2001, 2002, 2003)
-	if err != nil {
-		return err
-	}
-	id, b, err := e.batchOf(out)
-	if err != nil {
-		return err
-	}
-	if b.Counts["succeeded"] != 3 || len(b.Items) != 3 {
-		return fmt.Errorf("batch %s: counts %v, %d items; want 3 succeeded", id, b.Counts, len(b.Items))
-	}
-	for _, inv := range []int{2001, 2002, 2003} {
-		_, key, ref := reminder(inv)
-		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func scenarioBatchRerun(ctx context.Context, e *env) error {
-	before, err := e.effects()
-	if err != nil {
-		return err
-	}
-	// The same items again, as a replayed execution would send them: every item is skipped with its
-	// stored result, nothing is claimed or written.
-	out, err := e.runBatch(2001, 2002, 2003)
-	if err != nil {
-		return err
-	}
-	if out["decision"] != "skip" || out["reason"] != "succeeded" {
-		return fmt.Errorf("the re-run answered %v, want the stored result (skip/succeeded)", out)
-	}
-	after, err := e.effects()
-	if err != nil {
-		return err
-	}
-	if after.Total != before.Total {
-		return fmt.Errorf("re-run created %d new records", after.Total-before.Total)
-	}
-	for _, inv := range []int{2001, 2002, 2003} {
-		_, key, ref := reminder(inv)
-		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func scenarioBatchDrop(ctx context.Context, e *env) error {
-	_, _, dropRef := reminder(3002)
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": dropRef}); err != nil {
-		return err
-	}
-	out, err := e.runBatch(3001, 3002, 3003)
-	if err != nil {
-		return err
-	}
-	id, b, err := e.batchOf(out)
-	if err != nil {
-		return err
-	}
-	if b.Counts["succeeded"] != 2 || b.Counts["unknown"] != 1 {
-		return fmt.Errorf("batch %s counts %v, want 2 succeeded and 1 unknown", id, b.Counts)
-	}
-	for inv, state := range map[int]string{3001: "succeeded", 3002: "unknown", 3003: "succeeded"} {
-		_, key, ref := reminder(inv)
-		if err := e.expect(key, state, 1, ref, 1); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// scenarioBatchLarge runs a node with more items than one batch call takes (500): the template splits
-// them into calls of 500, 500 and 50 under one batch id, and every item is claimed and written once.
-func scenarioBatchLarge(ctx context.Context, e *env) error {
-	const n = 1050
-	before, err := e.effects()
-	if err != nil {
-		return err
-	}
-	invoices := make([]int, n)
-	for i := range invoices {
-		invoices[i] = 10000 + i
-	}
-	out, err := e.runBatch(invoices...)
-	if err != nil {
-		return err
-	}
-	id, b, err := e.batchOf(out)
-	if err != nil {
-		return err
-	}
-	if b.Counts["succeeded"] != n {
-		return fmt.Errorf("batch %s counts %v, want %d succeeded", id, b.Counts, n)
-	}
-	if counts, _ := out["counts"].(map[string]any); counts["proceed"] != float64(n) {
-		return fmt.Errorf("the run answered counts %v, want %d proceed over its calls", out["counts"], n)
-	}
-	after, err := e.effects()
-	if err != nil {
-		return err
-	}
-	if after.Total-before.Total != n {
-		return fmt.Errorf("the receiver created %d records, want %d", after.Total-before.Total, n)
-	}
-	// The first, a boundary, and the last item: each once, at its position in the node.
-	for _, i := range []int{0, 499, 500, n - 1} {
-		_, key, ref := reminder(invoices[i])
-		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
-			return err
-		}
-		var it struct {
-			BatchIndex int `json:"batch_index"`
-		}
-		if _, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, &it); err != nil {
-			return err
-		} else if it.BatchIndex != i {
-			return fmt.Errorf("%s: batch_index %d, want %d", key, it.BatchIndex, i)
-		}
-	}
-	return nil
-}
-
-func scenarioLookup(ctx context.Context, e *env) error {
-	const ref, key = "QT-2026-0417", "quote:QT-2026-0417:create"
-	body := map[string]any{"reference": ref, "customer": "c-88", "amount": 4200}
-	// A destination that ignores idempotency keys but can be searched by reference.
-	if err := e.mode(map[string]any{"dedupe": "none"}); err != nil {
-		return err
-	}
-	defer func() { _ = e.mode(map[string]any{"dedupe": "key"}) }()
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
-		return err
-	}
-	if code, out, err := e.trigger("companion/lookup-reconcile", body); err != nil || code != 200 {
-		return fmt.Errorf("webhook: %d %v %v", code, out, err)
-	}
-	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
-		return err
-	}
-	// Next run: before-write says reconcile, the lookup finds the record, nothing is re-sent, and the
-	// ledger takes the found record's id.
-	if code, out, err := e.trigger("companion/lookup-reconcile", body); err != nil || code != 200 {
-		return fmt.Errorf("webhook (re-run): %d %v %v", code, out, err)
-	}
-	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
-		return err
-	}
-	recs, err := e.records(ref)
-	if err != nil {
-		return err
-	}
-	if it, _ := e.item(key); len(recs) != 1 || it.ExternalID != recs[0].ID {
-		return fmt.Errorf("external_id %q, receiver records %v", it.ExternalID, recs)
-	}
-	return nil
-}
-
-func scenarioErrorWorkflow(ctx context.Context, e *env) error {
-	body, key, ref := reminder(4001)
-	e.failReports.Store(true)
-	code, _, err := e.trigger(single, body)
-	e.failReports.Store(false)
-	if err != nil {
-		return err
-	}
-	if code < 500 {
-		return fmt.Errorf("webhook answered %d; the execution should have failed", code)
-	}
-	// The lease is 300 s; the error workflow reports the claim within seconds.
-	deadline := time.Now().Add(60 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
-		if last = e.expect(key, "unknown", 1, ref, 1); last == nil {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	if last != nil {
-		return last
-	}
-	if it, _ := e.item(key); it.Cause == "lease_expired" {
-		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", key)
-	}
-	// The trigger claim of the failed execution was in flight too.
-	_, err = e.expectState(key+":trigger", "unknown", 1)
-	return err
-}
-
-// scenarioErrorWorkflowBatch fails a batch execution after its 600 writes, at the batch report: the error
-// workflow must read both pages of the batch's status (500 a page) and report every claim unknown.
-func scenarioErrorWorkflowBatch(ctx context.Context, e *env) error {
-	const n = 600
-	invoices := make([]int, n)
-	for i := range invoices {
-		invoices[i] = 20000 + i
-	}
-	e.failBatchReports.Store(true)
-	code, _, err := e.trigger(batchPath, batchBody(invoices...))
-	e.failBatchReports.Store(false)
-	if err != nil {
-		return err
-	}
-	if code < 500 {
-		return fmt.Errorf("webhook answered %d; the execution should have failed", code)
-	}
-	_, lastKey, _ := reminder(invoices[n-1])
-	var it struct {
-		BatchID string `json:"batch_id"`
-	}
-	if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(lastKey), token, nil, &it); err != nil || code != 200 {
-		return fmt.Errorf("GET item %s: %d %v", lastKey, code, err)
-	}
-	// The lease is 300 s; the error workflow reports the claims within a minute.
-	deadline := time.Now().Add(90 * time.Second)
-	var b batch
-	for time.Now().Before(deadline) {
-		if b, err = e.batch(it.BatchID); err != nil {
-			return err
-		}
-		if b.Counts["unknown"] == n {
-			break
-		}
-		time.Sleep(2 * time.Second)
-	}
-	if b.Counts["unknown"] != n {
-		return fmt.Errorf("batch %s counts %v, want %d unknown", it.BatchID, b.Counts, n)
-	}
-	// The last item is on the second page: reported by the error workflow, not by lease expiry.
-	if item, _ := e.item(lastKey); item.Cause == "lease_expired" {
-		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", lastKey)
 	}
 	return nil
 }

@@ -1,0 +1,208 @@
+package blueprints
+
+// The JavaScript of the n8n templates' Code nodes: what the write returned as evidence, the answers, the
+// trigger's report. Each is run in Node.js by evidence_test.go.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// transportClassesJS renders TransportErrors as a JS object literal, sorted for stability.
+func transportClassesJS() string {
+	var parts []string
+	for _, e := range TransportErrors {
+		parts = append(parts, fmt.Sprintf("%s: '%s'", e.Code, e.Class))
+	}
+	sort.Strings(parts)
+	return "{ " + strings.Join(parts, ", ") + " }"
+}
+
+func preDispatchClassesJS() string {
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range TransportErrors {
+		if !e.Dispatched && !seen[e.Class] {
+			seen[e.Class] = true
+			out = append(out, "'"+e.Class+"'")
+		}
+	}
+	sort.Strings(out)
+	return "[" + strings.Join(out, ", ") + "]"
+}
+
+// evidenceJS turns what the write returned into an after-write body (API.md). claimNode names the
+// node whose item carries the claim (key, claim). It serves any write node run with On Error →
+// Continue (using error output): an HTTP Request node's full response is judged by its status; any
+// other node's success output is the effect itself; an error is judged from what the node says about it.
+func evidenceJS(claimNode string) string {
+	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
+// On Error → Continue (using error output), so every item it returns arrives here:
+// - an HTTP Request node (Never Error, Include Response Headers and Status) gives {statusCode, headers,
+//   body}: it is judged by the status;
+// - any other node (Send Email, Gmail, Sheets, Slack, …) that returns an item on its success output has
+//   written: succeeded, with the external id read from the first of Settings → external_id_fields found;
+// - its error output arrives through "Write error" as write_error and is judged from the error: an HTTP
+//   status where the node gives one, a transport code, an SMTP reply code; anything else is unknown.
+const claim = $('CLAIM_NODE').item.json;
+const report = { key: claim.key, claim: claim.claim };
+const clip = (s) => String(s ?? '').slice(0, 300);
+const retryAfter = (ra) => {
+  if (ra === undefined || ra === null) return undefined;
+  const secs = /^\d+$/.test(String(ra)) ? Number(ra) : Math.ceil((Date.parse(ra) - Date.now()) / 1000);
+  return Number.isFinite(secs) && secs > 0 ? secs : undefined;
+};
+const byStatus = (status, headers, body) => {
+  report.http_status = status;
+  if (status >= 200 && status < 300) {
+    report.outcome = 'succeeded';
+    return;
+  }
+  if (status < 400 || status > 599) {
+    report.outcome = 'unknown'; // a redirect or an odd status proves nothing
+    return;
+  }
+  report.outcome = 'failed';
+  report.error = { class: 'http', code: String(status), message: clip(typeof body === 'string' ? body : JSON.stringify(body ?? null)) };
+  const secs = retryAfter(headers && headers['retry-after']);
+  if (secs !== undefined) report.retry_after = secs;
+};
+const externalId = (out) => {
+  // YOUR DESTINATION: Settings → external_id_fields lists where the node puts the id of what it wrote.
+  const fields = String($('Settings').first().json.external_id_fields || 'id').split(',').map((f) => f.trim()).filter(Boolean);
+  for (const f of fields) {
+    const v = f.split('.').reduce((o, k) => (o != null && typeof o === 'object' ? o[k] : undefined), out);
+    if (v !== undefined && v !== null && v !== '') return String(v);
+  }
+  return null;
+};
+if ($json.write_error === undefined) {
+  const out = $json;
+  if (typeof out.statusCode === 'number' && out.headers && typeof out.headers === 'object') {
+    byStatus(out.statusCode, out.headers, out.body);
+    if (out.headers['x-request-id']) report.receiver_request_id = String(out.headers['x-request-id']);
+    if (report.outcome === 'succeeded' && out.body && typeof out.body === 'object' && !Array.isArray(out.body)) report.result = out.body;
+  } else {
+    report.outcome = 'succeeded';
+  }
+  if (report.outcome === 'succeeded') report.external_id = externalId(out);
+} else {
+  const err = $json.write_error;
+  const e = err && typeof err === 'object' ? err : {};
+  const message = clip(typeof err === 'string' ? err : (e.message || e.description || JSON.stringify(err)));
+  const status = Number(e.httpCode || e.statusCode || e.status || (/^(\d{3}) - /.exec(message) || [])[1]);
+  const classes = TRANSPORT;
+  const code = String(e.code || (e.cause && e.cause.code) || (message.match(/\b[A-Z][A-Z_]{3,}\b/g) || []).find((c) => classes[c]) || '');
+  // An SMTP reply (nodemailer puts it after a colon: "Message failed: 451 4.3.0 try later").
+  const smtp = /: ([45]\d\d)[ -]/.exec(message);
+  if (status >= 100 && status <= 599) {
+    byStatus(status, e.headers || {}, message);
+  } else if (classes[code]) {
+    // Refused and DNS failures happen before anything is sent; everything else may have been committed.
+    report.outcome = PRE_DISPATCH.includes(classes[code]) ? 'failed' : 'unknown';
+    report.error = { class: classes[code], code, message };
+  } else if (smtp) {
+    // The mail server answered and refused the message (4xx: try later, 5xx: never): it holds no
+    // message, so nothing was committed. The contract's class for "refused, nothing committed" is
+    // connection_refused: retried after a backoff, never counted as a possible dispatch.
+    report.outcome = 'failed';
+    report.error = { class: 'connection_refused', code: 'smtp_' + smtp[1], message };
+  } else {
+    report.outcome = 'unknown';
+    report.error = { class: 'other', code, message };
+  }
+}
+return { json: report };`)
+}
+
+const storedResultJS = `// skip: nothing is written. With reason "succeeded" the stored external_id and result
+// go downstream as if the write had just happened; other reasons end the item here.
+return { json: {
+  key: $json.key,
+  decision: $json.decision,
+  reason: $json.reason,
+  state: $json.state,
+  external_id: $json.external_id ?? null,
+  result: $json.result ?? null,
+  retry_after: $json.retry_after ?? null,
+} };`
+
+const surfaceJS = `// conflict (or an answer this template does not handle): nothing is written.
+// The run stops with an error after recording, so a person sees it.
+return { json: {
+  key: $json.key,
+  decision: $json.decision,
+  reason: $json.reason,
+  state: $json.state,
+  surface: true,
+  message: 'companion answered ' + $json.decision + '/' + $json.reason + ' for ' + $json.key + ': ' + ($json.message || ''),
+} };`
+
+// runOutcomeJS reports the trigger claim from the write's outcome: succeeded when the write is
+// known to exist; the write's own evidence when this run wrote (so a re-sent trigger is allowed
+// exactly when the write may be retried); "validation" (nothing sent by this run) otherwise. A run
+// that did not hold the trigger claim (it went on to the write's own before-write) reports nothing.
+const runOutcomeJS = `// The trigger event's claim is reported like the write it guarded:
+// - the write exists (succeeded now or before): succeeded, so a duplicate delivery is short-circuited;
+// - this run wrote and the outcome is failed or unknown: the same evidence, so a re-sent trigger runs again
+//   exactly when the write may be retried (after Retry-After; with the same key after an unknown);
+// - this run sent nothing: failed/validation, so a later delivery may ask again.
+// A run that did not claim the trigger (its claim was spent or refused, and the write's own before-write
+// decided) has nothing to report.
+const trigger = $('Claim trigger event').item.json;
+const w = $json;
+if (trigger.decision !== 'proceed') return { json: { trigger: 'not_claimed', write: w } };
+const report = { key: trigger.key, claim: trigger.claim };
+if (w.state === 'succeeded') {
+  report.outcome = 'succeeded';
+  report.external_id = w.external_id ?? null;
+  report.result = { write_key: w.key, write_state: w.state };
+} else if (w.evidence) {
+  for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
+} else {
+  report.outcome = 'failed';
+  report.error = { class: 'validation', code: w.decision + '/' + w.reason, message: 'this run sent nothing: ' + w.decision + '/' + w.reason };
+}
+return { json: { trigger: 'claimed', report, write: w } };`
+
+// checkDeliveryJS checks, before any key is built, that the delivery carries every field the key,
+// reference and payload are made of.
+const checkDeliveryJS = `// Before any key is built: the delivery must carry every field the key, the reference and the payload
+// are made of. A missing one would build a key like invoice-undefined:reminder:2 that every malformed
+// delivery shares. YOUR TRIGGER: list the fields your Settings mapping reads.
+const required = REQUIRED;
+const body = $json.body && typeof $json.body === 'object' ? $json.body : {};
+const missing = required.filter((f) => body[f] === undefined || body[f] === null || String(body[f]).trim() === '');
+return { json: Object.assign({}, $json, { delivery: missing.length ? 'incomplete' : 'complete', missing }) };`
+
+// answerJS decides what the webhook answers, so that a sender (Stripe, Shopify, a form tool) that
+// redelivers on any non-2xx answer redelivers exactly when a later delivery can still make the effect exist.
+const answerJS = `// What the webhook answers. Senders redeliver on a non-2xx answer, so:
+// 200 the effect exists (written now or before; a duplicate of a finished delivery);
+// 400 the delivery lacks fields (nothing was claimed; a redelivery of the same body cannot help);
+// 409 conflict: the same key arrived with a different payload (a person decides);
+// 422 the destination refused the write for good (a 4xx): the same content would be refused again;
+// 503 + Retry-After: anything a later delivery can still finish: in progress, retry later, a write that
+//     failed retryably or is unknown, an item waiting for its owner.
+const r = $json;
+const ev = r.evidence || {};
+const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
+let status = 503;
+let retryAfter = r.retry_after ?? ev.retry_after ?? null;
+if (r.delivery === 'incomplete') status = 400;
+else if (r.state === 'succeeded') status = 200;
+else if (r.decision === 'conflict') status = 409;
+else if (r.surface) status = 500;
+else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
+else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
+if (status !== 503) retryAfter = null;
+else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60;
+const body = r.delivery === 'incomplete'
+  ? { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing }
+  : Object.assign({}, r, { status });
+// A run that ends in anything but its effect (or a harmless duplicate, or a malformed delivery) fails the
+// execution after answering, so it shows in n8n's failed executions and the error workflow runs.
+const end = status === 200 || status === 400 || r.duplicate ? 'done' : 'surface';
+if (!body.message) body.message = 'companion: ' + (r.key || '') + ' ended ' + (r.decision || '') + '/' + (r.reason || r.state || '') + ', answered ' + status;
+return { json: { status, retry_after: retryAfter === null ? null : String(retryAfter), later: status === 503 ? 'later' : 'now', end, body } };`

@@ -1,0 +1,257 @@
+package console_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// The browser tests drive Debian's chromium (console/testdata/install-chromium.sh installs it). Without
+// it they skip, except in CI (CI=true), where a missing browser fails them.
+
+// screenshotEnv, when set to 1, copies the screenshots the tests take into docs/images/.
+const screenshotEnv = "COMPANION_UPDATE_SCREENSHOTS"
+
+// browser starts a headless chromium for the test and returns a context of its first tab.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is not installed (run console/testdata/install-chromium.sh): %v", err)
+		}
+		t.Skip("chromium is not installed: run console/testdata/install-chromium.sh (in CI, CI=true, this test fails instead)")
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 800),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// screenshot saves the viewport (1280×800) as name.png in the test's directory, and into docs/images/
+// when COMPANION_UPDATE_SCREENSHOTS=1.
+func screenshot(t *testing.T, ctx context.Context, dir, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	file := filepath.Join(dir, "console-"+name+".png")
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", file)
+	if os.Getenv(screenshotEnv) == "1" {
+		if err := os.WriteFile(filepath.Join("..", "docs", "images", "console-"+name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func run(t *testing.T, ctx context.Context, step string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+}
+
+// get runs one action that returns a value.
+func get[T any](t *testing.T, ctx context.Context, step string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", step, err)
+	}
+	return v
+}
+
+func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t, envOptions{refresh: time.Hour})
+	for i, key := range []string{"inv-740", "inv-741", "inv-742"} {
+		e.unknownItem(key, "QT-"+strings.TrimPrefix(key, "inv-"), "exec-1234:Send reminders", i)
+		e.clock.Advance(90 * time.Second)
+	}
+	e.succeededItem("inv-743", "exec-1234:Send reminders", 3)
+	e.unknownItem("crm-17", `<script>window.__xss=1</script>ACME "Ltd" & co`, "", 0)
+	e.clock.Advance(7 * time.Minute)
+	shots := t.TempDir()
+	base := e.srv.URL + "/console/"
+
+	// A workflow token cannot sign in.
+	var msg string
+	run(t, ctx, "workflow sign-in",
+		chromedp.Navigate(base),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), workflowSecret),
+		chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("error")))
+	msg = get(t, ctx, "workflow sign-in", chromedp.Text(chromedp.ID("error")))
+	if !strings.Contains(msg, "n8n-prod is a workflow token") {
+		t.Fatalf("a workflow token's sign-in says %q", msg)
+	}
+	screenshot(t, ctx, shots, "signin")
+
+	// An operator token signs in and lands on the queue, oldest first.
+	var total string
+	var keys []string
+	run(t, ctx, "operator sign-in",
+		chromedp.Navigate(base+"signin"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), operatorSecret),
+		chromedp.Click(chromedp.ID("signin")),
+		chromedp.WaitVisible(chromedp.ID("total")))
+	total = get(t, ctx, "operator sign-in", chromedp.Text(chromedp.ID("total")))
+	keys = get(t, ctx, "operator sign-in", chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr.queue-row")].map(r => r.dataset.key)`))
+	if total != "4" || strings.Join(keys, " ") != "inv-740 inv-741 inv-742 crm-17" {
+		t.Fatalf("queue shows %s item(s): %v, want 4, oldest first", total, keys)
+	}
+	screenshot(t, ctx, shots, "queue")
+
+	// The reference with a script renders as text, and the script never ran.
+	var ref string
+	var xss bool
+	run(t, ctx, "script reference")
+	ref = get(t, ctx, "script reference", chromedp.Text(chromedp.CSS(`tr[data-key="crm-17"] td.ref`)))
+	xss = get(t, ctx, "script reference", chromedp.Evaluate[bool](`window.__xss !== undefined`))
+	if ref != `<script>window.__xss=1</script>ACME "Ltd" & co` || xss {
+		t.Fatalf("the reference renders as %q (script ran: %v)", ref, xss)
+	}
+
+	// Open the unknown item and read its timeline.
+	var timeline, idem string
+	run(t, ctx, "open item",
+		chromedp.Click(chromedp.CSS(`tr[data-key="inv-742"] a.key`)),
+		chromedp.WaitVisible(chromedp.ID("timeline")))
+	timeline = get(t, ctx, "open item", chromedp.Text(chromedp.ID("timeline")))
+	idem = get(t, ctx, "open item", chromedp.Text(chromedp.ID("idem")))
+	flat := strings.Join(strings.Fields(timeline), " ")
+	for _, want := range []string{"Claimed state → in_flight execution exec-inv-742", "Report after the write",
+		"outcome unknown evidence class timeout", "Needs a person reason unknown_no_dedupe"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("timeline lacks %q:\n%s", want, timeline)
+		}
+	}
+	if want := e.ledger.IdempotencyKey("default", "inv-742"); idem != want {
+		t.Errorf("idempotency key %q, want %q", idem, want)
+	}
+	screenshot(t, ctx, shots, "item")
+
+	// The contract refuses an acknowledgement of an unknown item; the page says why and keeps the evidence.
+	var refused, kept string
+	run(t, ctx, "refused resolution",
+		chromedp.Click(chromedp.ID("outcome-acknowledged")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "Found INV-742 twice in the billing tool"),
+		chromedp.Click(chromedp.ID("resolve-submit")),
+		chromedp.WaitVisible(chromedp.ID("refused")))
+	refused = get(t, ctx, "refused resolution", chromedp.Text(chromedp.ID("refused")))
+	kept = get(t, ctx, "refused resolution", chromedp.Value(chromedp.ID("evidence")))
+	if !strings.Contains(refused, "409 conflict") || !strings.Contains(refused, "can be acknowledged; this item is unknown") ||
+		kept != "Found INV-742 twice in the billing tool" {
+		t.Fatalf("refusal shows %q, evidence kept %q", refused, kept)
+	}
+	screenshot(t, ctx, shots, "item-refused")
+
+	// Resolve it as committed with evidence and an external id.
+	var done, state string
+	run(t, ctx, "resolve",
+		chromedp.Click(chromedp.ID("outcome-succeeded")),
+		chromedp.Clear(chromedp.ID("evidence")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "Invoice INV-742 exists in the billing tool, sent 18:03"),
+		chromedp.SendKeys(chromedp.ID("external_id"), "in_1Q742"),
+		chromedp.Click(chromedp.ID("resolve-submit")),
+		chromedp.WaitVisible(chromedp.ID("done")))
+	done = get(t, ctx, "resolve", chromedp.Text(chromedp.ID("done")))
+	state = get(t, ctx, "resolve", chromedp.Text(chromedp.ID("state")))
+	timeline = get(t, ctx, "resolve", chromedp.Text(chromedp.ID("timeline")))
+	if state != "succeeded" || !strings.Contains(timeline, "Resolved by a person") || !strings.Contains(timeline, "ops-alice") {
+		t.Fatalf("after resolving: %q, state %q, timeline:\n%s", done, state, timeline)
+	}
+	it := e.get("inv-742")
+	if it.State != items.StateSucceeded || it.Resolution == nil || it.Resolution.ExternalID != "in_1Q742" || it.Resolution.By != "ops-alice" {
+		t.Fatalf("the ledger has %s %+v", it.State, it.Resolution)
+	}
+
+	// It has left the queue.
+	run(t, ctx, "queue after",
+		chromedp.Click(chromedp.CSS(`nav a[href="/console/"]`)),
+		chromedp.WaitVisible(chromedp.ID("total")))
+	total = get(t, ctx, "queue after", chromedp.Text(chromedp.ID("total")))
+	keys = get(t, ctx, "queue after", chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr.queue-row")].map(r => r.dataset.key)`))
+	if total != "3" || strings.Contains(strings.Join(keys, " "), "inv-742") {
+		t.Fatalf("after resolving, the queue shows %s: %v", total, keys)
+	}
+
+	// The other pages, for the screenshots and a look at each.
+	var counts, found, measures string
+	run(t, ctx, "batch",
+		chromedp.Navigate(base+"batch?id="+urlQuery("exec-1234:Send reminders")),
+		chromedp.WaitVisible(chromedp.ID("counts")))
+	counts = get(t, ctx, "batch", chromedp.Text(chromedp.ID("counts")))
+	if c := strings.Join(strings.Fields(counts), " "); !strings.Contains(c, "succeeded 2") || !strings.Contains(c, "unknown 2") {
+		t.Fatalf("batch counts %q, want 2 succeeded and 2 unknown", c)
+	}
+	screenshot(t, ctx, shots, "batch")
+	run(t, ctx, "find",
+		chromedp.Navigate(base+"find"),
+		chromedp.WaitVisible(chromedp.ID("q")),
+		chromedp.SendKeys(chromedp.ID("q"), "crm-17\n"),
+		chromedp.WaitVisible(chromedp.CSS(`a.key[href*="crm-17"]`)))
+	found = get(t, ctx, "find", chromedp.Text(chromedp.CSS("main")))
+	if !strings.Contains(found, `<script>window.__xss=1</script>ACME`) {
+		t.Fatalf("find shows:\n%s", found)
+	}
+	screenshot(t, ctx, shots, "find")
+	run(t, ctx, "overview",
+		chromedp.Navigate(base+"overview"),
+		chromedp.WaitVisible(chromedp.ID("measures")))
+	measures = get(t, ctx, "overview", chromedp.Text(chromedp.ID("measures")))
+	if !strings.Contains(measures, "billing") || !strings.Contains(measures, "all destinations") {
+		t.Fatalf("overview shows:\n%s", measures)
+	}
+	screenshot(t, ctx, shots, "overview")
+}
+
+func TestBrowserQueueRefreshesItself(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t, envOptions{open: true, refresh: time.Second})
+	e.unknownItem("inv-1", "QT-1", "", 0)
+	var n int
+	run(t, ctx, "queue", chromedp.Navigate(e.srv.URL+"/console/"), chromedp.WaitVisible(chromedp.CSS(`tr[data-key="inv-1"]`)))
+	// Settled elsewhere (the API, Slack), the item leaves the open page on its own.
+	if _, _, err := e.ledger.Resolve(e.ctx, items.ResolveParams{Tenant: "default", Key: "inv-1", Outcome: items.ResolveSucceeded,
+		Evidence: "found it in the billing tool", By: "slack:U1"}); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "refreshed", chromedp.WaitVisible(chromedp.ID("empty")))
+	n = get(t, ctx, "refreshed", chromedp.Evaluate[int](`document.querySelectorAll("tr.queue-row").length`))
+	if n != 0 {
+		t.Fatalf("%d rows after the refresh", n)
+	}
+}

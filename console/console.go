@@ -1,0 +1,352 @@
+// Package console serves the operator console at /console/: the items that need a person, each item's
+// story, a batch, a search and the post-release measures, as server-rendered HTML.
+//
+// It sits on the floor of handlers, which mounts it: handlers authenticates tokens, keeps the one table
+// from error codes to HTTP statuses, and hands both in through Config. The console keeps its own
+// sign-in sessions (server-side, expiring; the cookie holds only a random id), puts a CSRF token in every
+// form, and settles items through the same Resolver as the API and Slack. Every value shown is escaped
+// by html/template, no page carries an inline script, and every answer carries a strict
+// Content-Security-Policy.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/companion/batches"
+	"github.com/replaysafe/companion/items"
+)
+
+// Prefix is where the console is mounted.
+const Prefix = "/console/"
+
+// SessionTTL is how long a sign-in lasts.
+const SessionTTL = 12 * time.Hour
+
+// MaxSessions bounds the session map: past it, making a session drops the one closest to expiry, so a
+// client that never keeps its cookie (open mode makes a session per cookie-less visit) cannot grow it
+// without bound.
+const MaxSessions = 10000
+
+// MaxFormBytes is the largest form body read; a larger one reads as empty and is refused.
+const MaxFormBytes = 64 << 10
+
+// DefaultRefresh is how often an open page reloads itself.
+const DefaultRefresh = 15 * time.Second
+
+// CSP is the Content-Security-Policy of every answer: nothing but the console's own files, no inline
+// script or style, no framing, forms post only to the console.
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
+	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Principal is who signed in: a token's name, tenant and role.
+type Principal struct {
+	Name   string
+	Tenant string
+	// Operator is true for an operator token; only those may sign in.
+	Operator bool
+}
+
+// Store is what the console reads beside the ledger.
+type Store interface {
+	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
+}
+
+// Resolver settles an item on a person's evidence (the alert dispatcher, or the ledger).
+type Resolver interface {
+	Resolve(ctx context.Context, p items.ResolveParams) (*items.Item, items.Reason, error)
+}
+
+// Target is where an item's alert goes and what its owner should check.
+type Target struct {
+	Owner     string
+	CheckHint string
+}
+
+// PublicError is what a caller may see of an error: its HTTP status, code and message (handlers' table).
+type PublicError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+// Config is what the console needs. Ledger, Store, Resolver, Batches, Authenticate and Errors are required.
+type Config struct {
+	Ledger   *items.Ledger
+	Store    Store
+	Resolver Resolver
+	Batches  *batches.Service
+	// Authenticate returns the principal of a token secret.
+	Authenticate func(secret string) (Principal, bool)
+	// Open serves the console without sign-in as Local (the API's open mode, loopback only).
+	Open  bool
+	Local Principal
+	// Errors turns an error into what the page may show (handlers' error table).
+	Errors func(error) PublicError
+	// Target routes an item (owner, check hint); nil shows the item's own owner and no hint.
+	Target func(*items.Item) Target
+	// CauseText explains a needs-person cause; nil shows the cause word.
+	CauseText func(string) string
+	// Refresh is how often pages reload themselves; DefaultRefresh when 0.
+	Refresh time.Duration
+	Logger  *slog.Logger
+}
+
+// Console is the console's http.Handler.
+type Console struct {
+	cfg      Config
+	pages    map[string]*pageTemplate
+	static   http.Handler
+	mu       sync.Mutex
+	sessions map[string]*session
+}
+
+type session struct {
+	who     Principal
+	csrf    string
+	expires time.Time
+}
+
+// New returns the console. It panics on a missing requirement: a wiring mistake.
+func New(cfg Config) *Console {
+	if cfg.Ledger == nil || cfg.Store == nil || cfg.Resolver == nil || cfg.Batches == nil || cfg.Authenticate == nil || cfg.Errors == nil {
+		panic("console: Config needs Ledger, Store, Resolver, Batches, Authenticate and Errors")
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Target == nil {
+		cfg.Target = func(it *items.Item) Target { return Target{Owner: it.Owner} }
+	}
+	if cfg.CauseText == nil {
+		cfg.CauseText = func(c string) string { return c }
+	}
+	sub, _ := fs.Sub(staticFS, "static")
+	return &Console{cfg: cfg, pages: parsePages(), sessions: map[string]*session{},
+		static: http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))}
+}
+
+// Cookie names: the session, and the sign-in form's own CSRF cookie (before there is a session).
+const (
+	sessionCookie = "companion_console"
+	signinCookie  = "companion_console_signin"
+)
+
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", CSP)
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cross-Origin-Opener-Policy", "same-origin")
+	if strings.HasPrefix(r.URL.Path, Prefix+"static/") {
+		h.Set("Cache-Control", "public, max-age=300")
+		c.static.ServeHTTP(w, r)
+		return
+	}
+	h.Set("Cache-Control", "no-store")
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost {
+		h.Set("Allow", "GET, HEAD, POST")
+		c.fail(w, r, nil, PublicError{Status: http.StatusMethodNotAllowed, Code: "method_not_allowed", Message: r.Method + " is not allowed here"})
+		return
+	}
+	if r.Method == http.MethodPost {
+		// A console form is a few kB at most (evidence ≤ 2000 characters).
+		r.Body = http.MaxBytesReader(w, r.Body, MaxFormBytes)
+	}
+	if r.Method == http.MethodPost && !sameOrigin(r) {
+		c.fail(w, r, nil, PublicError{Status: http.StatusForbidden, Code: "forbidden", Message: "the form came from another site"})
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(Prefix, "/"))
+	switch path {
+	case "/signin":
+		c.signin(w, r)
+		return
+	case "/signout":
+		c.signout(w, r)
+		return
+	}
+	s := c.session(w, r)
+	if s == nil {
+		http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+		return
+	}
+	if r.Method == http.MethodPost && !c.validCSRF(s, r) {
+		c.fail(w, r, s, PublicError{Status: http.StatusForbidden, Code: "forbidden",
+			Message: "the form has no valid CSRF token; reload the page and try again"})
+		return
+	}
+	switch {
+	case path == "/" && r.Method != http.MethodPost:
+		c.queue(w, r, s)
+	case path == "/item" && r.Method != http.MethodPost:
+		c.item(w, r, s)
+	case path == "/item/resolve" && r.Method == http.MethodPost:
+		c.resolve(w, r, s)
+	case path == "/batch" && r.Method != http.MethodPost:
+		c.batch(w, r, s)
+	case path == "/find" && r.Method != http.MethodPost:
+		c.find(w, r, s)
+	case path == "/overview" && r.Method != http.MethodPost:
+		c.overview(w, r, s)
+	default:
+		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: "not_found", Message: "no such page: " + r.URL.Path})
+	}
+}
+
+// sameOrigin refuses a POST whose Origin (or, failing that, Sec-Fetch-Site) names another site. Browsers
+// send one of them with every form; a client that sends neither still needs the CSRF token.
+func sameOrigin(r *http.Request) bool {
+	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+		host := o
+		if i := strings.Index(host, "://"); i >= 0 {
+			host = host[i+3:]
+		}
+		return strings.EqualFold(host, r.Host)
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "", "same-origin", "none":
+		return true
+	}
+	return false
+}
+
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // never fails (crypto/rand panics instead)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{Name: name, Value: value, Path: Prefix, MaxAge: maxAge, HttpOnly: true,
+		Secure: secure(r), SameSite: http.SameSiteStrictMode})
+}
+
+// session returns the request's live session. In open mode every visitor gets one as Local, made on
+// the first visit, so that forms still carry a CSRF token.
+func (c *Console) session(w http.ResponseWriter, r *http.Request) *session {
+	now := time.Now()
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		c.mu.Lock()
+		s := c.sessions[ck.Value]
+		if s != nil && now.After(s.expires) {
+			delete(c.sessions, ck.Value)
+			s = nil
+		}
+		c.mu.Unlock()
+		if s != nil {
+			return s
+		}
+	}
+	if !c.cfg.Open {
+		return nil
+	}
+	return c.newSession(w, r, c.cfg.Local)
+}
+
+func (c *Console) newSession(w http.ResponseWriter, r *http.Request, who Principal) *session {
+	id := randomToken()
+	s := &session{who: who, csrf: randomToken(), expires: time.Now().Add(SessionTTL)}
+	c.mu.Lock()
+	// Expired sessions go whenever a new one is made, so the map holds only live ones.
+	var soonest string
+	for k, old := range c.sessions {
+		if time.Now().After(old.expires) {
+			delete(c.sessions, k)
+		} else if soonest == "" || old.expires.Before(c.sessions[soonest].expires) {
+			soonest = k
+		}
+	}
+	if len(c.sessions) >= MaxSessions {
+		delete(c.sessions, soonest)
+	}
+	c.sessions[id] = s
+	c.mu.Unlock()
+	setCookie(w, r, sessionCookie, id, int(SessionTTL/time.Second))
+	return s
+}
+
+func (c *Console) validCSRF(s *session, r *http.Request) bool {
+	got := r.PostFormValue("csrf")
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) == 1
+}
+
+// signin shows the sign-in form (GET) or checks an operator token (POST). The form carries its own CSRF
+// token, tied to a short-lived cookie, since there is no session yet.
+func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
+	if c.cfg.Open {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	v := signinView{}
+	if r.Method == http.MethodPost {
+		ck, err := r.Cookie(signinCookie)
+		got := r.PostFormValue("csrf")
+		switch p, ok := c.cfg.Authenticate(strings.TrimSpace(r.PostFormValue("token"))); {
+		case err != nil || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(ck.Value)) != 1:
+			w.WriteHeader(http.StatusForbidden)
+			v.Error = "the form has no valid CSRF token; try again"
+		case !ok:
+			w.WriteHeader(http.StatusUnauthorized)
+			v.Error = "unknown token"
+		case !p.Operator:
+			w.WriteHeader(http.StatusForbidden)
+			v.Error = "the console needs an operator token; " + p.Name + " is a workflow token"
+		default:
+			setCookie(w, r, signinCookie, "", -1)
+			c.newSession(w, r, p)
+			http.Redirect(w, r, Prefix, http.StatusSeeOther)
+			return
+		}
+	}
+	v.CSRF = randomToken()
+	setCookie(w, r, signinCookie, v.CSRF, 600)
+	c.render(w, r, "signin", page{Title: "Sign in", Body: v})
+}
+
+// signout ends the session (POST with the CSRF token).
+func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	if ck, err := r.Cookie(sessionCookie); err == nil {
+		c.mu.Lock()
+		if s := c.sessions[ck.Value]; s != nil && c.validCSRF(s, r) {
+			delete(c.sessions, ck.Value)
+		}
+		c.mu.Unlock()
+	}
+	setCookie(w, r, sessionCookie, "", -1)
+	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+}
+
+// signinView is the sign-in page.
+type signinView struct {
+	CSRF  string
+	Error string
+}

@@ -1,0 +1,399 @@
+package console_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/sqlitestore"
+
+	"github.com/replaysafe/companion/console"
+)
+
+// Secrets of the test tokens.
+const (
+	operatorSecret = "op-secret-0123456789"
+	workflowSecret = "wf-secret-0123456789"
+)
+
+// env is a companion service on a fresh SQLite store with a fake clock, served over HTTP.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	clock  *itemstest.Clock
+	store  *sqlitestore.Store
+	ledger *items.Ledger
+	srv    *httptest.Server
+}
+
+type envOptions struct {
+	open    bool
+	refresh time.Duration
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlitestore.Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	clock := itemstest.NewClock()
+	ledger, err := items.NewLedger(ctx, store, items.Config{Now: clock.Now, Destinations: map[string]items.Destination{
+		"billing": {Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Console: handlers.ConsoleConfig{Refresh: o.refresh, CauseText: alerts.CauseText,
+			Target: func(it *items.Item) console.Target {
+				return console.Target{Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}
+			}}}
+	if !o.open {
+		cfg.Tokens = []handlers.Token{
+			{Name: "ops-alice", Tenant: "default", Role: handlers.RoleOperator, Secret: operatorSecret},
+			{Name: "n8n-prod", Tenant: "default", Role: handlers.RoleWorkflow, Secret: workflowSecret},
+		}
+	}
+	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger}
+	e.srv = httptest.NewServer(handlers.New(cfg))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+var fingerprint = func() string {
+	f, err := items.Fingerprint([]byte(`{"invoice":"742","amount":120.5}`))
+	if err != nil {
+		panic(err)
+	}
+	return f
+}()
+
+// unknownItem claims key at a destination that can neither dedupe nor be searched and reports a
+// timeout: the outcome is unknown and the item needs a person at once.
+func (e *env) unknownItem(key, ref, batch string, index int) {
+	e.t.Helper()
+	p := items.BeforeWriteParams{Tenant: "default", Key: key, Fingerprint: fingerprint, Destination: "billing",
+		Dedupe: items.DedupeNone, Reference: ref, ExecutionID: "exec-" + key}
+	if batch != "" {
+		p.BatchID, p.BatchIndex = batch, &index
+	}
+	a, err := e.ledger.BeforeWrite(e.ctx, p)
+	if err != nil || a.Decision != items.Proceed {
+		e.t.Fatalf("before-write %s: %v %+v", key, err, a)
+	}
+	e.clock.Advance(3 * time.Second)
+	if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: key, Claim: a.Claim,
+		Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
+		e.t.Fatalf("after-write %s: %v", key, err)
+	}
+	if it := e.get(key); !it.NeedsPerson {
+		e.t.Fatalf("%s does not need a person: %+v", key, it)
+	}
+}
+
+// succeededItem claims key and reports success, with an HTTP status.
+func (e *env) succeededItem(key, batch string, index int) {
+	e.t.Helper()
+	p := items.BeforeWriteParams{Tenant: "default", Key: key, Fingerprint: fingerprint, Destination: "billing",
+		Dedupe: items.DedupeKey, BatchID: batch, BatchIndex: &index, ExecutionID: "exec-" + key}
+	a, err := e.ledger.BeforeWrite(e.ctx, p)
+	if err != nil || a.Decision != items.Proceed {
+		e.t.Fatalf("before-write %s: %v %+v", key, err, a)
+	}
+	if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: key, Claim: a.Claim,
+		ExternalID: "in_" + key, Evidence: items.Evidence{Outcome: items.OutcomeSucceeded, HTTPStatus: 201}}); err != nil {
+		e.t.Fatalf("after-write %s: %v", key, err)
+	}
+}
+
+func (e *env) get(key string) *items.Item {
+	e.t.Helper()
+	it, err := e.store.Get(e.ctx, "default", key)
+	if err != nil {
+		e.t.Fatalf("get %s: %v", key, err)
+	}
+	return it
+}
+
+// client is a browser-like HTTP client: it keeps cookies and does not follow redirects.
+func (e *env) client() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// page GETs a console path and returns the status, body and the first CSRF token in it.
+func (e *env) page(c *http.Client, path string) (int, string, string) {
+	e.t.Helper()
+	resp, err := c.Get(e.srv.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	csrf := ""
+	if m := csrfField.FindStringSubmatch(string(b)); m != nil {
+		csrf = m[1]
+	}
+	return resp.StatusCode, string(b), csrf
+}
+
+func (e *env) post(c *http.Client, path string, form url.Values, header http.Header) (*http.Response, string) {
+	e.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, e.srv.URL+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// signIn signs c in with secret and returns the answer to the sign-in form.
+func (e *env) signIn(c *http.Client, secret string) (*http.Response, string) {
+	e.t.Helper()
+	_, _, csrf := e.page(c, "/console/signin")
+	if csrf == "" {
+		e.t.Fatal("the sign-in form has no CSRF token")
+	}
+	return e.post(c, "/console/signin", url.Values{"csrf": {csrf}, "token": {secret}}, nil)
+}
+
+func TestSignInKeepsAnOperatorInASessionCookieWithoutTheToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	c := e.client()
+	if status, _, _ := e.page(c, "/console/"); status != http.StatusSeeOther {
+		t.Fatalf("the queue before sign-in answered %d, want 303 to the sign-in page", status)
+	}
+	resp, body := e.signIn(c, operatorSecret)
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/console/" {
+		t.Fatalf("sign-in answered %d %s: %s", resp.StatusCode, resp.Header.Get("Location"), body)
+	}
+	var session *http.Cookie
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "companion_console" {
+			session = ck
+		}
+	}
+	if session == nil || !session.HttpOnly || session.SameSite != http.SameSiteStrictMode || session.Path != "/console/" || session.Secure {
+		t.Fatalf("session cookie %+v, want HttpOnly, SameSite=Strict, path /console/, not Secure over plain http", session)
+	}
+	if strings.Contains(session.Value, operatorSecret) || len(session.Value) < 40 {
+		t.Fatalf("session cookie value %q: want a random id, never the token", session.Value)
+	}
+	status, body, _ := e.page(c, "/console/")
+	if status != http.StatusOK || !strings.Contains(body, "ops-alice") {
+		t.Fatalf("the queue after sign-in answered %d:\n%s", status, body)
+	}
+
+	// Behind a TLS-terminating proxy the cookie is Secure.
+	_, _, csrf := e.page(c, "/console/signin")
+	resp, _ = e.post(c, "/console/signin", url.Values{"csrf": {csrf}, "token": {operatorSecret}}, http.Header{"X-Forwarded-Proto": {"https"}})
+	secure := false
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "companion_console" {
+			secure = ck.Secure
+		}
+	}
+	if !secure {
+		t.Fatal("with X-Forwarded-Proto: https the session cookie is not Secure")
+	}
+
+	// Signing out ends the session on the server: the old cookie no longer opens the queue.
+	_, _, csrf = e.page(c, "/console/")
+	if resp, _ := e.post(c, "/console/signout", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out answered %d", resp.StatusCode)
+	}
+	if status, _, _ := e.page(c, "/console/"); status != http.StatusSeeOther {
+		t.Fatalf("the queue after sign-out answered %d, want 303", status)
+	}
+}
+
+func TestAWorkflowTokenOrAnUnknownTokenCannotSignIn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	c := e.client()
+	resp, body := e.signIn(c, workflowSecret)
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "n8n-prod is a workflow token") {
+		t.Fatalf("a workflow token's sign-in answered %d:\n%s", resp.StatusCode, body)
+	}
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "companion_console" && ck.MaxAge >= 0 {
+			t.Fatalf("a workflow token got a session cookie %+v", ck)
+		}
+	}
+	if resp, body := e.signIn(c, "not-a-token"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "unknown token") {
+		t.Fatalf("an unknown token's sign-in answered %d:\n%s", resp.StatusCode, body)
+	}
+	if status, _, _ := e.page(c, "/console/"); status != http.StatusSeeOther {
+		t.Fatalf("the queue answered %d after refused sign-ins, want 303 to sign in", status)
+	}
+	// The sign-in form itself needs its CSRF token.
+	if resp, _ := e.post(c, "/console/signin", url.Values{"token": {operatorSecret}}, nil); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a sign-in without the CSRF token answered %d, want 403", resp.StatusCode)
+	}
+}
+
+func TestAFormPostedWithoutTheCSRFTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{})
+	e.unknownItem("inv-742", "QT-742", "", 0)
+	c := e.client()
+	e.signIn(c, operatorSecret)
+	_, _, csrf := e.page(c, "/console/item?key=inv-742")
+	if csrf == "" {
+		t.Fatal("the item page has no CSRF token in its forms")
+	}
+	form := url.Values{"key": {"inv-742"}, "outcome": {"succeeded"}, "evidence": {"found INV-742 in the billing tool"}}
+	for name, f := range map[string]url.Values{"none": form, "wrong": with(form, "csrf", csrf+"x")} {
+		resp, body := e.post(c, "/console/item/resolve", f, nil)
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "CSRF") {
+			t.Fatalf("resolve with %s CSRF token answered %d:\n%s", name, resp.StatusCode, body)
+		}
+	}
+	// The right token from another site's page is refused too.
+	resp, _ := e.post(c, "/console/item/resolve", with(form, "csrf", csrf), http.Header{"Origin": {"https://evil.example"}})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("a cross-site form answered %d, want 403", resp.StatusCode)
+	}
+	// A form larger than MaxFormBytes is not read at all, so its token is not seen either.
+	big := with(with(form, "csrf", csrf), "external_id", strings.Repeat("x", console.MaxFormBytes))
+	if resp, _ := e.post(c, "/console/item/resolve", big, nil); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("an oversized form answered %d, want 403", resp.StatusCode)
+	}
+	if it := e.get("inv-742"); it.State != items.StateUnknown || it.Resolution != nil {
+		t.Fatalf("a refused form changed the item: %s %+v", it.State, it.Resolution)
+	}
+	// With it, the same form resolves.
+	resp, _ = e.post(c, "/console/item/resolve", with(form, "csrf", csrf), nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("resolve with the CSRF token answered %d", resp.StatusCode)
+	}
+	if it := e.get("inv-742"); it.State != items.StateSucceeded || it.Resolution == nil || it.Resolution.By != "ops-alice" {
+		t.Fatalf("after resolving: %s %+v", it.State, it.Resolution)
+	}
+}
+
+func with(v url.Values, k, val string) url.Values {
+	out := url.Values{}
+	for kk, vv := range v {
+		out[kk] = vv
+	}
+	out.Set(k, val)
+	return out
+}
+
+func TestEveryPageCarriesAStrictContentSecurityPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("inv-1", "QT-1", "b-1", 0)
+	c := e.client()
+	for _, path := range []string{"/console/", "/console/item?key=inv-1", "/console/batch?id=b-1", "/console/find?q=inv-1",
+		"/console/overview", "/console/nope", "/console/static/console.css"} {
+		resp, err := c.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'none'", "script-src 'self'", "frame-ancestors 'none'", "form-action 'self'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: CSP %q lacks %s", path, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-inline") || resp.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s: CSP %q, X-Frame-Options %q", path, csp, resp.Header.Get("X-Frame-Options"))
+		}
+	}
+}
+
+func TestOpenModeNeedsNoSignInAndResolvesAsLocal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("inv-9", "QT-9", "", 0)
+	c := e.client()
+	status, body, csrf := e.page(c, "/console/")
+	if status != http.StatusOK || !strings.Contains(body, "inv-9") || csrf == "" {
+		t.Fatalf("open mode queue answered %d (csrf %q):\n%s", status, csrf, body)
+	}
+	resp, _ := e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-9"}, "outcome": {"not_committed"},
+		"evidence": {"no invoice QT-9 in the billing tool"}}, nil)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("resolve answered %d", resp.StatusCode)
+	}
+	if it := e.get("inv-9"); it.State != items.StateFailed || it.Resolution.By != "local" {
+		t.Fatalf("after not_committed: %s %+v", it.State, it.Resolution)
+	}
+}
+
+func TestARefusedResolutionShowsTheContractsReason(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("inv-5", "QT-5", "", 0)
+	c := e.client()
+	_, _, csrf := e.page(c, "/console/item?key=inv-5")
+	resp, body := e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-5"}, "outcome": {"succeeded"},
+		"evidence": {"short"}}, nil)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "at least 10 characters") || !strings.Contains(body, "short</textarea>") {
+		t.Fatalf("short evidence answered %d:\n%s", resp.StatusCode, body)
+	}
+	resp, body = e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-5"}, "outcome": {"acknowledged"},
+		"evidence": {"I saw the duplicate in billing"}}, nil)
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "can be acknowledged; this item is unknown") {
+		t.Fatalf("acknowledging an unknown item answered %d:\n%s", resp.StatusCode, body)
+	}
+	if it := e.get("inv-5"); it.State != items.StateUnknown || !it.NeedsPerson {
+		t.Fatalf("a refused resolution changed the item: %s", it.State)
+	}
+}
+
+func urlQuery(s string) string { return url.QueryEscape(s) }
+
+func TestTheQueuePagesOldestFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	n := console.QueuePageSize + 5
+	for i := range n {
+		e.unknownItem(fmt.Sprintf("inv-%03d", i), "", "", 0)
+	}
+	c := e.client()
+	rows := regexp.MustCompile(`data-key="(inv-\d+)"`)
+	keys := func(body string) []string {
+		var out []string
+		for _, m := range rows.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	_, first, _ := e.page(c, "/console/")
+	_, second, _ := e.page(c, "/console/?page=2")
+	k1, k2 := keys(first), keys(second)
+	if len(k1) != console.QueuePageSize || k1[0] != "inv-000" || len(k2) != 5 || k2[4] != fmt.Sprintf("inv-%03d", n-1) {
+		t.Fatalf("page 1 has %d items from %v, page 2 %v", len(k1), k1[:1], k2)
+	}
+	if !strings.Contains(first, `href="/console/?page=2"`) || !strings.Contains(second, "page 2 of 2") {
+		t.Fatal("the pages do not link to each other")
+	}
+}

@@ -1,0 +1,513 @@
+package console
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/replaysafe/companion/batches"
+	"github.com/replaysafe/companion/items"
+)
+
+// QueuePageSize is how many items one page of the queue shows; QueueLimit how many needing a person
+// the queue reads at most (oldest first needs them all: the store lists newest change first).
+const (
+	QueuePageSize = 50
+	QueueLimit    = 5000
+)
+
+// page is what the layout renders around a page's body.
+type page struct {
+	Title   string
+	Nav     string
+	Who     *Principal
+	CSRF    string
+	Refresh bool
+	Body    any
+}
+
+type pageTemplate struct{ t *template.Template }
+
+var funcs = template.FuncMap{
+	"time": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"timep": func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"age":      age,
+	"itemURL":  func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
+	"batchURL": func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"stateClass": func(s items.State) string {
+		return "state state-" + strings.ReplaceAll(string(s), "_", "-")
+	},
+}
+
+// parsePages parses each page with the layout.
+func parsePages() map[string]*pageTemplate {
+	out := map[string]*pageTemplate{}
+	for _, name := range []string{"signin", "queue", "item", "batch", "find", "overview", "error"} {
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
+		out[name] = &pageTemplate{t: t}
+	}
+	return out
+}
+
+// render writes a page; a template error is logged and answered with a plain 500.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p page) {
+	p.Refresh = p.Refresh && r.URL.Query().Get("norefresh") == ""
+	var buf bytes.Buffer
+	if err := c.pages[name].t.Execute(&buf, struct {
+		page
+		RefreshSeconds int
+		Prefix         string
+	}{p, int(c.cfg.Refresh / time.Second), Prefix}); err != nil {
+		c.cfg.Logger.ErrorContext(r.Context(), "console page failed", "page", name, "error", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (c *Console) frame(s *session, title, nav string, body any) page {
+	p := page{Title: title, Nav: nav, Body: body}
+	if s != nil {
+		p.Who, p.CSRF = &s.who, s.csrf
+	}
+	return p
+}
+
+// fail shows an error page with the status of the public error.
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, e PublicError) {
+	if e.Status >= 500 {
+		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code)
+	}
+	w.WriteHeader(e.Status)
+	c.render(w, r, "error", c.frame(s, "Error", "", e))
+}
+
+func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, err error) {
+	e := c.cfg.Errors(err)
+	if e.Status >= 500 {
+		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code, "cause", err.Error())
+	}
+	w.WriteHeader(e.Status)
+	c.render(w, r, "error", c.frame(s, "Error", "", e))
+}
+
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
+}
+
+// row is one item in a list.
+type row struct {
+	Key, Reference, Destination, Cause, Why, CheckHint, LastError string
+	State                                                         items.State
+	Attempt                                                       int
+	Age                                                           string
+	since                                                         time.Time
+}
+
+type group struct {
+	Owner, BatchID string
+	Rows           []row
+}
+
+type queueView struct {
+	Total      int
+	Truncated  bool
+	Groups     []group
+	Page, Last int
+	PrevURL    string
+	NextURL    string
+}
+
+func (c *Console) row(it *items.Item, now time.Time) row {
+	since := it.UpdatedAt
+	if it.NeedsPersonSince != nil {
+		since = *it.NeedsPersonSince
+	}
+	rw := row{Key: it.Key, Reference: it.Reference, Destination: it.Destination, Cause: it.NeedsPersonCause,
+		State: it.State, Attempt: it.Attempt, Age: age(max(now.Sub(since), 0)), since: since, LastError: lastError(it)}
+	if rw.Cause != "" {
+		rw.Why = c.cfg.CauseText(rw.Cause)
+	}
+	rw.CheckHint = c.cfg.Target(it).CheckHint
+	return rw
+}
+
+func lastError(it *items.Item) string {
+	switch {
+	case it.HTTPStatus != 0 && it.FailureClass != "":
+		return fmt.Sprintf("%s (HTTP %d)", it.FailureClass, it.HTTPStatus)
+	case it.HTTPStatus != 0:
+		return fmt.Sprintf("HTTP %d", it.HTTPStatus)
+	}
+	return string(it.FailureClass)
+}
+
+// queue shows the items that need a person, oldest first, grouped by owner and batch.
+func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
+	needs := true
+	p := items.ListParams{Tenant: s.who.Tenant, NeedsPerson: &needs, Limit: items.MaxListLimit}
+	var all []*items.Item
+	truncated := false
+	for {
+		pg, err := c.cfg.Store.ListItems(r.Context(), p)
+		if err != nil {
+			c.failErr(w, r, s, err)
+			return
+		}
+		all = append(all, pg.Items...)
+		if pg.NextCursor == "" {
+			break
+		}
+		if len(all) >= QueueLimit {
+			truncated = true
+			break
+		}
+		p.Cursor = pg.NextCursor
+	}
+	now := c.cfg.Ledger.Now()
+	type entry struct {
+		owner, batch string
+		row          row
+	}
+	entries := make([]entry, len(all))
+	for i, it := range all {
+		entries[i] = entry{owner: c.cfg.Target(it).Owner, batch: it.BatchID, row: c.row(it, now)}
+	}
+	sort.SliceStable(entries, func(i, j int) bool {
+		if !entries[i].row.since.Equal(entries[j].row.since) {
+			return entries[i].row.since.Before(entries[j].row.since)
+		}
+		return entries[i].row.Key < entries[j].row.Key
+	})
+	v := queueView{Total: len(entries), Truncated: truncated, Page: 1}
+	v.Last = max((len(entries)+QueuePageSize-1)/QueuePageSize, 1)
+	if n, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && n >= 1 {
+		v.Page = min(n, v.Last)
+	}
+	if v.Page > 1 {
+		v.PrevURL = Prefix + "?page=" + strconv.Itoa(v.Page-1)
+	}
+	if v.Page < v.Last {
+		v.NextURL = Prefix + "?page=" + strconv.Itoa(v.Page+1)
+	}
+	// Groups keep the order of their oldest item on the page.
+	index := map[[2]string]int{}
+	for _, e := range entries[(v.Page-1)*QueuePageSize : min(v.Page*QueuePageSize, len(entries))] {
+		k := [2]string{e.owner, e.batch}
+		i, ok := index[k]
+		if !ok {
+			i = len(v.Groups)
+			index[k] = i
+			v.Groups = append(v.Groups, group{Owner: e.owner, BatchID: k[1]})
+		}
+		v.Groups[i].Rows = append(v.Groups[i].Rows, e.row)
+	}
+	p2 := c.frame(s, "Needs a person", "queue", v)
+	p2.Refresh = true
+	c.render(w, r, "queue", p2)
+}
+
+// event is one line of an item's timeline.
+type event struct {
+	At, Kind, Title string
+	Attempt         int
+	Details         []detail
+	Note            string
+	Class           string
+}
+
+type detail struct{ Name, Value string }
+
+type itemView struct {
+	Item           *items.Item
+	IdempotencyKey string
+	Owner          string
+	CheckHint      string
+	Why            string
+	Events         []event
+	Attempts       []attemptView
+	Resolvable     bool
+	Acknowledge    bool
+	Form           resolveForm
+	Refused        *PublicError
+	Done           string
+	Now            time.Time
+}
+
+type attemptView struct {
+	items.Attempt
+	Lease string
+}
+
+type resolveForm struct {
+	Outcome, Evidence, ExternalID string
+}
+
+func (c *Console) item(w http.ResponseWriter, r *http.Request, s *session) {
+	key := r.URL.Query().Get("key")
+	v, err := c.itemView(r, s, key)
+	if err != nil {
+		c.failErr(w, r, s, err)
+		return
+	}
+	switch r.URL.Query().Get("done") {
+	case "recorded":
+		v.Done = "Resolution recorded."
+	case "unchanged":
+		v.Done = "This resolution was already recorded; nothing changed."
+	}
+	p := c.frame(s, "Item "+key, "", v)
+	p.Refresh = true
+	c.render(w, r, "item", p)
+}
+
+func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, error) {
+	if !items.ValidKey(key) {
+		return nil, items.Invalid("key", items.KeyRule)
+	}
+	it, err := c.cfg.Ledger.Get(r.Context(), s.who.Tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	t := c.cfg.Target(it)
+	v := &itemView{Item: it, IdempotencyKey: c.cfg.Ledger.IdempotencyKey(it.Tenant, it.Key), Owner: t.Owner,
+		CheckHint: t.CheckHint, Now: c.cfg.Ledger.Now()}
+	if it.NeedsPersonCause != "" {
+		v.Why = c.cfg.CauseText(it.NeedsPersonCause)
+	}
+	v.Acknowledge = it.Acknowledgeable()
+	v.Resolvable = it.State == items.StateUnknown || it.NeedsPerson || v.Acknowledge
+	v.Form.Outcome = items.ResolveSucceeded
+	if v.Acknowledge {
+		v.Form.Outcome = items.ResolveAcknowledged
+	}
+	for _, a := range it.Attempts {
+		av := attemptView{Attempt: a}
+		if a.Number == it.Attempt && it.LeaseExpiresAt != nil && it.State == items.StateInFlight {
+			av.Lease = "until " + it.LeaseExpiresAt.UTC().Format("15:04:05Z")
+		}
+		v.Attempts = append(v.Attempts, av)
+	}
+	for i := len(it.History) - 1; i >= 0; i-- {
+		v.Events = append(v.Events, timelineEvent(it.History[i]))
+	}
+	return v, nil
+}
+
+// timelineEvent describes one history event.
+func timelineEvent(e items.Event) event {
+	ev := event{At: e.At.UTC().Format("2006-01-02 15:04:05Z"), Kind: e.Kind, Attempt: e.Attempt, Note: e.Note, Class: "ev-" + strings.ReplaceAll(e.Kind, "_", "-")}
+	titles := map[string]string{
+		items.EventClaimed: "Claimed", items.EventPrepared: "Prepared", items.EventAfterWrite: "Report after the write",
+		items.EventLeaseExpired: "Lease expired (sweep)", items.EventReconcile: "Lookup", items.EventResolve: "Resolved by a person",
+		items.EventNeedsPerson: "Needs a person", items.EventEscalated: "Escalated", items.EventAlerted: "Alert sent",
+		items.EventProbe: "Probe (the service's own lookup)",
+	}
+	ev.Title = titles[e.Kind]
+	if ev.Title == "" {
+		ev.Title = e.Kind
+	}
+	add := func(name, value string) {
+		if value != "" {
+			ev.Details = append(ev.Details, detail{name, value})
+		}
+	}
+	if e.From != "" || e.To != "" {
+		add("state", strings.TrimSpace(string(e.From)+" → "+string(e.To)))
+	}
+	add("execution", e.ExecutionID)
+	add("batch", e.BatchID)
+	add("decision", string(e.Decision))
+	add("reason", string(e.Reason))
+	add("outcome", e.Outcome)
+	add("evidence class", string(e.ErrorClass))
+	if e.HTTPStatus != 0 {
+		add("HTTP status", strconv.Itoa(e.HTTPStatus))
+	}
+	add("external id", e.ExternalID)
+	add("by", e.By)
+	return ev
+}
+
+// resolve settles an item with the form's outcome and evidence, through the same Resolver as the API.
+func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
+	key := r.PostFormValue("key")
+	form := resolveForm{Outcome: r.PostFormValue("outcome"), Evidence: r.PostFormValue("evidence"), ExternalID: strings.TrimSpace(r.PostFormValue("external_id"))}
+	var err error
+	var reason items.Reason
+	switch {
+	case !items.ValidKey(key):
+		err = items.Invalid("key", items.KeyRule)
+	case len(form.Evidence) > 2000:
+		err = items.Invalid("evidence", "must be at most 2000 characters")
+	case len(form.ExternalID) > 500:
+		err = items.Invalid("external_id", "must be at most 500 characters")
+	default:
+		_, reason, err = c.cfg.Resolver.Resolve(r.Context(), items.ResolveParams{Tenant: s.who.Tenant, Key: key,
+			Outcome: form.Outcome, Evidence: form.Evidence, ExternalID: form.ExternalID, By: s.who.Name})
+	}
+	if err == nil {
+		http.Redirect(w, r, Prefix+"item?key="+url.QueryEscape(key)+"&done="+url.QueryEscape(string(reason)), http.StatusSeeOther)
+		return
+	}
+	e := c.cfg.Errors(err)
+	if e.Status >= 500 || e.Status == http.StatusNotFound || !items.ValidKey(key) {
+		c.failErr(w, r, s, err)
+		return
+	}
+	v, verr := c.itemView(r, s, key)
+	if verr != nil {
+		c.failErr(w, r, s, verr)
+		return
+	}
+	var ie *items.Error
+	if errors.As(err, &ie) && len(ie.Fields) > 0 {
+		for _, f := range ie.Fields {
+			e.Message += "; " + f.Field + " " + f.Problem
+		}
+	}
+	v.Refused, v.Form = &e, form
+	w.WriteHeader(e.Status)
+	c.render(w, r, "item", c.frame(s, "Item "+key, "", v))
+}
+
+type batchView struct {
+	Status  batches.Status
+	States  []stateCount
+	NextURL string
+	First   string
+}
+
+type stateCount struct {
+	State items.State
+	N     int
+}
+
+func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
+	q := r.URL.Query()
+	id := q.Get("id")
+	st, err := c.cfg.Batches.Status(r.Context(), batches.StatusParams{Tenant: s.who.Tenant, BatchID: id, Cursor: q.Get("cursor"), Limit: 50})
+	if err != nil {
+		c.failErr(w, r, s, err)
+		return
+	}
+	v := batchView{Status: st, States: []stateCount{{items.StatePrepared, st.Counts.Prepared}, {items.StateInFlight, st.Counts.InFlight},
+		{items.StateSucceeded, st.Counts.Succeeded}, {items.StateFailed, st.Counts.Failed}, {items.StateUnknown, st.Counts.Unknown}}}
+	if st.NextCursor != "" {
+		v.NextURL = Prefix + "batch?id=" + url.QueryEscape(id) + "&cursor=" + url.QueryEscape(st.NextCursor)
+	}
+	if q.Get("cursor") != "" {
+		v.First = Prefix + "batch?id=" + url.QueryEscape(id)
+	}
+	p := c.frame(s, "Batch "+id, "", v)
+	p.Refresh = true
+	c.render(w, r, "batch", p)
+}
+
+type findView struct {
+	Query   string
+	Item    *row
+	BatchID string
+	Batch   *batches.StatusItem
+	Counts  int
+	Nothing bool
+	Problem string
+}
+
+// find looks a term up as an item key and as a batch id. The store offers no lookup by business
+// reference or execution id yet; the page says so instead of scanning every item.
+func (c *Console) find(w http.ResponseWriter, r *http.Request, s *session) {
+	v := findView{Query: strings.TrimSpace(r.URL.Query().Get("q"))}
+	if v.Query != "" {
+		if items.ValidKey(v.Query) {
+			it, err := c.cfg.Ledger.Get(r.Context(), s.who.Tenant, v.Query)
+			switch {
+			case err == nil:
+				rw := c.row(it, c.cfg.Ledger.Now())
+				v.Item = &rw
+			case !errors.Is(err, items.ErrNotFound):
+				c.failErr(w, r, s, err)
+				return
+			}
+		}
+		if len(v.Query) <= batches.MaxStoredBatchIDLength {
+			st, err := c.cfg.Batches.Status(r.Context(), batches.StatusParams{Tenant: s.who.Tenant, BatchID: v.Query, Limit: 1})
+			switch {
+			case err == nil:
+				v.BatchID, v.Counts = v.Query, st.Counts.Total()
+			case !errors.Is(err, items.ErrNotFound) && items.ErrorCode(err) != items.CodeInvalid:
+				c.failErr(w, r, s, err)
+				return
+			}
+		}
+		v.Nothing = v.Item == nil && v.BatchID == ""
+	}
+	c.render(w, r, "find", c.frame(s, "Find", "find", v))
+}
+
+type overviewView struct {
+	Stats  *items.Stats
+	Rows   []measureRow
+	States []items.State
+}
+
+type measureRow struct {
+	Name string
+	items.Measures
+	Oldest string
+	Total  bool
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
+	st, err := c.cfg.Store.Stats(r.Context(), s.who.Tenant, c.cfg.Ledger.Now())
+	if err != nil {
+		c.failErr(w, r, s, err)
+		return
+	}
+	v := overviewView{Stats: st, States: items.States}
+	names := make([]string, 0, len(st.Destinations))
+	for n := range st.Destinations {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v.Rows = append(v.Rows, measureRow{Name: n, Measures: st.Destinations[n], Oldest: oldest(st.Destinations[n])})
+	}
+	v.Rows = append(v.Rows, measureRow{Name: "all destinations", Measures: st.Measures, Oldest: oldest(st.Measures), Total: true})
+	p := c.frame(s, "Overview", "overview", v)
+	p.Refresh = true
+	c.render(w, r, "overview", p)
+}
+
+func oldest(m items.Measures) string {
+	if m.OldestUnresolvedAgeSeconds == 0 {
+		return "–"
+	}
+	return age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+}
