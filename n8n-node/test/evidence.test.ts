@@ -37,8 +37,12 @@ describe('classifyWriteItem: success output', () => {
 	});
 
 	it('an item without statusCode (Send Email, a database node) is a success without http_status', () => {
-		const ev = classifyWriteItem({ messageId: '<a@b>', accepted: ['c@d'] }, NOW);
-		assert.deepEqual(ev, { outcome: 'succeeded' });
+		assert.deepEqual(classifyWriteItem({ messageId: '<a@b>', accepted: ['c@d'] }, NOW), {
+			outcome: 'succeeded',
+			external_id: '<a@b>',
+		});
+		assert.deepEqual(classifyWriteItem({ id: 42, name: 'row' }, NOW), { outcome: 'succeeded', external_id: '42' });
+		assert.deepEqual(classifyWriteItem({ ok: true }, NOW), { outcome: 'succeeded' });
 	});
 
 	it('a 3xx is unknown: no evidence either way', () => {
@@ -119,11 +123,30 @@ describe('classifyWriteItem: error output', () => {
 		assert.equal(ev.retry_after, 7);
 	});
 
-	it('a 2xx on the error output is not vouched for: unknown', () => {
-		assert.deepEqual(classifyWriteItem({ error: { httpCode: '200' } }, NOW), {
-			outcome: 'unknown',
-			http_status: 200,
+	it('a status in the message ("429 - …", as n8n words request errors) is used', () => {
+		const ev = classifyWriteItem({ error: '429 - {"error":"slow down"}' }, NOW);
+		assert.equal(ev.outcome, 'failed');
+		assert.equal(ev.http_status, 429);
+	});
+
+	it('a transport code named only in the message is used', () => {
+		assert.deepEqual(classifyWriteItem({ error: { message: 'connect ECONNREFUSED 127.0.0.1:2525' } }, NOW), {
+			outcome: 'failed',
+			error: { class: 'connection_refused', code: 'ECONNREFUSED', message: 'connect ECONNREFUSED 127.0.0.1:2525' },
 		});
+	});
+
+	it('an SMTP refusal (4xx/5xx reply) is failed, class connection_refused, code smtp_NNN', () => {
+		for (const [msg, code] of [
+			['Message failed: 451 4.3.0 try again later', 'smtp_451'],
+			["Can't send mail - all recipients were rejected: 550 5.1.1 no such user", 'smtp_550'],
+		]) {
+			assert.deepEqual(classifyWriteItem({ write_error: msg }, NOW), {
+				outcome: 'failed',
+				error: { class: 'connection_refused', code, message: msg },
+			});
+		}
+		assert.equal(classifyWriteItem({ error: 'Connection closed unexpectedly' }, NOW).outcome, 'unknown');
 	});
 
 	it('an error without status or known code is unknown, class other', () => {

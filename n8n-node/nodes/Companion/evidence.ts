@@ -87,12 +87,12 @@ function fromStatus(status: number, headers: unknown, body: unknown, nowMs: numb
 	if (status >= 200 && status < 300) {
 		ev.outcome = 'succeeded';
 		if (isObject(body)) {
-			if (body.id !== undefined && body.id !== null) ev.external_id = String(body.id);
+			if (body.id !== undefined && body.id !== null && body.id !== '') ev.external_id = String(body.id);
 			ev.result = body;
 		}
 		return ev;
 	}
-	if (status < 400) return ev; // 1xx / 3xx: no evidence either way
+	if (status < 400 || status > 599) return ev; // a redirect or an odd status proves nothing
 	ev.outcome = 'failed';
 	ev.error = { class: 'http', code: String(status), message: clip(body) };
 	const ra = parseRetryAfter(header(headers, 'retry-after'), nowMs);
@@ -100,54 +100,71 @@ function fromStatus(status: number, headers: unknown, body: unknown, nowMs: numb
 	return ev;
 }
 
+/** Where a write node that is not an HTTP Request puts the id of what it wrote (Settings → external_id_fields of the templates, minus body.id). */
+export const EXTERNAL_ID_FIELDS = ['id', 'messageId'] as const;
+
 /**
- * Classifies one item that left the write node, as the n8n templates' Evidence node does.
+ * Classifies one item that left the write node, as the n8n templates' Evidence node does
+ * (blueprints/n8n_code.go evidenceJS).
  *
  * - An item carrying a numeric `statusCode` (an HTTP Request node with "Include Response Headers
  *   and Status") is classified by its status: 2xx succeeded, 1xx/3xx unknown, 4xx/5xx failed with
  *   class `http` (companion decides permanent, retryable or unknown from the status).
- * - An item from the write's error output (`json.error`) is classified by the HTTP status the
- *   error carries, else by its transport code (refused and DNS: failed, nothing was sent; timeout,
- *   reset, TLS: unknown), else `unknown` with class `other`.
+ * - An item from the write's error output (`json.error`, or `json.write_error` as the templates
+ *   name it) is classified by the HTTP status the error carries (httpCode, statusCode, status, or
+ *   "429 - …" in its message), else by its transport code (on the error, its cause, or named in
+ *   its message: refused and DNS are failed, nothing was sent; timeout, reset, TLS are unknown),
+ *   else by an SMTP reply code in its message (the mail server refused: failed, class
+ *   connection_refused, code smtp_NNN), else `unknown` with class `other`.
  * - Any other item is a success: the write node answered on its success output without a status
- *   (Send Email, a database node, …).
+ *   (Send Email, a database node, …); its `id` or `messageId` is the external id.
  */
 export function classifyWriteItem(json: Json, nowMs: number): Evidence {
-	if (typeof json.statusCode === 'number') {
+	const raw = json.write_error !== undefined ? json.write_error : json.error;
+	if (typeof json.statusCode === 'number' && (raw === undefined || raw === null)) {
 		return fromStatus(json.statusCode, json.headers, json.body, nowMs);
 	}
-	if (json.error !== undefined && json.error !== null) {
-		const err: Json = isObject(json.error) ? json.error : { message: json.error };
-		const cause: Json = isObject(err.cause) ? err.cause : {};
-		const response: Json = isObject(err.response)
-			? err.response
-			: isObject(cause.response)
-				? cause.response
-				: {};
-		const status =
-			statusOf(err.httpCode) ??
-			statusOf(err.statusCode) ??
-			statusOf(err.status) ??
-			statusOf(response.status) ??
-			statusOf(response.statusCode);
-		const code = String(err.code ?? cause.code ?? '');
-		if (status !== undefined && !TRANSPORT_CLASSES[code]) {
-			const body = response.data ?? response.body ?? err.description ?? err.message;
-			const ev = fromStatus(status, response.headers ?? err.headers, body, nowMs);
-			if (ev.outcome === 'succeeded') {
-				// A 2xx on the error output is not a success we can vouch for.
-				return { outcome: 'unknown', http_status: status };
+	if (raw === undefined || raw === null) {
+		const ev: Evidence = { outcome: 'succeeded' };
+		for (const f of EXTERNAL_ID_FIELDS) {
+			const v = json[f];
+			if (v !== undefined && v !== null && v !== '') {
+				ev.external_id = String(v);
+				break;
 			}
-			return ev;
 		}
-		const cls = TRANSPORT_CLASSES[code] ?? 'other';
-		return {
-			outcome: PRE_DISPATCH_CLASSES.has(cls) ? 'failed' : 'unknown',
-			error: { class: cls, code, message: clip(err.message ?? json.error) },
-		};
+		return ev;
 	}
-	const ev: Evidence = { outcome: 'succeeded' };
-	return ev;
+	const err: Json = isObject(raw) ? raw : {};
+	const cause: Json = isObject(err.cause) ? err.cause : {};
+	const response: Json = isObject(err.response) ? err.response : isObject(cause.response) ? cause.response : {};
+	const message = clip(
+		typeof raw === 'string' ? raw : (err.message ?? err.description ?? JSON.stringify(raw)),
+	);
+	const status =
+		statusOf(err.httpCode) ??
+		statusOf(err.statusCode) ??
+		statusOf(err.status) ??
+		statusOf(response.status) ??
+		statusOf(response.statusCode) ??
+		statusOf((/^(\d{3}) - /.exec(message) ?? [])[1]);
+	if (status !== undefined) {
+		const body = response.data ?? response.body ?? message;
+		return fromStatus(status, response.headers ?? err.headers, body, nowMs);
+	}
+	const named = (message.match(/\b[A-Z][A-Z_]{3,}\b/g) ?? []).find((c) => TRANSPORT_CLASSES[c]);
+	const code = String(err.code ?? cause.code ?? named ?? '');
+	const cls = TRANSPORT_CLASSES[code];
+	if (cls) {
+		return { outcome: PRE_DISPATCH_CLASSES.has(cls) ? 'failed' : 'unknown', error: { class: cls, code, message } };
+	}
+	// An SMTP reply (nodemailer puts it after a colon: "Message failed: 451 4.3.0 try later"): the
+	// mail server refused the message and holds none, so nothing was committed.
+	const smtp = /: ([45]\d\d)[ -]/.exec(message);
+	if (smtp) {
+		return { outcome: 'failed', error: { class: 'connection_refused', code: `smtp_${smtp[1]}`, message } };
+	}
+	return { outcome: 'unknown', error: { class: 'other', code, message } };
 }
 
 /** The four outputs of Before write, in order. */
