@@ -28,7 +28,9 @@ func TestSuitePassesOnMongoDB(t *testing.T) {
 		opts.Skip = map[string]string{acceptance.ConcurrencyCase: ferretDBSkip}
 	}
 	p := startInProcess(t, acceptance.InProcessConfig{
-		OpenStore: func(ctx context.Context) (items.Store, error) { return mongostore.Open(ctx, uri, database) },
+		OpenStore: func(ctx context.Context) (items.Store, error) {
+			return mongostore.Open(ctx, uri, database, mongostore.WithTimeout(mongotest.StoreTimeout()))
+		},
 		StoreName: storeName,
 	})
 	res, table := runSuite(t, p, opts)

@@ -96,12 +96,10 @@ func withDedupe(d items.Dedupe) claimOpt { return func(p *items.BeforeWriteParam
 func withLease(s int) claimOpt           { return func(p *items.BeforeWriteParams) { p.LeaseSeconds = s } }
 func withOwner(o string) claimOpt        { return func(p *items.BeforeWriteParams) { p.Owner = o } }
 func withRef(r string) claimOpt          { return func(p *items.BeforeWriteParams) { p.Reference = r } }
-func withTenant(tn string) claimOpt      { return func(p *items.BeforeWriteParams) { p.Tenant = tn } }
 func inBatch(id string, i int) claimOpt {
 	return func(p *items.BeforeWriteParams) { p.BatchID, p.BatchIndex = id, &i }
 }
 func withWorkflow(w string) claimOpt      { return func(p *items.BeforeWriteParams) { p.Workflow = w } }
-func withExecution(x string) claimOpt     { return func(p *items.BeforeWriteParams) { p.ExecutionID = x } }
 func keyOf(prefix string, i int) string   { return fmt.Sprintf("%s-%03d", prefix, i) }
 func ptr[T any](v T) *T                   { return &v }
 func (e *env) advance(d time.Duration)    { e.clock.Advance(d) }

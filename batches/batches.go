@@ -143,6 +143,7 @@ func (s *Service) Prepare(ctx context.Context, b Batch) (PrepareResult, error) {
 	for i, p := range ps {
 		keys[i] = p.Key
 	}
+	s.ledger.KeyFingerprints(ps)
 	now := s.ledger.Now()
 	registered := make([]bool, len(ps))
 	_, err = s.ledger.Store().TransitionMany(ctx, b.Tenant, keys, func(i int, cur *items.Item) (*items.Item, error) {

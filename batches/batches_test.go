@@ -18,11 +18,11 @@ const tenant = "acme"
 // intent is one item's before-write request, its payload fingerprinted as the handler would.
 func intent(t *testing.T, key, payload string) items.BeforeWriteParams {
 	t.Helper()
-	fp, err := items.Fingerprint([]byte(payload))
+	canon, err := items.Canonical([]byte(payload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return items.BeforeWriteParams{Key: key, Fingerprint: fp}
+	return items.BeforeWriteParams{Key: key, Canonical: canon}
 }
 
 func intents(t *testing.T, keys ...string) []items.BeforeWriteParams {

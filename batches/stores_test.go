@@ -56,7 +56,7 @@ func storeKinds() []storeKind {
 		if ferret != nil {
 			uri, db = ferret.URI(), ferret.Database()
 		}
-		s, err := mongostore.Open(context.Background(), uri, db)
+		s, err := mongostore.Open(context.Background(), uri, db, mongostore.WithTimeout(mongotest.StoreTimeout()))
 		if err != nil {
 			t.Fatal(err)
 		}

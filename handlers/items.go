@@ -43,11 +43,12 @@ func (r *beforeWriteRequest) params(tenant, prefix string, ps *problems) items.B
 	case !object:
 		ps.add(prefix+"payload", "must be a JSON object")
 	default:
-		fp, err := items.Fingerprint(r.Payload)
+		// The ledger keys the fingerprint of the canonical form with its secret (items.KeyFingerprints).
+		canon, err := items.Canonical(r.Payload)
 		if err != nil {
 			ps.add(prefix+"payload", err.Error())
 		}
-		p.Fingerprint = fp
+		p.Canonical = canon
 	}
 	return p
 }

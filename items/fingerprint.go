@@ -2,11 +2,13 @@ package items
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"slices"
 	"sort"
@@ -15,7 +17,11 @@ import (
 	"unicode/utf8"
 )
 
-// Fingerprint returns the hex SHA-256 of the canonical form of payload, which must be a JSON object.
+// Fingerprint returns the unkeyed fingerprint of payload, which must be a JSON object: the lowercase hex
+// SHA-256 of its canonical form. Ledgers stored it before fingerprints were keyed; anyone can compute it,
+// so a guessable payload (a card number, a phone number) could be found again from it by trying
+// candidates. The ledger now stores Ledger.Fingerprint's keyed form, and computes this one only to
+// recognise an item stored before (see samePayload).
 //
 // The canonical form: members sorted by the UTF-8 bytes of their names; arrays in order; numbers kept as
 // their exact text (1 and 1.0 differ); strings re-encoded as UTF-8 escaping only '"', '\' and U+0000-U+001F
@@ -25,10 +31,76 @@ func Fingerprint(payload []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return unkeyedFingerprint(canon), nil
+}
+
+// unkeyedFingerprint is Fingerprint of a canonical form.
+func unkeyedFingerprint(canon []byte) string {
 	sum := sha256.Sum256(canon)
 	var text [2 * sha256.Size]byte
 	hex.Encode(text[:], sum[:])
-	return string(text[:]), nil
+	return string(text[:])
+}
+
+// Fingerprint returns the keyed fingerprint of payload, which must be a JSON object: HMAC-SHA256(ledger
+// secret, canonical form), lowercase hex. It is the fingerprint the ledger stores, shows and compares.
+// The secret lives in the store and never leaves it, so whoever reads the database, a backup or an
+// operator listing cannot test a guessed payload against a fingerprint.
+func (l *Ledger) Fingerprint(payload []byte) (string, error) {
+	canon, err := Canonical(payload)
+	if err != nil {
+		return "", err
+	}
+	m := l.mac()
+	defer l.macs.Put(m)
+	return keyedFingerprint(m, canon), nil
+}
+
+// KeyFingerprints sets the Fingerprint of every request that has none to the keyed fingerprint of its
+// Canonical, with one HMAC for all of them. BeforeWrite and BeforeWriteMany call it; a caller that builds
+// items itself (NewPrepared) calls it first.
+func (l *Ledger) KeyFingerprints(ps []BeforeWriteParams) {
+	var m hash.Hash
+	for i := range ps {
+		if ps[i].Fingerprint != "" || ps[i].Canonical == nil {
+			continue
+		}
+		if m == nil {
+			m = l.mac()
+			defer l.macs.Put(m)
+		}
+		ps[i].Fingerprint = keyedFingerprint(m, ps[i].Canonical)
+	}
+}
+
+// mac returns an HMAC-SHA256 under the ledger secret from the ledger's pool (put it back when done): the
+// hashes keyed with the secret are kept from one use to the next.
+func (l *Ledger) mac() hash.Hash {
+	if m, ok := l.macs.Get().(hash.Hash); ok {
+		return m
+	}
+	return hmac.New(sha256.New, l.secret)
+}
+
+// keyedFingerprint returns the keyed fingerprint of a canonical form with m, an HMAC-SHA256 under the
+// ledger secret, which it resets.
+func keyedFingerprint(m hash.Hash, canon []byte) string {
+	m.Reset()
+	m.Write(canon)
+	var sum [sha256.Size]byte
+	var text [2 * sha256.Size]byte
+	hex.Encode(text[:], m.Sum(sum[:0]))
+	return string(text[:])
+}
+
+// samePayload reports whether stored, an item's fingerprint, is the fingerprint of the request's payload:
+// its keyed fingerprint, or, for an item stored before fingerprints were keyed, its unkeyed one. The
+// unkeyed one is computed only when the keyed one differs, and is never stored.
+func samePayload(stored string, p BeforeWriteParams) bool {
+	if stored == p.Fingerprint {
+		return true
+	}
+	return p.Canonical != nil && stored == unkeyedFingerprint(p.Canonical)
 }
 
 // Canonical returns the canonical form of a JSON object (see Fingerprint).

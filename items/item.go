@@ -134,7 +134,9 @@ type Item struct {
 	// current attempt): the operator list finds a run's items by it, also items of an earlier batch.
 	ExecutionID string `json:"execution_id,omitempty"`
 	Owner       string `json:"owner,omitempty"`
-	// Fingerprint is the SHA-256 of the canonical payload of the current attempt.
+	// Fingerprint is the keyed fingerprint (Ledger.Fingerprint) of the canonical payload of the current
+	// attempt; an item stored before fingerprints were keyed holds the unkeyed one (Fingerprint) until its
+	// next attempt.
 	Fingerprint string `json:"fingerprint"`
 	State       State  `json:"state"`
 	// Attempt is the number of the current attempt; 0 while prepared.

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash"
 	"math"
@@ -85,15 +86,20 @@ func (l *Ledger) IdempotencyKey(tenant, key string) string {
 	return idempotencyKey(m, tenant, key)
 }
 
-// BeforeWriteParams is one before-write request. The handler has checked its syntax; Fingerprint is the
-// payload's fingerprint.
+// BeforeWriteParams is one before-write request. The handler has checked its syntax; Canonical is the
+// canonical form of the payload, from which the ledger derives the keyed Fingerprint.
 type BeforeWriteParams struct {
 	Tenant string
 	Key    string
 	// Workflow, Object, Action and Sequence are labels; set when the key was derived from them.
 	Workflow, Object, Action, Sequence string
-	Fingerprint                        string
-	Destination                        string
+	// Canonical is the canonical form of the payload (see Canonical). It is never stored: the ledger
+	// keeps its keyed fingerprint, and uses it to recognise an item stored with an unkeyed one.
+	Canonical []byte
+	// Fingerprint is the keyed fingerprint of Canonical. The ledger sets it when it is empty (see
+	// KeyFingerprints); a caller that sets it passes one from Ledger.Fingerprint.
+	Fingerprint string
+	Destination string
 	// Dedupe is empty when the request names none.
 	Dedupe      Dedupe
 	Reference   string
@@ -127,6 +133,11 @@ type Answer struct {
 // concurrent calls for one tenant and key, exactly one gets Proceed. Returns ErrUnavailable when the
 // claim cannot be durably recorded (never Proceed then).
 func (l *Ledger) BeforeWrite(ctx context.Context, p BeforeWriteParams) (Answer, error) {
+	if p.Fingerprint == "" && p.Canonical != nil {
+		m := l.mac()
+		p.Fingerprint = keyedFingerprint(m, p.Canonical)
+		l.macs.Put(m)
+	}
 	if err := checkBeforeWrite(p); err != nil {
 		return Answer{}, err
 	}
@@ -147,7 +158,8 @@ func (l *Ledger) BeforeWrite(ctx context.Context, p BeforeWriteParams) (Answer, 
 }
 
 // BeforeWriteMany decides a batch of requests in order, each against the state the earlier ones left.
-// All requests must be for one tenant.
+// All requests must be for one tenant. It sets the keyed fingerprint of the requests in ps that have none
+// (KeyFingerprints).
 func (l *Ledger) BeforeWriteMany(ctx context.Context, tenant string, ps []BeforeWriteParams) ([]Answer, error) {
 	keys := make([]string, len(ps))
 	for i, p := range ps {
@@ -159,6 +171,7 @@ func (l *Ledger) BeforeWriteMany(ctx context.Context, tenant string, ps []Before
 		}
 		keys[i] = p.Key
 	}
+	l.KeyFingerprints(ps)
 	answers := make([]Answer, len(ps))
 	// The clock is read at the first item's decision, as the store is about to write, and again when the
 	// store decides an item again (after a conflicting write), where the decisions start over.
@@ -204,7 +217,7 @@ func checkBeforeWrite(p BeforeWriteParams) error {
 		return Invalid("tenant", "is required")
 	case !ValidKey(p.Key):
 		return Invalid("key", KeyRule)
-	case len(p.Fingerprint) != 64:
+	case p.Fingerprint == "" && p.Canonical == nil, p.Fingerprint != "" && len(p.Fingerprint) != 64:
 		return Invalid("payload", "is required")
 	case p.Dedupe != "" && !p.Dedupe.Valid():
 		return Invalid("dedupe", "must be one of key, lookup, none")
@@ -235,7 +248,7 @@ func (l *Ledger) decide(cur *Item, p BeforeWriteParams, now time.Time) (*Item, A
 	}
 	ans.Attempt = cur.Attempt
 
-	if cur.Fingerprint != p.Fingerprint && cur.possiblyDispatched() {
+	if !samePayload(cur.Fingerprint, p) && cur.possiblyDispatched() {
 		ans.Decision, ans.Reason = Conflict, ReasonFingerprintMismatch
 		ans.Message = "this key was used with a different payload and may have been sent: stop, and use a new key for a new intent"
 		return keep(), ans
@@ -343,9 +356,13 @@ func newItem(p BeforeWriteParams, now time.Time) *Item {
 }
 
 // NewPrepared returns a new item registered as prepared by a batch preparation: nothing is claimed.
+// p must carry its keyed fingerprint (KeyFingerprints).
 func NewPrepared(p BeforeWriteParams, now time.Time) (*Item, error) {
 	if err := checkBeforeWrite(p); err != nil {
 		return nil, err
+	}
+	if len(p.Fingerprint) != 64 {
+		return nil, errors.New("items: NewPrepared needs the keyed fingerprint (Ledger.KeyFingerprints)")
 	}
 	it := newItem(p, now)
 	it.Dedupe = p.Dedupe

@@ -1,6 +1,8 @@
 package handlerstest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -341,6 +343,41 @@ func ExerciseBatches(t *testing.T, open func(t *testing.T) items.Store, opts Opt
 		again := s.Post(OperatorAcme, "/v1/batches/prepare", map[string]any{"batch_id": "exec-6", "items": BatchItems("p-1", "p-4")})
 		if again.Num("counts.prepared") != 1 || again.Num("counts.existing") != 1 {
 			t.Fatalf("prepare again: %s", again.Body)
+		}
+	})
+
+	// API.md, additions: "Fingerprints are keyed". The fingerprint an item shows is HMAC-SHA256(ledger
+	// secret, canonical form), never the plain SHA-256 anyone could compute from a guessed payload; a single
+	// before-write, a batch and a batch preparation store the same one for the same payload.
+	t.Run("FingerprintsAreKeyed", func(t *testing.T) {
+		t.Parallel()
+		s := newService(t)
+		card := map[string]any{"card": "4111111111111111"}
+		Expect(t, s.BeforeWrite(map[string]any{"key": "card-1", "payload": card}), http.StatusOK, "", "")
+		Expect(t, s.BatchBeforeWrite("exec-fp", []any{map[string]any{"key": "card-2", "payload": card}}), http.StatusOK, "", "")
+		Expect(t, s.Post(OperatorAcme, "/v1/batches/prepare", map[string]any{"batch_id": "exec-fp-prep",
+			"items": []any{map[string]any{"key": "card-3", "payload": card}}}), http.StatusOK, "", "")
+		want, err := s.Ledger.Fingerprint([]byte(`{"card":"4111111111111111"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(`{"card":"4111111111111111"}`))
+		for _, key := range []string{"card-1", "card-2", "card-3"} {
+			r := s.Get(OperatorAcme, "/v1/items/"+key)
+			Expect(t, r, http.StatusOK, "", "")
+			got := r.Str("fingerprint")
+			if got != want || len(got) != 64 || strings.ToLower(got) != got {
+				t.Errorf("%s shows fingerprint %q, want the keyed %s", key, got, want)
+			}
+			if got == hex.EncodeToString(sum[:]) {
+				t.Errorf("%s shows the plain SHA-256 of its canonical payload", key)
+			}
+		}
+		if r := s.BeforeWrite(map[string]any{"key": "card-1", "payload": card}); r.Str("reason") != "in_progress" {
+			t.Errorf("the same payload again: %s", r.Body)
+		}
+		if r := s.BeforeWrite(map[string]any{"key": "card-1", "payload": map[string]any{"card": "4111111111111112"}}); r.Str("reason") != "fingerprint_mismatch" {
+			t.Errorf("a changed payload: %s", r.Body)
 		}
 	})
 

@@ -62,6 +62,10 @@ type Service struct {
 	Log *bytes.Buffer
 }
 
+// clientTimeout bounds a test's request to the service. A store test may give its (slow) test server a
+// long timeout, and the race detector slows everything: under it the bound is longer (race.go).
+var clientTimeout = 30 * time.Second
+
 // ServiceConfig changes how NewService builds the service.
 type ServiceConfig struct {
 	// Ledger is the ledger's configuration; its clock is replaced by the Service's.
@@ -95,7 +99,7 @@ func NewService(t testing.TB, store items.Store, cfg ServiceConfig) *Service {
 	t.Cleanup(srv.Close)
 	tr := srv.Client().Transport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = 100 // the race test opens 50 connections; keep them instead of churning ports
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	client := &http.Client{Transport: tr, Timeout: clientTimeout}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &Service{t: t, Store: store, Ledger: ledger, Clock: clock, URL: srv.URL, client: client, Log: &logBuf.buf}
 }

@@ -30,7 +30,7 @@ func exerciseBeforeWrite(t *testing.T, open func(t *testing.T) items.Store) {
 			t.Errorf("idempotency_key = %q, want %q (ik_ + 32 hex)", a.IdempotencyKey, want)
 		}
 		it := h.checkHistory(key, items.EventClaimed)
-		if it.Fingerprint != fingerprint(t, payloadA) || it.Destination != destDefault || it.Dedupe != items.DedupeNone ||
+		if it.Fingerprint != h.fingerprint(payloadA) || it.Destination != destDefault || it.Dedupe != items.DedupeNone ||
 			it.Reference != "QT-2026-0417" || it.Attempt != 1 || it.ExtraAttempts != 0 {
 			t.Errorf("stored item: fingerprint %s destination %s dedupe %s reference %s attempt %d", it.Fingerprint,
 				it.Destination, it.Dedupe, it.Reference, it.Attempt)
@@ -55,7 +55,7 @@ func exerciseBeforeWrite(t *testing.T, open func(t *testing.T) items.Store) {
 		t.Parallel()
 		h := newHarness(t, open)
 		idx := 3
-		prep, err := items.NewPrepared(items.BeforeWriteParams{Tenant: tenantA, Key: "k", Fingerprint: fingerprint(t, payloadA),
+		prep, err := items.NewPrepared(items.BeforeWriteParams{Tenant: tenantA, Key: "k", Fingerprint: h.fingerprint(payloadA),
 			BatchID: "exec-1:Send", BatchIndex: &idx}, h.now())
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +76,7 @@ func exerciseBeforeWrite(t *testing.T, open func(t *testing.T) items.Store) {
 		a := h.bw("k", payloadB)
 		h.checkAnswer("k", a, want{Decision: items.Proceed, Reason: items.ReasonNew, State: items.StateInFlight, Attempt: 1})
 		it := h.checkHistory("k", items.EventPrepared, items.EventClaimed)
-		if it.Fingerprint != fingerprint(t, payloadB) || it.BatchID != "exec-1:Send" || it.BatchIndex == nil || *it.BatchIndex != 3 {
+		if it.Fingerprint != h.fingerprint(payloadB) || it.BatchID != "exec-1:Send" || it.BatchIndex == nil || *it.BatchIndex != 3 {
 			t.Errorf("after the claim: fingerprint %s batch %s/%v", it.Fingerprint, it.BatchID, it.BatchIndex)
 		}
 		if e := it.History[1]; e.From != items.StatePrepared || e.Reason != items.ReasonNew {
@@ -149,7 +149,7 @@ func exerciseBeforeWrite(t *testing.T, open func(t *testing.T) items.Store) {
 			a := h.bw(key, payloadB)
 			h.checkAnswer(key, a, c.answer)
 			h.checkUnchanged(key, before)
-			if it := h.item(key); it.Fingerprint != fingerprint(t, payloadA) {
+			if it := h.item(key); it.Fingerprint != h.fingerprint(payloadA) {
 				t.Errorf("%s: a conflict replaced the fingerprint", c.name)
 			}
 		}
@@ -309,7 +309,7 @@ func exerciseBeforeWrite(t *testing.T, open func(t *testing.T) items.Store) {
 			h.checkAnswer(key, h.bw(key, payloadB), want{Decision: items.Proceed, Reason: items.ReasonRetry,
 				State: items.StateInFlight, Attempt: 2})
 			it := h.item(key)
-			fa, fb := fingerprint(t, payloadA), fingerprint(t, payloadB)
+			fa, fb := h.fingerprint(payloadA), h.fingerprint(payloadB)
 			if it.Fingerprint != fb || it.Attempts[0].Fingerprint != fa || it.Attempts[1].Fingerprint != fb {
 				t.Errorf("%s: fingerprint %s, attempts %s/%s: want the new one current and both kept", class, it.Fingerprint,
 					it.Attempts[0].Fingerprint, it.Attempts[1].Fingerprint)

@@ -40,7 +40,7 @@ func exerciseConcurrency(t *testing.T, open func(t *testing.T) items.Store) {
 	t.Run("OneProceedPerRound", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, open)
-		fp := fingerprint(t, payloadA)
+		fp := h.fingerprint(payloadA)
 		for round := range raceRounds {
 			key := fmt.Sprintf("race-%03d", round)
 			answers := make([]items.Answer, raceCallers)

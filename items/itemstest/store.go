@@ -51,7 +51,7 @@ func exerciseStore(t *testing.T, open func(t *testing.T) items.Store) {
 		t.Parallel()
 		h := newHarness(t, open)
 		idx := 7
-		p := items.BeforeWriteParams{Tenant: tenantA, Key: "wf:obj-1:send:0", Fingerprint: fingerprint(t, payloadA), Destination: destKeyed,
+		p := items.BeforeWriteParams{Tenant: tenantA, Key: "wf:obj-1:send:0", Fingerprint: h.fingerprint(payloadA), Destination: destKeyed,
 			Dedupe: items.DedupeKey, Reference: "QT-1", BatchID: "exec-9:Send", BatchIndex: &idx, ExecutionID: "9", Owner: "U024BE7LH"}
 		prep, err := items.NewPrepared(p, h.now())
 		if err != nil {
@@ -295,7 +295,7 @@ func exerciseStore(t *testing.T, open func(t *testing.T) items.Store) {
 				t.Errorf("the stored item contains %q: %s", secret, doc)
 			}
 		}
-		if !strings.Contains(doc, fingerprint(t, payload)) || !strings.Contains(doc, "QT-1") {
+		if !strings.Contains(doc, h.fingerprint(payload)) || !strings.Contains(doc, "QT-1") {
 			t.Errorf("the stored item lacks the fingerprint or the reference: %s", doc)
 		}
 		if it := h.item("k"); it.FailureMessage == "" || len([]rune(it.FailureMessage)) > items.MaxMessageLength {

@@ -29,27 +29,33 @@ const (
 	CountersCollection = "counters"
 )
 
-// operatorIndexes are the indexes of the outbox and of the items queries this file adds.
-var operatorIndexes = []struct {
+// operatorIndex is an index of a collection.
+type operatorIndex struct {
 	collection string
 	model      mongo.IndexModel
-}{
-	{ItemsCollection, mongo.IndexModel{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "alert_status", Value: 1}, {Key: "tenant", Value: 1}, {Key: "key", Value: 1}},
-		Options: options.Index().SetName("needs_person_alert")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "status", Value: 1}, {Key: "tenant", Value: 1}, {Key: "owner", Value: 1}, {Key: "batch_id", Value: 1}},
-		Options: options.Index().SetName("status_group")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "status", Value: 1}, {Key: "escalate_at", Value: 1}}, Options: options.Index().SetName("status_escalate")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("item")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "owner", Value: 1}}, Options: options.Index().SetName("owner")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "channel", Value: 1}, {Key: "ts", Value: 1}}, Options: options.Index().SetName("message")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "escalation_channel", Value: 1}, {Key: "escalation_ts", Value: 1}}, Options: options.Index().SetName("escalation_message")}},
-	{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "claim", Value: 1}}, Options: options.Index().SetName("claim")}},
+}
+
+// operatorIndexes returns the indexes of the outbox and of the items queries this file adds, built afresh
+// at every call (see indexes).
+func operatorIndexes() []operatorIndex {
+	return []operatorIndex{
+		{ItemsCollection, mongo.IndexModel{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "alert_status", Value: 1}, {Key: "tenant", Value: 1}, {Key: "key", Value: 1}},
+			Options: options.Index().SetName("needs_person_alert")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "status", Value: 1}, {Key: "tenant", Value: 1}, {Key: "owner", Value: 1}, {Key: "batch_id", Value: 1}},
+			Options: options.Index().SetName("status_group")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "status", Value: 1}, {Key: "escalate_at", Value: 1}}, Options: options.Index().SetName("status_escalate")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("item")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "owner", Value: 1}}, Options: options.Index().SetName("owner")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "channel", Value: 1}, {Key: "ts", Value: 1}}, Options: options.Index().SetName("message")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "escalation_channel", Value: 1}, {Key: "escalation_ts", Value: 1}}, Options: options.Index().SetName("escalation_message")}},
+		{AlertsCollection, mongo.IndexModel{Keys: bson.D{{Key: "claim", Value: 1}}, Options: options.Index().SetName("claim")}},
+	}
 }
 
 // ensureOperatorIndexes creates the operator indexes, one command each (see ensureIndexes).
 func (s *Store) ensureOperatorIndexes(ctx context.Context) error {
 	db := s.items.Database()
-	for _, ix := range operatorIndexes {
+	for _, ix := range operatorIndexes() {
 		if _, err := db.Collection(ix.collection).Indexes().CreateOne(ctx, ix.model); err != nil {
 			if isServerError(err) {
 				return fmt.Errorf("mongostore: create index: %w", err)

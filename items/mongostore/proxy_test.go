@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // proxy forwards TCP connections to a server and can freeze: while frozen it accepts connections and
@@ -14,6 +15,8 @@ type proxy struct {
 	mu     sync.Mutex
 	frozen bool
 	thawed *sync.Cond
+	// delay holds back every chunk passed either way: a slow server, or a long way to it.
+	delay time.Duration
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -68,7 +71,9 @@ func (p *proxy) pipe(dst, src net.Conn) {
 		for p.frozen {
 			p.thawed.Wait()
 		}
+		delay := p.delay
 		p.mu.Unlock()
+		time.Sleep(delay)
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -83,6 +88,12 @@ func (p *proxy) pipe(dst, src net.Conn) {
 func (p *proxy) freeze() {
 	p.mu.Lock()
 	p.frozen = true
+	p.mu.Unlock()
+}
+
+func (p *proxy) slow(delay time.Duration) {
+	p.mu.Lock()
+	p.delay = delay
 	p.mu.Unlock()
 }
 

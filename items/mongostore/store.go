@@ -66,7 +66,8 @@ type Store struct {
 	serverClock bool
 	// fault, set by tests, fails a write the server applied (as a lost acknowledgement): see undo.go.
 	fault func(op string) error
-	// timeout bounds an undo as a whole (WithTimeout).
+	// timeout bounds every operation on the server (WithTimeout), a whole batch (TransitionMany), and an
+	// undo as a whole.
 	timeout time.Duration
 }
 
@@ -165,38 +166,45 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	return s, nil
 }
 
-// indexes are the ledger's secondary indexes. Creating an index that exists with the same keys and
+// indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
 // options is a no-op, so every replica creates them at every start.
+//
+// The models are built afresh at every call: creating an index writes to its model's options (the
+// driver's IndexView.CreateMany appends a SetName to the options builder every time, even when the model
+// names its index), so models shared by stores opened at once in one process were a data race, and every
+// start grew their option lists.
 //
 // needs_person is a plain index rather than a partial one ({needs_person: true}): the items a person
 // must look at are a small range of it either way, and FerretDB, the test server, refuses partial
 // indexes.
-var indexes = []mongo.IndexModel{
-	// The sweeper: in-flight items whose lease has run out.
-	{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
-	// The operator's lists, newest change first (key breaking ties, also descending), with and without a
-	// state.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_changed")},
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_state_changed")},
-	// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
-	// order without sorting the whole batch.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
-	// A run's items (the operator list by execution_id), newest change first.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
-	// Items waiting for a person (alerts, the operator's queue).
-	{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
-	// Lookups by business reference.
-	{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+func indexes() []mongo.IndexModel {
+	return []mongo.IndexModel{
+		// The sweeper: in-flight items whose lease has run out.
+		{Keys: bson.D{{Key: "state", Value: 1}, {Key: "lease_expires_at", Value: 1}}, Options: options.Index().SetName("state_lease")},
+		// The operator's lists, newest change first (key breaking ties, also descending), with and without a
+		// state.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_changed")},
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "state", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_state_changed")},
+		// A batch's items in batch order, key breaking ties, so that a page of the batch status is read in index
+		// order without sorting the whole batch.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
+		// A run's items (the operator list by execution_id), newest change first.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
+		// Items waiting for a person (alerts, the operator's queue).
+		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
+		// Lookups by business reference.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+	}
 }
 
-// retiredIndexes are indexes of earlier builds that indexes replaced (tenant_updated and
+// retiredIndexes are indexes of earlier builds that indexes() replaced (tenant_updated and
 // tenant_state_updated sorted ties by key ascending); they only cost writes now.
 var retiredIndexes = []string{"tenant_updated", "tenant_state_updated"}
 
 // ensureIndexes creates the indexes one command each: FerretDB v1 (the test server) fails a createIndexes
 // that names more than one existing index, and six commands once per start cost nothing.
 func (s *Store) ensureIndexes(ctx context.Context) error {
-	for _, ix := range indexes {
+	for _, ix := range indexes() {
 		if _, err := s.items.Indexes().CreateOne(ctx, ix); err != nil {
 			if isServerError(err) {
 				// The server refused the index (e.g. one of the same name with other keys): not an outage.
@@ -467,8 +475,15 @@ func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, 
 // item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
 // items written before it stay written (each of them atomic and correct on its own), except their claims:
 // when the second pass fails, the claims it wrote (or may have written) are taken back before it answers
-// (undo.go), so that a batch answered 503 leaves no claim held by nobody.
+// (undo.go), so that a batch answered 503 leaves no claim held by nobody. The items another writer created
+// in between are read again in one query, not one round trip each.
+//
+// The whole call is bounded by the store's timeout, as one operation is: a batch against a slow server
+// answers ErrUnavailable within the timeout instead of taking a round trip's timeout per item (the undo
+// has a timeout of its own).
 func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
 	log := undoLog{}
 	out, err := s.transitionMany(ctx, log, tenant, keys, fn)
 	if err != nil {
@@ -542,11 +557,23 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 		}
 	}
 	created := make(map[int]*itemDoc, len(newAt))
+	var lost []string
 	for j, i := range newAt {
 		created[i] = inserted[j]
-		if inserted[j] != nil {
+		if inserted[j] == nil {
+			lost = append(lost, keys[i])
+		} else {
 			counts.Move(nil, inserted[j].item())
 			log.acked(inserted[j])
+		}
+	}
+	// The items another writer created since the first read (a batch racing the same batch: all of them)
+	// are read again at once; each one's calls are then decided on what was read, without a round trip
+	// unless they change it.
+	var fresh map[string]*itemDoc
+	if len(lost) > 0 {
+		if fresh, err = s.readMany(ctx, tenant, lost); err != nil {
+			return nil, err
 		}
 	}
 
@@ -581,8 +608,13 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 			}
 		}
 		if stored == nil {
-			// Another writer came first: decide this call again, and the later ones on this key.
-			stored, err := s.transition(ctx, log, tenant, key, nil, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
+			// Another writer came first: decide this call again, and the later ones on this key. For an item
+			// another writer created, on the document read above (a first guess, as hints are).
+			var hint *seen
+			if doc, ok := fresh[key]; ok && st.seen == nil {
+				hint = &seen{doc: doc}
+			}
+			stored, err := s.transition(ctx, log, tenant, key, hint, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
 			if err != nil {
 				return nil, err
 			}

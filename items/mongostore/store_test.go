@@ -22,6 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
@@ -73,7 +74,7 @@ func newEnv(t *testing.T) env {
 // open opens a store on the env's database, as one more replica would: its own client, its own pool.
 func (e env) open() *mongostore.Store {
 	e.t.Helper()
-	s, err := mongostore.Open(e.t.Context(), e.uri, e.db)
+	s, err := mongostore.Open(e.t.Context(), e.uri, e.db, mongostore.WithTimeout(mongotest.StoreTimeout()))
 	if err != nil {
 		e.t.Fatalf("Open: %v", err)
 	}
@@ -121,7 +122,7 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-var fp1, fp2 = strings.Repeat("a", 64), strings.Repeat("b", 64)
+var fp1 = strings.Repeat("a", 64)
 
 func newLedger(t *testing.T, s items.Store, now func() time.Time) *items.Ledger {
 	t.Helper()
@@ -446,6 +447,42 @@ func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
 	}
 }
 
+// A batch against a slow server answers ErrUnavailable within the store's timeout: the whole batch is
+// bounded by it, not each of its round trips (60 updates of 200 ms each took 12 s before).
+func TestSlowServerBatchAnswersWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	if realURI() != "" {
+		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
+	}
+	e := newEnv(t)
+	direct := e.open()
+	keys := make([]string, 60)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("slow-%02d", i)
+		create(t, direct, keys[i])
+	}
+	proxy := startProxy(t, sharedSrv.Addr())
+	const timeout = time.Second
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", e.db, mongostore.WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	proxy.slow(100 * time.Millisecond) // each round trip: 200 ms or more
+	start := time.Now()
+	_, err = s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
+		cur.Owner = "ops-anna"
+		return cur, nil
+	})
+	took := time.Since(start)
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("a 60-item batch on a server 200 ms away with a 1 s timeout: %v, want ErrUnavailable", err)
+	}
+	if took > 4*timeout {
+		t.Errorf("the batch answered after %v, want about the %v timeout", took, timeout)
+	}
+}
+
 // A server that accepts connections and then stops answering must not hang a request: the client-side
 // timeout turns it into ErrUnavailable, and nothing is claimed.
 func TestHungServerTimesOut(t *testing.T) {
@@ -633,5 +670,63 @@ func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
 	}
 	if len(page.Items) != 1 || page.Items[0].ExecutionID != "run-7" {
 		t.Fatalf("after a restart, execution run-7 lists %+v, want item a with its execution_id", page.Items)
+	}
+}
+
+// Stores opened at once in one process (replicas embedded in one program; the conformance suite opens
+// one per subtest) each create the indexes. They used to share the index models, whose options the
+// driver writes to while creating an index: run with -race, this test found that data race.
+func TestOpenSeveralStoresAtOnce(t *testing.T) {
+	t.Parallel()
+	envs := []env{newEnv(t), newEnv(t)}
+	const perEnv = 3
+	stores := make([]*mongostore.Store, len(envs)*perEnv)
+	errs := make([]error, len(stores))
+	var wg sync.WaitGroup
+	for i := range stores {
+		e := envs[i%len(envs)]
+		wg.Go(func() { stores[i], errs[i] = mongostore.Open(t.Context(), e.uri, e.db) })
+	}
+	wg.Wait()
+	for i, s := range stores {
+		if errs[i] != nil {
+			t.Fatalf("Open %d: %v", i, errs[i])
+		}
+		t.Cleanup(func() { s.Close() })
+	}
+	// Every store works, and the replicas of one database share its ledger.
+	for i, s := range stores {
+		if err := s.Ping(t.Context()); err != nil {
+			t.Errorf("store %d: %v", i, err)
+		}
+	}
+	secrets := map[string]string{}
+	for i, s := range stores {
+		secret, err := s.LedgerSecret(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := envs[i%len(envs)].db
+		if prev, ok := secrets[db]; ok && prev != string(secret) {
+			t.Errorf("store %d: another ledger secret than the other replicas of its database", i)
+		}
+		secrets[db] = string(secret)
+	}
+}
+
+// The stored fingerprint is keyed with the ledger secret, which lives in the database: two stores sharing
+// one database, and a store opened again after the others closed, keep and recognise the same one.
+func TestFingerprintSharedByReplicasAndRestarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const payload = `{"card":"4111111111111111"}`
+	a, b := e.open(), e.open()
+	fa := itemstest.KeyedFingerprint(t, a, "card", payload)
+	fb := itemstest.KeyedFingerprint(t, b, "card", payload)
+	a.Close()
+	b.Close()
+	fc := itemstest.KeyedFingerprint(t, e.open(), "card", payload)
+	if fa != fb || fb != fc {
+		t.Fatalf("fingerprints %s (first replica), %s (second), %s (after a restart): want one", fa, fb, fc)
 	}
 }

@@ -32,13 +32,16 @@ func TestConformance(t *testing.T) {
 	}, itemstest.Options{})
 }
 
+// markerPayload is the payload claim fingerprints: its recipient is a marker to look for in the files.
+const markerPayload = `{"invoice":"742","recipient":"marker-recipient-5521"}`
+
 func claim(t *testing.T, l *items.Ledger, key string) items.Answer {
 	t.Helper()
-	fp, err := items.Fingerprint([]byte(`{"invoice":"742","recipient":"marker-recipient-5521"}`))
+	canon, err := items.Canonical([]byte(markerPayload))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := l.BeforeWrite(context.Background(), items.BeforeWriteParams{Tenant: "acme", Key: key, Fingerprint: fp})
+	a, err := l.BeforeWrite(context.Background(), items.BeforeWriteParams{Tenant: "acme", Key: key, Canonical: canon})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +93,24 @@ func TestReopenKeepsItemsAndSecret(t *testing.T) {
 	}
 }
 
+// The stored fingerprint is keyed with the ledger secret, which lives in the database file: a store opened
+// again keeps and recognises the same one.
+func TestFingerprintStableAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const payload = `{"card":"4111111111111111"}`
+	s := openIn(t, dir)
+	before := itemstest.KeyedFingerprint(t, s, "card", payload)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openIn(t, dir)
+	t.Cleanup(func() { s.Close() })
+	if after := itemstest.KeyedFingerprint(t, s, "card", payload); after != before {
+		t.Fatalf("fingerprint %s before the restart, %s after", before, after)
+	}
+}
+
 func TestPayloadNotInDatabaseFiles(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -114,6 +135,10 @@ func TestPayloadNotInDatabaseFiles(t *testing.T) {
 		}
 		if bytes.Contains(b, []byte("marker-recipient-5521")) {
 			t.Errorf("%s holds the payload", f)
+		}
+		// Nor its unkeyed fingerprint, from which a guessable payload could be found again.
+		if unkeyed, _ := items.Fingerprint([]byte(markerPayload)); bytes.Contains(b, []byte(unkeyed)) {
+			t.Errorf("%s holds the unkeyed fingerprint of the payload", f)
 		}
 	}
 }

@@ -92,7 +92,7 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	case !token && !secret:
 		return nil, nil
 	case !token || !secret:
-		return nil, errors.New("Slack needs both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or their _FILE forms); only one is set")
+		return nil, errors.New("both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or their _FILE forms) are needed for Slack; only one is set")
 	}
 	cfg := &alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
 	var err error
