@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func TestCommittedTemplatesMatchGenerator(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, e := range entries {
-			if _, ok := files[dir+"/"+e.Name()]; !ok {
+			if _, ok := files[dir+"/"+e.Name()]; !ok && !slices.Contains(HandWritten, dir+"/"+e.Name()) {
 				t.Errorf("%s/%s is not produced by the generator", dir, e.Name())
 			}
 		}

@@ -76,7 +76,12 @@ const n8nReadmeText = generatedNote + `# n8n templates
 Importable n8n workflows (n8n 2.x, node versions pinned in the files) that make an external write
 replay-safe with companion. They are proven end to end in a real n8n 2.41.1 by ` + "`bash e2e/n8n/run.sh`" + `.
 
-LIST
+LIST- **` + "`guarded-write-node.json`" + `** — the single-item guarded write built with the **Companion** community node
+  (package ` + "`n8n-nodes-companion`" + `, folder ` + "`n8n-node/`" + ` of the repository) instead of HTTP Request and Code nodes:
+  webhook → Before write → your write → After write. It needs that package installed in n8n and a **Companion API**
+  credential named ` + "`companion`" + `; install and parameters in ` + "`n8n-node/README.md`" + `. Written by hand, so
+  ` + "`companion templates render`" + ` does not write it. Webhook path ` + "`companion/guarded-write-node`" + `.
+
 ## Import
 
 1. Create a credential of type **Bearer Auth** named ` + "`CRED`" + ` holding your companion token

@@ -33,6 +33,12 @@ func encode(v any) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
+// HandWritten are the files in the template folders that the generator does not produce: the
+// template using the n8n community node (n8n-node/, package n8n-nodes-companion). It needs that
+// package installed in n8n, so it stays out of Templates(), whose every n8n workflow the e2e imports
+// into a plain n8n. go test ./blueprints checks it structurally instead of byte for byte.
+var HandWritten = []string{N8nDir + "/guarded-write-node.json"}
+
 // Render returns every generated file, keyed by its slash-separated path relative to the output
 // directory. The same settings always give the same bytes.
 func Render(s Settings) (map[string][]byte, error) {

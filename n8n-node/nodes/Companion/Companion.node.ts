@@ -1,0 +1,395 @@
+import type {
+	ICredentialsDecrypted,
+	ICredentialTestFunctions,
+	IDataObject,
+	IExecuteFunctions,
+	IHttpRequestMethods,
+	INodeCredentialTestResult,
+	INodeExecutionData,
+	INodeType,
+	INodeTypeDescription,
+	JsonObject,
+} from 'n8n-workflow';
+import { NodeApiError, NodeConnectionTypes, NodeOperationError } from 'n8n-workflow';
+
+import {
+	BEFORE_WRITE_OUTPUTS,
+	OUT_NEEDS_ATTENTION,
+	batchIdFor,
+	chunk,
+	classifyWriteItem,
+	parsePayload,
+	routeDecision,
+} from './evidence';
+import { properties } from './description';
+
+const CREDENTIAL = 'companionApi';
+
+/** What companion's error body and the HTTP layer say about a failed call. */
+function describeFailure(error: unknown): { status?: number; code?: string; message?: string } {
+	const e = (error ?? {}) as IDataObject;
+	const cause = (e.cause ?? {}) as IDataObject;
+	const response = (e.response ?? cause.response ?? {}) as IDataObject;
+	const status = Number(response.status ?? response.statusCode ?? e.httpCode ?? e.statusCode);
+	let data = response.data ?? response.body ?? e.error;
+	if (typeof data === 'string') {
+		try {
+			data = JSON.parse(data);
+		} catch {
+			// not JSON: keep the text
+		}
+	}
+	const inner = data && typeof data === 'object' ? ((data as IDataObject).error as IDataObject) : undefined;
+	return {
+		status: Number.isFinite(status) ? status : undefined,
+		code: inner && typeof inner.code === 'string' ? inner.code : undefined,
+		message: inner && typeof inner.message === 'string' ? inner.message : (e.message as string),
+	};
+}
+
+async function call(
+	ctx: IExecuteFunctions,
+	method: IHttpRequestMethods,
+	path: string,
+	itemIndex: number,
+	body?: IDataObject,
+): Promise<IDataObject> {
+	const credentials = await ctx.getCredentials(CREDENTIAL);
+	const base = String(credentials.baseUrl ?? '').replace(/\/+$/, '');
+	try {
+		return (await ctx.helpers.httpRequestWithAuthentication.call(ctx, CREDENTIAL, {
+			method,
+			url: base + path,
+			body,
+			json: true,
+		})) as IDataObject;
+	} catch (error) {
+		const f = describeFailure(error);
+		const words = [f.status, f.code].filter((x) => x !== undefined).join(' ');
+		throw new NodeApiError(ctx.getNode(), error as JsonObject, {
+			itemIndex,
+			message: `companion ${method} ${path.split('?')[0]} failed${words ? ` (${words})` : ''}: ${f.message ?? 'no answer'}`,
+			httpCode: f.status !== undefined ? String(f.status) : undefined,
+		});
+	}
+}
+
+/** The position "items[3].key" names in a batch call's 400, if any. */
+function namedIndex(error: unknown): number | undefined {
+	const m = /items\[(\d+)\]/.exec(String((error as Error)?.message ?? ''));
+	return m ? Number(m[1]) : undefined;
+}
+
+function str(ctx: IExecuteFunctions, name: string, i: number, fallback = ''): string {
+	const v = ctx.getNodeParameter(name, i, fallback);
+	return v === undefined || v === null ? '' : String(v).trim();
+}
+
+async function beforeWrite(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+	const items = this.getInputData();
+	const out: INodeExecutionData[][] = BEFORE_WRITE_OUTPUTS.map(() => []);
+	const executionId = String(this.getExecutionId() ?? '');
+	const batchId = batchIdFor(executionId, this.getNode().name);
+	const pending: Array<{ index: number; body: IDataObject }> = [];
+
+	for (let i = 0; i < items.length; i++) {
+		try {
+			const body: IDataObject = {};
+			if (this.getNodeParameter('keyMode', i) === 'parts') {
+				const seq = str(this, 'sequence', i);
+				body.workflow = str(this, 'workflowPart', i);
+				body.object = str(this, 'objectPart', i);
+				body.action = str(this, 'actionPart', i);
+				body.sequence = /^\d+$/.test(seq) ? Number(seq) : seq;
+			} else {
+				body.key = str(this, 'key', i);
+			}
+			if (this.getNodeParameter('payloadMode', i) === 'fields') {
+				const fields = this.getNodeParameter('payloadFields.field', i, []) as Array<{
+					name: string;
+					value: string;
+				}>;
+				const payload: IDataObject = {};
+				for (const f of fields) {
+					if (!f.name) continue;
+					if (Object.prototype.hasOwnProperty.call(payload, f.name)) {
+						throw new NodeOperationError(this.getNode(), `Payload field "${f.name}" is given twice`, {
+							itemIndex: i,
+						});
+					}
+					payload[f.name] = f.value;
+				}
+				body.payload = payload;
+			} else {
+				const parsed = parsePayload(this.getNodeParameter('payloadJson', i));
+				if ('problem' in parsed) {
+					throw new NodeOperationError(this.getNode(), parsed.problem, { itemIndex: i });
+				}
+				body.payload = parsed.payload as IDataObject;
+			}
+			const destination = str(this, 'destination', i);
+			if (destination) body.destination = destination;
+			const dedupe = str(this, 'dedupe', i);
+			if (dedupe) body.dedupe = dedupe;
+			const reference = str(this, 'reference', i);
+			if (reference) body.reference = reference;
+			const options = this.getNodeParameter('options', i, {}) as IDataObject;
+			if (options.leaseSeconds !== undefined && options.leaseSeconds !== '') {
+				body.lease_seconds = Number(options.leaseSeconds);
+			}
+			if (options.owner) body.owner = String(options.owner);
+			if (executionId) body.execution_id = executionId;
+			body.batch_index = i;
+			pending.push({ index: i, body });
+		} catch (error) {
+			if (!this.continueOnFail()) {
+				throw new NodeOperationError(this.getNode(), error as Error, { itemIndex: i });
+			}
+			out[OUT_NEEDS_ATTENTION].push({
+				json: { ...items[i].json, companion: { error: (error as Error).message } },
+				pairedItem: { item: i },
+			});
+		}
+	}
+
+	for (const part of chunk(pending)) {
+		let answer: IDataObject;
+		try {
+			answer = await call(this, 'POST', '/v1/batches/before-write', part[0].index, {
+				batch_id: batchId,
+				items: part.map((p) => p.body),
+			});
+		} catch (error) {
+			const named = namedIndex(error);
+			if (!this.continueOnFail()) {
+				if (named !== undefined && part[named]) (error as NodeApiError).context.itemIndex = part[named].index;
+				throw new NodeApiError(this.getNode(), error as JsonObject);
+			}
+			for (const p of part) {
+				out[OUT_NEEDS_ATTENTION].push({
+					json: { ...items[p.index].json, companion: { error: (error as Error).message } },
+					pairedItem: { item: p.index },
+				});
+			}
+			continue;
+		}
+		const decided = (answer.items ?? []) as IDataObject[];
+		if (decided.length !== part.length) {
+			throw new NodeOperationError(
+				this.getNode(),
+				`companion answered ${decided.length} decisions for ${part.length} items`,
+			);
+		}
+		part.forEach((p, j) => {
+			const d = decided[j];
+			out[routeDecision(d.decision, d.reason)].push({
+				json: { ...items[p.index].json, companion: d },
+				pairedItem: { item: p.index },
+			});
+		});
+	}
+	return out;
+}
+
+async function afterWrite(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+	const items = this.getInputData();
+	const out: INodeExecutionData[] = [];
+	const pending: Array<{ index: number; report: IDataObject }> = [];
+	const now = Date.now();
+	for (let i = 0; i < items.length; i++) {
+		try {
+			const key = str(this, 'key', i);
+			const claim = str(this, 'claim', i);
+			if (!key || !claim) {
+				throw new NodeOperationError(
+					this.getNode(),
+					`Item ${i} has no ${key ? 'claim' : 'key'}: map Key and Claim from the Before write node's Proceed output`,
+					{ itemIndex: i },
+				);
+			}
+			const ev = classifyWriteItem(items[i].json as IDataObject, now);
+			const report: IDataObject = { key, claim, ...ev };
+			const externalId = str(this, 'externalId', i);
+			if (ev.outcome === 'succeeded' && externalId) report.external_id = externalId;
+			const options = this.getNodeParameter('options', i, {}) as IDataObject;
+			if (ev.outcome === 'succeeded' && ev.result === undefined && options.storeResult !== false) {
+				// A write without an HTTP status (Send Email, a database node): its output is the result.
+				if (Object.keys(items[i].json).length) report.result = items[i].json as IDataObject;
+			}
+			if (options.storeResult === false) delete report.result;
+			pending.push({ index: i, report });
+		} catch (error) {
+			if (!this.continueOnFail()) {
+				throw new NodeOperationError(this.getNode(), error as Error, { itemIndex: i });
+			}
+			out.push({ json: { error: (error as Error).message }, pairedItem: { item: i } });
+		}
+	}
+	for (const part of chunk(pending)) {
+		let answer: IDataObject;
+		try {
+			answer = await call(this, 'POST', '/v1/batches/after-write', part[0].index, {
+				items: part.map((p) => p.report),
+			});
+		} catch (error) {
+			if (!this.continueOnFail()) {
+				const named = namedIndex(error);
+				if (named !== undefined && part[named]) (error as NodeApiError).context.itemIndex = part[named].index;
+				throw new NodeApiError(this.getNode(), error as JsonObject);
+			}
+			for (const p of part) {
+				out.push({
+					json: { key: p.report.key, evidence: p.report, error: (error as Error).message },
+					pairedItem: { item: p.index },
+				});
+			}
+			continue;
+		}
+		const results = (answer.items ?? []) as IDataObject[];
+		part.forEach((p, j) => {
+			const { key: _k, claim: _c, ...evidence } = p.report;
+			void _k;
+			void _c;
+			out.push({ json: { ...(results[j] ?? {}), evidence }, pairedItem: { item: p.index } });
+		});
+	}
+	return [out];
+}
+
+async function reconcile(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+	const items = this.getInputData();
+	const out: INodeExecutionData[] = [];
+	for (let i = 0; i < items.length; i++) {
+		try {
+			const finding = str(this, 'finding', i);
+			const body: IDataObject = { key: str(this, 'key', i), finding, evidence: str(this, 'evidence', i) };
+			if (finding === 'found') body.external_id = str(this, 'externalId', i);
+			const answer = await call(this, 'POST', '/v1/reconcile', i, body);
+			out.push({ json: answer, pairedItem: { item: i } });
+		} catch (error) {
+			if (!this.continueOnFail()) throw new NodeApiError(this.getNode(), error as JsonObject);
+			out.push({ json: { error: (error as Error).message }, pairedItem: { item: i } });
+		}
+	}
+	return [out];
+}
+
+async function getItem(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+	const items = this.getInputData();
+	const out: INodeExecutionData[] = [];
+	for (let i = 0; i < items.length; i++) {
+		try {
+			const key = str(this, 'key', i);
+			const answer = await call(this, 'GET', `/v1/items/${encodeURIComponent(key)}`, i);
+			out.push({ json: answer, pairedItem: { item: i } });
+		} catch (error) {
+			if (!this.continueOnFail()) throw new NodeApiError(this.getNode(), error as JsonObject);
+			out.push({ json: { error: (error as Error).message }, pairedItem: { item: i } });
+		}
+	}
+	return [out];
+}
+
+export class Companion implements INodeType {
+	description: INodeTypeDescription = {
+		displayName: 'Companion',
+		name: 'companion',
+		icon: 'file:companion.svg',
+		group: ['transform'],
+		version: 1,
+		subtitle: '={{ {"beforeWrite": "Before write", "afterWrite": "After write", "reconcile": "Reconcile", "getItem": "Get item"}[$parameter["operation"]] }}',
+		description: 'Make a write replay-safe: ask companion before it, report what happened after it',
+		defaults: {
+			name: 'Companion',
+		},
+		// Not offered as an AI tool: its outputs branch a workflow around a write.
+		usableAsTool: undefined,
+		inputs: [NodeConnectionTypes.Main],
+		outputs: `={{ $parameter["operation"] === "beforeWrite" ? ${JSON.stringify(
+			BEFORE_WRITE_OUTPUTS.map((displayName) => ({ type: 'main', displayName })),
+		)} : [{"type": "main"}] }}`,
+		credentials: [
+			{
+				name: 'companionApi',
+				required: true,
+				testedBy: 'companionApiTest',
+			},
+		],
+		properties,
+	};
+
+	methods = {
+		credentialTest: {
+			async companionApiTest(
+				this: ICredentialTestFunctions,
+				credential: ICredentialsDecrypted,
+			): Promise<INodeCredentialTestResult> {
+				const data = credential.data ?? {};
+				const base = String(data.baseUrl ?? '').replace(/\/+$/, '');
+				const headers = { Authorization: `Bearer ${String(data.token ?? '')}` };
+				// The HTTP status of a GET, or the reason there was none (refused, DNS, TLS…).
+				const status = async (path: string, auth: boolean): Promise<number | string> => {
+					try {
+						// ICredentialTestFunctions offers only helpers.request in n8n-workflow 2.41.
+						// eslint-disable-next-line @n8n/community-nodes/no-deprecated-workflow-functions
+						const res = await this.helpers.request({
+							method: 'GET',
+							uri: base + path,
+							headers: auth ? headers : {},
+							json: true,
+							resolveWithFullResponse: true,
+							simple: false,
+						});
+						return Number(res.statusCode ?? res.status);
+					} catch (error) {
+						const f = describeFailure(error);
+						return f.status ?? `cannot reach ${base}: ${f.message ?? 'no answer'}`;
+					}
+				};
+				const ready = await status('/readyz', false);
+				if (typeof ready === 'string') return { status: 'Error', message: ready };
+				if (ready !== 200) {
+					return {
+						status: 'Error',
+						message: `${base}/readyz answered HTTP ${ready}: companion is not ready (is its store reachable?)`,
+					};
+				}
+				// An authenticated read of a key that does not exist: 404 means the token was accepted.
+				const read = await status('/v1/items/n8n-credential-test', true);
+				if (typeof read === 'string') return { status: 'Error', message: read };
+				if (read === 401) return { status: 'Error', message: 'companion refused the token (401 unauthorized)' };
+				if (read === 403) return { status: 'Error', message: 'the token lacks the workflow role (403 forbidden)' };
+				if (read !== 404 && read !== 200) {
+					return { status: 'Error', message: `the authenticated read answered HTTP ${read}` };
+				}
+				return { status: 'OK', message: 'companion is ready and accepts the token' };
+			},
+		},
+	};
+
+	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
+		const operation = this.getNodeParameter('operation', 0) as string;
+		// Each operation handles Continue On Fail per item; what reaches this catch concerns the
+		// whole call (an answer companion should not give).
+		try {
+			switch (operation) {
+				case 'beforeWrite':
+					return await beforeWrite.call(this);
+				case 'afterWrite':
+					return await afterWrite.call(this);
+				case 'reconcile':
+					return await reconcile.call(this);
+				case 'getItem':
+					return await getItem.call(this);
+				default:
+					throw new NodeOperationError(this.getNode(), `Unknown operation "${operation}"`);
+			}
+		} catch (error) {
+			if (this.continueOnFail()) {
+				return [this.getInputData().map((_, i) => ({ json: { error: (error as Error).message }, pairedItem: { item: i } }))];
+			}
+			if (error instanceof NodeApiError) throw new NodeApiError(this.getNode(), error as unknown as JsonObject);
+			throw new NodeOperationError(this.getNode(), error as Error);
+		}
+	}
+}
