@@ -152,7 +152,7 @@ func lineText(l Line) string {
 	if l.LastErrorClass != "" {
 		fmt.Fprintf(&b, " · last error %s", escape(l.LastErrorClass))
 	}
-	fmt.Fprintf(&b, " · waiting %s", age(l.Age))
+	fmt.Fprintf(&b, " · waiting %s", items.Age(l.Age))
 	fmt.Fprintf(&b, "\nwhy: %s", CauseText(l.Cause))
 	if l.CheckHint != "" && l.Open {
 		fmt.Fprintf(&b, "\ncheck: %s", escape(l.CheckHint))
@@ -203,18 +203,6 @@ func CauseText(cause string) string {
 		return "unresolved for longer than the destination's escalate_after, with nobody acting"
 	}
 	return cause
-}
-
-func age(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }
 
 // mention renders a Slack id (or a "slack:<user id>" resolver name) as a mention Slack shows by name;

@@ -48,7 +48,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"age":      age,
+	"age":      items.Age,
 	"itemURL":  func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
 	"batchURL": func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
 	"stateClass": func(s items.State) string {
@@ -109,18 +109,6 @@ func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, er
 	c.render(w, r, "error", c.frame(s, "Error", "", e))
 }
 
-func age(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh %02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
-}
-
 // row is one item in a list.
 type row struct {
 	Key, Reference, Destination, Cause, Why, CheckHint, LastError string
@@ -150,7 +138,7 @@ func (c *Console) row(it *items.Item, now time.Time) row {
 		since = *it.NeedsPersonSince
 	}
 	rw := row{Key: it.Key, Reference: it.Reference, Destination: it.Destination, Cause: it.NeedsPersonCause,
-		State: it.State, Attempt: it.Attempt, Age: age(max(now.Sub(since), 0)), since: since, LastError: lastError(it)}
+		State: it.State, Attempt: it.Attempt, Age: items.Age(max(now.Sub(since), 0)), since: since, LastError: lastError(it)}
 	if rw.Cause != "" {
 		rw.Why = c.cfg.CauseText(rw.Cause)
 	}
@@ -509,5 +497,5 @@ func oldest(m items.Measures) string {
 	if m.OldestUnresolvedAgeSeconds == 0 {
 		return "–"
 	}
-	return age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+	return items.Age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
 }

@@ -3,6 +3,7 @@ package items
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -226,4 +227,19 @@ type AlertDelivery struct {
 	At      time.Time
 	// Escalation is true when the message was an escalation (the alerts become escalated).
 	Escalation bool
+}
+
+// Age says how long something has waited as people read it in a list or an alert: "45s", "12m",
+// "3h05m" (under two days), "4d". A negative duration (clocks apart) reads as "0s".
+func Age(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }

@@ -18,6 +18,12 @@ import (
 // the first 100 unknown (needing a person once swept), the rest succeeded, over four destinations. The
 // unresolved items are as many at every size, as Stats reads them and only them one by one.
 func statsLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
+	return filledLedger(b, n, func(i int) bool { return i < 100 })
+}
+
+// filledLedger fills a store with n items through the ledger, in batches of 500 claims and 500 reports,
+// over four destinations: item i is reported unknown where unknown(i), else succeeded.
+func filledLedger(b testing.TB, n int, unknown func(i int) bool) (*sqlitestore.Store, time.Time) {
 	b.Helper()
 	ctx := context.Background()
 	s, err := sqlitestore.Open(ctx, b.TempDir())
@@ -44,7 +50,7 @@ func statsLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 		reports := make([]items.AfterWriteParams, len(answers))
 		for i, a := range answers {
 			ev := items.Evidence{Outcome: items.OutcomeSucceeded}
-			if start+i < 100 {
+			if unknown(start + i) {
 				ev = items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}
 			}
 			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}

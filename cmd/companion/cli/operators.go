@@ -15,6 +15,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/replaysafe/companion/items"
 )
 
 func init() {
@@ -319,7 +321,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 			needs = it.NeedsPersonCause
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s ago\n", it.Key, it.State, it.Attempt, it.Destination, dash(it.Reference), needs,
-			ago(now.Sub(it.UpdatedAt)))
+			items.Age(now.Sub(it.UpdatedAt)))
 	}
 	tw.Flush()
 	fmt.Fprintf(m.Stdout, "%d item(s)", len(listed))
@@ -335,19 +337,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func ago(d time.Duration) string {
-	d = max(d, 0)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
-	}
-	return fmt.Sprintf("%dd", int(d/(24*time.Hour)))
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -585,7 +574,7 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 	line := func(name string, m apiMeasures) {
 		oldest := "-"
 		if m.OldestUnresolvedAgeSeconds > 0 {
-			oldest = ago(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+			oldest = items.Age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
 			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
