@@ -43,6 +43,9 @@ type ListParams struct {
 	BatchID     string
 	// ExecutionID keeps items whose latest claim came from that execution (Item.ExecutionID).
 	ExecutionID string
+	// Reference keeps items whose business reference (Item.Reference: the latest one a before-write gave)
+	// is exactly Reference.
+	Reference string
 	// Owner keeps items whose per-request owner is Owner, or about which an alert went to Owner.
 	Owner string
 	// ChangedBefore keeps items whose last change is at or before it (the API's older_than).

@@ -190,6 +190,37 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	t.Run("ByReference", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		// a and b carry the same quote (two reminders of it), c another, d none; tenant B reuses the reference.
+		h.claim("a", payloadA, reference("QT-2026-0417"))
+		h.advance(time.Second)
+		h.claim("b", payloadA, reference("QT-2026-0417"))
+		h.advance(time.Second)
+		h.claim("c", payloadA, reference("QT-2026-0418"))
+		h.claim("d", payloadA)
+		h.as(tenantB).claim("e", payloadA, reference("QT-2026-0417"))
+		for _, c := range []struct {
+			p    items.ListParams
+			want []string
+		}{
+			{items.ListParams{Reference: "QT-2026-0417"}, []string{"b", "a"}},
+			{items.ListParams{Reference: "QT-2026-0418"}, []string{"c"}},
+			{items.ListParams{Reference: "qt-2026-0417"}, []string{}},
+			{items.ListParams{Reference: "QT-2026"}, []string{}},
+			{items.ListParams{Reference: "QT-2026-0417", States: []items.State{items.StateInFlight}, Limit: 1}, []string{"b"}},
+		} {
+			if got := h.listKeys(c.p); !slices.Equal(got, c.want) {
+				t.Errorf("list %+v = %v, want %v", c.p, got, c.want)
+			}
+		}
+		page := h.list(items.ListParams{Reference: "QT-2026-0417", Limit: 1})
+		if next := h.list(items.ListParams{Reference: "QT-2026-0417", Limit: 1, Cursor: page.NextCursor}); !slices.Equal(keysOf(next.Items), []string{"a"}) || next.NextCursor != "" {
+			t.Errorf("second page = %v (next %q), want [a] and the last page", keysOf(next.Items), next.NextCursor)
+		}
+	})
+
 	t.Run("CursorPagesThroughEveryItemOnce", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)

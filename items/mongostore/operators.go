@@ -456,7 +456,7 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if p.NeedsPerson != nil {
 		filter = append(filter, bson.E{Key: "needs_person", Value: *p.NeedsPerson})
 	}
-	for _, f := range []struct{ name, value string }{{"destination", p.Destination}, {"workflow", p.Workflow}, {"batch_id", p.BatchID}, {"execution_id", p.ExecutionID}} {
+	for _, f := range []struct{ name, value string }{{"destination", p.Destination}, {"workflow", p.Workflow}, {"batch_id", p.BatchID}, {"execution_id", p.ExecutionID}, {"reference", p.Reference}} {
 		if f.value != "" {
 			filter = append(filter, bson.E{Key: f.name, Value: f.value})
 		}

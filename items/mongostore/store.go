@@ -192,7 +192,8 @@ func indexes() []mongo.IndexModel {
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
 		// Items waiting for a person (alerts, the operator's queue).
 		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
-		// Lookups by business reference.
+		// Lookups by business reference (the operator list by reference, the console's Find). A reference names
+		// one or a few items, so the list sorts those few by last change without an index for the order.
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
 	}
 }

@@ -457,6 +457,9 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	if p.ExecutionID != "" {
 		add("execution_id = ?", p.ExecutionID)
 	}
+	if p.Reference != "" {
+		add("reference = ?", p.Reference)
+	}
 	if p.Owner != "" {
 		add(`(owner = ? OR EXISTS (SELECT 1 FROM alerts a WHERE a.tenant = items.tenant AND a.key = items.key
 			AND (a.owner = ? OR (a.escalate_to = ? AND a.status = 'escalated'))))`, p.Owner, p.Owner, p.Owner)

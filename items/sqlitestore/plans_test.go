@@ -49,6 +49,8 @@ func TestQueryPlans(t *testing.T) {
 		{"ListItemsCursor", "", nil, []string{"USING INDEX items_changed"}},
 		{"ListItemsExecution", "", nil, []string{"USING INDEX items_execution"}},
 		{"ListItemsExecutionCursor", "", nil, []string{"USING INDEX items_execution"}},
+		{"ListItemsReference", "", nil, []string{"USING INDEX items_reference"}},
+		{"ListItemsReferenceCursor", "", nil, []string{"USING INDEX items_reference"}},
 		{"BatchItems", `SELECT doc FROM items WHERE tenant = ? AND batch_id = ? AND (batch_index, key) > (?, ?)
 			ORDER BY batch_index, key LIMIT ?`, []any{"acme", "b", 3, "k", 100}, []string{"USING INDEX items_batch"}},
 		{"BatchCounts", batchCountsSQL, []any{"in_flight", now.UnixMilli(), "unknown", "acme", "b"},
@@ -82,6 +84,8 @@ func TestQueryPlans(t *testing.T) {
 		"ListItemsCursor":          {Cursor: cursor, Workflow: "wf"},
 		"ListItemsExecution":       {ExecutionID: "1234"},
 		"ListItemsExecutionCursor": {ExecutionID: "1234", Cursor: cursor, States: []items.State{items.StateUnknown, items.StateFailed}},
+		"ListItemsReference":       {Reference: "QT-2026-0417"},
+		"ListItemsReferenceCursor": {Reference: "QT-2026-0417", Cursor: cursor, NeedsPerson: &yes},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

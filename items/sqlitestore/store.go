@@ -175,6 +175,8 @@ func (s *Store) Path() string { return s.path }
 //	items_execution          (tenant, execution_id, updated_at, key)
 //	                                         ListItems with an execution_id (an error workflow finds its
 //	                                         run's items), read backwards
+//	items_reference          (tenant, reference, updated_at, key)
+//	                                         ListItems with a reference (the console's Find), read backwards
 //	items_sweep              partial         SweepCandidates
 //	items_alert_pending      partial         PendingAlertItems
 //
@@ -219,6 +221,7 @@ DROP INDEX IF EXISTS items_needs_person;
 CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at, key);
 CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at, key);
 CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at, key);
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
 CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
 CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
