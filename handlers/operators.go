@@ -44,7 +44,7 @@ type SlackActions interface {
 // listQuery names the query parameters of GET /v1/items; any other is refused, so that a misspelt
 // filter ("needs-person") cannot silently list everything.
 var listQuery = map[string]bool{"state": true, "needs_person": true, "destination": true, "workflow": true,
-	"batch_id": true, "execution_id": true, "owner": true, "older_than": true, "limit": true, "cursor": true}
+	"batch_id": true, "execution_id": true, "reference": true, "owner": true, "older_than": true, "limit": true, "cursor": true}
 
 // listParams reads the filters of GET /v1/items.
 func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, error) {
@@ -54,7 +54,7 @@ func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, er
 	for name, vs := range q {
 		switch {
 		case !listQuery[name]:
-			ps.add(name, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, owner, older_than, limit, cursor")
+			ps.add(name, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, reference, owner, older_than, limit, cursor")
 		case len(vs) > 1:
 			ps.add(name, "is given more than once")
 		case len(vs[0]) > 500:
@@ -93,7 +93,7 @@ func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, er
 		p.Limit = n
 	}
 	p.Destination, p.Workflow, p.BatchID, p.Owner, p.Cursor = q.Get("destination"), q.Get("workflow"), q.Get("batch_id"), q.Get("owner"), q.Get("cursor")
-	p.ExecutionID = q.Get("execution_id")
+	p.ExecutionID, p.Reference = q.Get("execution_id"), q.Get("reference")
 	return p, ps.err()
 }
 

@@ -110,6 +110,25 @@ func TestListItemsByExecution(t *testing.T) {
 	}
 }
 
+func TestListItemsByReference(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	svc.Claim("inv-1", map[string]any{"reference": "QT-2026-0417"})
+	svc.Claim("inv-2", map[string]any{"reference": "QT-2026-0418"})
+	svc.Claim("inv-3", map[string]any{"reference": "QT-2026-0417"})
+	r := svc.Get(handlerstest.OperatorAcme, "/v1/items?reference=QT-2026-0417")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if got := fmt.Sprint(keysIn(r)); got != "[inv-3 inv-1]" {
+		t.Errorf("reference QT-2026-0417 lists %s, want [inv-3 inv-1]", got)
+	}
+	if first := r.At("items").([]any)[0].(map[string]any); first["reference"] != "QT-2026-0417" {
+		t.Errorf("listed item %v lacks its reference", first)
+	}
+	if got := svc.Get(handlerstest.OperatorGlobex, "/v1/items?reference=QT-2026-0417"); len(keysIn(got)) != 0 {
+		t.Errorf("another tenant lists %v", keysIn(got))
+	}
+}
+
 func TestListItemsRefusals(t *testing.T) {
 	t.Parallel()
 	svc, _ := operatorService(t, items.Config{}, nil)
@@ -131,6 +150,7 @@ func TestListItemsRefusals(t *testing.T) {
 		{handlerstest.OperatorAcme, "?state=unknown&state=failed", http.StatusBadRequest, items.CodeInvalid, "state"},
 		{handlerstest.OperatorAcme, "?execution_id=1&execution_id=2", http.StatusBadRequest, items.CodeInvalid, "execution_id"},
 		{handlerstest.OperatorAcme, "?execution=1", http.StatusBadRequest, items.CodeInvalid, "execution"},
+		{handlerstest.OperatorAcme, "?reference=a&reference=b", http.StatusBadRequest, items.CodeInvalid, "reference"},
 		{handlerstest.WorkflowAcme, "/../stats", http.StatusForbidden, handlers.CodeForbidden, ""},
 	} {
 		path := "/v1/items" + c.query

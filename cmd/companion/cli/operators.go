@@ -246,6 +246,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	workflow := fs.String("workflow", "", "only this `workflow` (the key's first part)")
 	batch := fs.String("batch", "", "only the items of this `batch id`")
 	execution := fs.String("execution", "", "only items whose latest claim came from this `execution id`")
+	reference := fs.String("reference", "", "only items of this business `reference` (exact)")
 	owner := fs.String("owner", "", "only items of this `owner` (named by the request, or alerted)")
 	olderThan := fs.String("older-than", "", "only items unchanged for this `duration` (90m, 4h, or seconds)")
 	limit := fs.Int("limit", 100, "items per page, 1-500")
@@ -257,7 +258,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	}
 	q := url.Values{}
 	for name, v := range map[string]string{"state": *state, "destination": *destination, "workflow": *workflow,
-		"batch_id": *batch, "execution_id": *execution, "owner": *owner, "cursor": *cursor} {
+		"batch_id": *batch, "execution_id": *execution, "reference": *reference, "owner": *owner, "cursor": *cursor} {
 		if v != "" {
 			q.Set(name, v)
 		}

@@ -45,6 +45,11 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("items list --execution: %v\n%s", err, out)
 	}
 
+	out, err = run(t, env, "items", "list", "--reference", "QT-inv-1")
+	if err != nil || !strings.Contains(out, "inv-1") || !strings.Contains(out, "1 item(s)") {
+		t.Fatalf("items list --reference: %v\n%s", err, out)
+	}
+
 	out, err = run(t, env, "items", "list", "--needs-person", "--batch", "exec-7")
 	if err != nil {
 		t.Fatal(err)
