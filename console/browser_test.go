@@ -228,6 +228,27 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 		t.Fatalf("find shows:\n%s", found)
 	}
 	screenshot(t, ctx, shots, "find")
+	// By business reference, and by the execution id of an item's latest claim, through the same box.
+	var byRef, byExec []string
+	run(t, ctx, "find by reference",
+		chromedp.Navigate(base+"find"),
+		chromedp.WaitVisible(chromedp.ID("q")),
+		chromedp.SendKeys(chromedp.ID("q"), "QT-741\n"),
+		chromedp.WaitVisible(chromedp.ID("found-reference")))
+	byRef = get(t, ctx, "find by reference", chromedp.Evaluate[[]string](`[...document.querySelectorAll("#found-reference tr.find-row")].map(r => r.dataset.key)`))
+	if strings.Join(byRef, " ") != "inv-741" {
+		t.Fatalf("find QT-741 lists %v, want inv-741", byRef)
+	}
+	run(t, ctx, "find by execution",
+		chromedp.Clear(chromedp.ID("q")),
+		chromedp.SendKeys(chromedp.ID("q"), "exec-inv-742\n"),
+		chromedp.WaitVisible(chromedp.ID("found-execution")),
+		chromedp.Click(chromedp.CSS(`#found-execution a.key`)),
+		chromedp.WaitVisible(chromedp.ID("state")))
+	byExec = get(t, ctx, "find by execution", chromedp.Evaluate[[]string](`[location.search]`))
+	if len(byExec) != 1 || byExec[0] != "?key=inv-742" {
+		t.Fatalf("the execution's item links to %v, want ?key=inv-742", byExec)
+	}
 	run(t, ctx, "overview",
 		chromedp.Navigate(base+"overview"),
 		chromedp.WaitVisible(chromedp.ID("measures")))

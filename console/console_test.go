@@ -397,3 +397,80 @@ func TestTheQueuePagesOldestFirst(t *testing.T) {
 		t.Fatal("the pages do not link to each other")
 	}
 }
+
+// claimIn claims key for the given run and reference and leaves it in flight.
+func (e *env) claimIn(key, ref, execution string) {
+	e.t.Helper()
+	a, err := e.ledger.BeforeWrite(e.ctx, items.BeforeWriteParams{Tenant: "default", Key: key, Fingerprint: fingerprint,
+		Destination: "billing", Dedupe: items.DedupeKey, Reference: ref, ExecutionID: execution})
+	if err != nil || a.Decision != items.Proceed {
+		e.t.Fatalf("before-write %s: %v %+v", key, err, a)
+	}
+	e.clock.Advance(time.Second)
+}
+
+func TestFindByReferenceAndExecutionID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.claimIn("inv-1", "QT-2026-0417", "run-9")
+	e.claimIn("inv-2", "QT-2026-0417", "run-10")
+	e.claimIn("inv-3", "QT-2026-0418", "run-9")
+	e.claimIn("run-10", "", "run-11") // a key that is also an execution id: both are shown
+	e.claimIn("inv-4", "<b>x</b>", "run-12")
+	section := func(body, id string) []string {
+		i := strings.Index(body, `id="`+id+`"`)
+		if i < 0 {
+			return nil
+		}
+		end := strings.Index(body[i:], "</section>")
+		var keys []string
+		for _, m := range regexp.MustCompile(`class="find-row" data-key="([^"]+)"`).FindAllStringSubmatch(body[i:i+end], -1) {
+			keys = append(keys, m[1])
+		}
+		return keys
+	}
+	c := e.client()
+	for _, tt := range []struct {
+		q                    string
+		item                 bool
+		reference, execution []string
+	}{
+		{"QT-2026-0417", false, []string{"inv-2", "inv-1"}, nil},
+		{"run-9", false, nil, []string{"inv-3", "inv-1"}},
+		{"run-10", true, nil, []string{"inv-2"}},
+		{" QT-2026-0418 ", false, []string{"inv-3"}, nil},
+		{"QT-2026", false, nil, nil},
+	} {
+		status, body, _ := e.page(c, "/console/find?q="+urlQuery(tt.q))
+		if status != http.StatusOK {
+			t.Fatalf("find %q: %d", tt.q, status)
+		}
+		ref, exec := section(body, "found-reference"), section(body, "found-execution")
+		if fmt.Sprint(ref) != fmt.Sprint(tt.reference) || fmt.Sprint(exec) != fmt.Sprint(tt.execution) ||
+			strings.Contains(body, `id="found-item"`) != tt.item {
+			t.Errorf("find %q: reference %v, execution %v, item %v; want %v, %v, %v", tt.q, ref, exec,
+				strings.Contains(body, `id="found-item"`), tt.reference, tt.execution, tt.item)
+		}
+		if nothing := strings.Contains(body, `id="nothing"`); nothing != (tt.reference == nil && tt.execution == nil && !tt.item) {
+			t.Errorf("find %q: nothing-found shown %v", tt.q, nothing)
+		}
+	}
+	if _, body, _ := e.page(c, "/console/find?q="+urlQuery("<b>x</b>")); !strings.Contains(body, "&lt;b&gt;x&lt;/b&gt;") || strings.Contains(body, "<b>x</b>") {
+		t.Error("a reference with markup is not escaped")
+	}
+}
+
+func TestFindSaysHowToListMoreThanAPage(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	for i := range console.FindListLimit + 1 {
+		e.claimIn(fmt.Sprintf("inv-%03d", i), "QT-O'Brien", "run-1")
+	}
+	_, body, _ := e.page(e.client(), "/console/find?q="+urlQuery("QT-O'Brien"))
+	if n := strings.Count(body, `class="find-row"`); n != console.FindListLimit {
+		t.Errorf("%d rows, want %d", n, console.FindListLimit)
+	}
+	if !strings.Contains(body, `companion items list --reference &#39;QT-O&#39;\&#39;&#39;Brien&#39; --all`) {
+		t.Error("the page does not give the command that lists them all, quoted for a shell")
+	}
+}

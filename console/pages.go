@@ -418,18 +418,29 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 	c.render(w, r, "batch", p)
 }
 
-type findView struct {
-	Query   string
-	Item    *row
-	BatchID string
-	Batch   *batches.StatusItem
-	Counts  int
-	Nothing bool
-	Problem string
+// FindListLimit is how many items the find page lists by reference and by execution id.
+const FindListLimit = 50
+
+// findList is the items a find term names as a business reference or an execution id.
+type findList struct {
+	Rows []row
+	// More is true when the store has more than FindListLimit; CLI is the command that lists them all.
+	More bool
+	CLI  string
 }
 
-// find looks a term up as an item key and as a batch id. The store offers no lookup by business
-// reference or execution id yet; the page says so instead of scanning every item.
+type findView struct {
+	Query     string
+	Item      *row
+	BatchID   string
+	Counts    int
+	Reference findList
+	Execution findList
+	Nothing   bool
+}
+
+// find looks a term up as an item key, a batch id, a business reference and an execution id (the
+// latest claim's), each through an index of the store; it shows every kind that matches.
 func (c *Console) find(w http.ResponseWriter, r *http.Request, s *session) {
 	v := findView{Query: strings.TrimSpace(r.URL.Query().Get("q"))}
 	if v.Query != "" {
@@ -454,9 +465,39 @@ func (c *Console) find(w http.ResponseWriter, r *http.Request, s *session) {
 				return
 			}
 		}
-		v.Nothing = v.Item == nil && v.BatchID == ""
+		// A reference or an execution id is at most 500 characters (the API's limit on list filters).
+		if len(v.Query) <= 500 {
+			for _, f := range []struct {
+				into *findList
+				p    items.ListParams
+				flag string
+			}{
+				{&v.Reference, items.ListParams{Reference: v.Query}, "--reference"},
+				{&v.Execution, items.ListParams{ExecutionID: v.Query}, "--execution"},
+			} {
+				f.p.Tenant, f.p.Limit = s.who.Tenant, FindListLimit
+				pg, err := c.cfg.Store.ListItems(r.Context(), f.p)
+				if err != nil {
+					c.failErr(w, r, s, err)
+					return
+				}
+				now := c.cfg.Ledger.Now()
+				for _, it := range pg.Items {
+					f.into.Rows = append(f.into.Rows, c.row(it, now))
+				}
+				if pg.NextCursor != "" {
+					f.into.More, f.into.CLI = true, "companion items list "+f.flag+" "+shellQuote(v.Query)+" --all"
+				}
+			}
+		}
+		v.Nothing = v.Item == nil && v.BatchID == "" && len(v.Reference.Rows) == 0 && len(v.Execution.Rows) == 0
 	}
 	c.render(w, r, "find", c.frame(s, "Find", "find", v))
+}
+
+// shellQuote quotes s for a POSIX shell, so that a command the page shows can be pasted as it is.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 type overviewView struct {
