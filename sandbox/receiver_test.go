@@ -91,6 +91,14 @@ func startReceiver(t *testing.T, cfg sandbox.Config) *receiver {
 	}
 }
 
+// in returns s reporting to t, for a subtest that uses its parent's receiver: a helper that fails must
+// stop the subtest, not call FailNow on the parent from the subtest's goroutine.
+func (s *receiver) in(t *testing.T) *receiver {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // response is what a test looks at in an answer.
 type response struct {
 	status int
