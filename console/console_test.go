@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,6 +39,7 @@ type env struct {
 	store  *sqlitestore.Store
 	ledger *items.Ledger
 	srv    *httptest.Server
+	dir    string // the store's data directory
 }
 
 type envOptions struct {
@@ -47,7 +50,8 @@ type envOptions struct {
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, t.TempDir())
+	dir := t.TempDir()
+	store, err := sqlitestore.Open(ctx, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +73,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			{Name: "n8n-prod", Tenant: "default", Role: handlers.RoleWorkflow, Secret: workflowSecret},
 		}
 	}
-	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger}
+	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger, dir: dir}
 	e.srv = httptest.NewServer(handlers.New(cfg))
 	t.Cleanup(e.srv.Close)
 	return e
@@ -472,5 +476,40 @@ func TestFindSaysHowToListMoreThanAPage(t *testing.T) {
 	}
 	if !strings.Contains(body, `companion items list --reference &#39;QT-O&#39;\&#39;&#39;Brien&#39; --all`) {
 		t.Error("the page does not give the command that lists them all, quoted for a shell")
+	}
+}
+
+// corrupt overwrites the stored document of key with bytes that do not decode, through a connection of
+// its own to the store's file (the driver sqlitestore registered), as a damaged disk or a hand edit would.
+func (e *env) corrupt(key string) {
+	e.t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(e.dir, sqlitestore.FileName)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer db.Close()
+	if res, err := db.ExecContext(e.ctx, `UPDATE items SET doc = '{"key": ' WHERE tenant = 'default' AND key = ?`, key); err != nil {
+		e.t.Fatal(err)
+	} else if n, _ := res.RowsAffected(); n != 1 {
+		e.t.Fatalf("corrupted %d rows, want 1", n)
+	}
+}
+
+func TestTheQueueNamesAnItemItCannotRead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	for _, k := range []string{"inv-1", "inv-2", "inv-3"} {
+		e.unknownItem(k, "", "", 0)
+	}
+	e.corrupt("inv-2")
+	status, body, _ := e.page(e.client(), "/console/")
+	if status != http.StatusOK {
+		t.Fatalf("the queue answers %d with a corrupt item in it", status)
+	}
+	if !strings.Contains(body, `data-key="inv-1"`) || !strings.Contains(body, `data-key="inv-3"`) || strings.Contains(body, `data-key="inv-2"`) {
+		t.Error("the queue does not list the two readable items, or lists the corrupt one")
+	}
+	if i := strings.Index(body, `id="unreadable"`); i < 0 || !strings.Contains(body[i:], "<code>inv-2</code>") {
+		t.Error("the queue does not name the item it cannot read")
 	}
 }

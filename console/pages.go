@@ -124,8 +124,10 @@ type group struct {
 }
 
 type queueView struct {
-	Total      int
-	Truncated  bool
+	Total     int
+	Truncated bool
+	// Unreadable names items needing a person that the store holds but cannot read (a corrupt document).
+	Unreadable []string
 	Groups     []group
 	Page, Last int
 	PrevURL    string
@@ -161,6 +163,7 @@ func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 	needs := true
 	p := items.ListParams{Tenant: s.who.Tenant, NeedsPerson: &needs, Limit: items.MaxListLimit}
 	var all []*items.Item
+	var unreadable []string
 	truncated := false
 	for {
 		pg, err := c.cfg.Store.ListItems(r.Context(), p)
@@ -169,6 +172,7 @@ func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 			return
 		}
 		all = append(all, pg.Items...)
+		unreadable = append(unreadable, pg.Unreadable...)
 		if pg.NextCursor == "" {
 			break
 		}
@@ -193,7 +197,10 @@ func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 		}
 		return entries[i].row.Key < entries[j].row.Key
 	})
-	v := queueView{Total: len(entries), Truncated: truncated, Page: 1}
+	v := queueView{Total: len(entries), Truncated: truncated, Unreadable: unreadable, Page: 1}
+	if len(unreadable) > 0 {
+		c.cfg.Logger.ErrorContext(r.Context(), "queue items that cannot be read were left out", "tenant", s.who.Tenant, "keys", unreadable)
+	}
 	v.Last = max((len(entries)+QueuePageSize-1)/QueuePageSize, 1)
 	if n, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && n >= 1 {
 		v.Page = min(n, v.Last)

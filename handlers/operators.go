@@ -101,6 +101,8 @@ func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, er
 type listView struct {
 	Items      []ItemView `json:"items"`
 	NextCursor string     `json:"next_cursor"`
+	// Unreadable names the items of the page the store could not read; see items.ItemPage.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 func (s *server) listItems(c *gin.Context) {
@@ -118,7 +120,10 @@ func (s *server) listItems(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := listView{Items: make([]ItemView, len(page.Items)), NextCursor: page.NextCursor}
+	out := listView{Items: make([]ItemView, len(page.Items)), NextCursor: page.NextCursor, Unreadable: page.Unreadable}
+	if len(page.Unreadable) > 0 {
+		s.log.ErrorContext(c.Request.Context(), "listed items that cannot be read were left out", "tenant", p.Tenant, "keys", page.Unreadable)
+	}
 	for i, it := range page.Items {
 		out.Items[i] = ItemView{Item: it, IdempotencyKey: s.ledger.IdempotencyKey(it.Tenant, it.Key)}
 	}

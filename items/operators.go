@@ -60,6 +60,10 @@ type ListParams struct {
 type ItemPage struct {
 	Items      []*Item `json:"items"`
 	NextCursor string  `json:"next_cursor"`
+	// Unreadable names the items of the page that the store holds but cannot read (a corrupt stored
+	// document): they are left out of Items, keep their place in the order, and the next page goes on
+	// past them. Empty when every item was read.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // PageOf makes the page of a list from up to limit+1 items read in list order: the extra item only

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 )
@@ -163,4 +164,53 @@ func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
 	if strings.Contains(string(bad.Body), "corrupt") || strings.Contains(string(bad.Body), "sqlite") {
 		t.Errorf("the 500 tells its cause: %s", bad.Body)
 	}
+}
+
+// TestListSkipsACorruptItem lists a ledger holding one corrupt item: the list names it in unreadable
+// instead of failing, keeps every other item, and its pages go on past it, also when it ends a page.
+func TestListSkipsACorruptItem(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{Configure: func(c *handlers.Config) { c.Operators = store }})
+	for _, k := range []string{"k-1", "k-2", "k-3", "k-4"} {
+		svc.Claim(k, nil)
+	}
+	corrupt(t, store, "acme", "k-3")
+	var keys, unreadable []string
+	pages := 0
+	for p := (items.ListParams{Tenant: "acme", Limit: 1}); ; pages++ {
+		page, err := store.ListItems(ctx, p)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		keys, unreadable = append(keys, keysOf(page.Items)...), append(unreadable, page.Unreadable...)
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	if fmt.Sprint(keys) != "[k-4 k-2 k-1]" || fmt.Sprint(unreadable) != "[k-3]" || pages != 3 {
+		t.Errorf("pages of 1 list %v and unreadable %v in %d pages, want [k-4 k-2 k-1], [k-3], 4 pages", keys, unreadable, pages+1)
+	}
+	page, err := store.ListItems(ctx, items.ListParams{Tenant: "acme"})
+	if err != nil || fmt.Sprint(keysOf(page.Items)) != "[k-4 k-2 k-1]" || fmt.Sprint(page.Unreadable) != "[k-3]" || page.NextCursor != "" {
+		t.Errorf("one page: %v unreadable %v next %q, %v", keysOf(page.Items), page.Unreadable, page.NextCursor, err)
+	}
+	r := svc.Get(handlerstest.OperatorAcme, "/v1/items")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if got := fmt.Sprint(r.At("unreadable")); got != "[k-3]" {
+		t.Errorf("GET /v1/items says unreadable %s, want [k-3]", got)
+	}
+}
+
+func keysOf(its []*items.Item) []string {
+	out := make([]string, len(its))
+	for i, it := range its {
+		out[i] = it.Key
+	}
+	return out
 }

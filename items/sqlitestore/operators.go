@@ -417,11 +417,45 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if err != nil {
 		return items.ItemPage{}, err
 	}
-	found, err := s.itemsWhere(ctx, where, args...)
+	return s.listPage(ctx, limit, where, args...)
+}
+
+// listPage reads up to limit+1 rows of the list and makes its page. A row whose document cannot be
+// decoded does not fail the list (one corrupt item would hide every other from the operator): it is
+// named in the page's Unreadable and keeps its place, so the cursor goes on past it, also when it is
+// the page's last row; its columns, not its document, give that place.
+func (s *Store) listPage(ctx context.Context, limit int, where string, args ...any) (items.ItemPage, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT key, updated_at, doc FROM items `+where, args...)
 	if err != nil {
-		return items.ItemPage{}, err
+		return items.ItemPage{}, unavailable(err)
 	}
-	return items.PageOf(found, limit), nil
+	defer rows.Close()
+	page := items.ItemPage{Items: []*items.Item{}}
+	n := 0
+	var last items.ListCursor
+	for rows.Next() {
+		var key, doc string
+		var updated int64
+		if err := rows.Scan(&key, &updated, &doc); err != nil {
+			return items.ItemPage{}, unavailable(err)
+		}
+		if n == limit {
+			page.NextCursor = last.Encode()
+			break
+		}
+		n++
+		last = items.ListCursor{UpdatedAt: time.Unix(0, updated).UTC(), Key: key}
+		it, err := decode(doc)
+		if err != nil {
+			page.Unreadable = append(page.Unreadable, key)
+			continue
+		}
+		page.Items = append(page.Items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return items.ItemPage{}, unavailable(err)
+	}
+	return page, nil
 }
 
 // listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
