@@ -33,7 +33,7 @@ const (
 
 // env is a companion service on a fresh SQLite store with a fake clock, served over HTTP.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	clock  *itemstest.Clock
 	store  *sqlitestore.Store
@@ -47,7 +47,7 @@ type envOptions struct {
 	refresh time.Duration
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -511,5 +511,21 @@ func TestTheQueueNamesAnItemItCannotRead(t *testing.T) {
 	}
 	if i := strings.Index(body, `id="unreadable"`); i < 0 || !strings.Contains(body[i:], "<code>inv-2</code>") {
 		t.Error("the queue does not name the item it cannot read")
+	}
+}
+
+// BenchmarkQueueOf5000 renders the first page of a queue of console.QueueLimit items that need a person:
+// the page reads them all (10 list pages of 500) and sorts them oldest first.
+func BenchmarkQueueOf5000(b *testing.B) {
+	e := newEnv(b, envOptions{open: true})
+	for i := range console.QueueLimit {
+		e.unknownItem(fmt.Sprintf("inv-%05d", i), "", "", 0)
+	}
+	c := e.client()
+	b.ResetTimer()
+	for b.Loop() {
+		if status, _, _ := e.page(c, "/console/?norefresh=1"); status != http.StatusOK {
+			b.Fatal(status)
+		}
 	}
 }
