@@ -197,12 +197,14 @@ func TestMakeBlueprintsAreWellFormed(t *testing.T) {
 func TestMakeCheckerRejectsBrokenBlueprints(t *testing.T) {
 	good, _ := encode(RenderMake(Templates()[0], DefaultSettings()))
 	cases := map[string]func(string) string{
-		"forward reference": func(s string) string { return strings.Replace(s, "{{2.data.key}}", "{{99.data.key}}", 1) },
+		"forward reference": func(s string) string {
+			return regexp.MustCompile(`\{\{\d+\.data\.key\}\}`).ReplaceAllString(s, "{{99.data.key}}")
+		},
 		"unknown module":    func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
 		"duplicate id":      func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
 		"bad operator":      func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
 		"escaped quote in a formula": func(s string) string {
-			return strings.Replace(s, `{{if(2.data.decision = \"conflict\"`, `{{if(2.data.decision = \\\"conflict\\\"`, 1)
+			return strings.Replace(s, `.data.decision = \"conflict\"`, `.data.decision = \\\"conflict\\\"`, 1)
 		},
 	}
 	for name, breakIt := range cases {
@@ -337,6 +339,18 @@ func checkMakeBlueprint(raw []byte) []string {
 			case "http:MakeRequest":
 				var mp MakeHTTPMapper
 				_ = json.Unmarshal(m.Mapper, &mp)
+				// One place for URL and token: a call carrying an Authorization header maps its token and
+				// its URL from the Settings modules instead of a pasted copy.
+				for _, h := range mp.Headers {
+					if strings.EqualFold(h.Name, "Authorization") {
+						if !strings.Contains(h.Value, "{{") {
+							fail("module %d: the token is pasted into its Authorization header; map it from the Settings module", m.ID)
+						}
+						if !strings.HasPrefix(mp.URL, "{{") {
+							fail("module %d: companion's URL is pasted (%s); map it from the Settings module", m.ID, mp.URL)
+						}
+					}
+				}
 				if mp.InputMethod == "jsonString" {
 					// A mapping-free rendering of the body must be JSON: replace each mapping by a number.
 					plain := regexp.MustCompile(`\{\{.*?\}\}`).ReplaceAllString(mp.JSONStringBodyContent, "0")
@@ -395,6 +409,45 @@ func decodedStrings(raws ...json.RawMessage) []string {
 	return out
 }
 
+// Every Make blueprint holds companion's URL and token once, in its Settings modules, and every companion
+// call maps them; a call with the token or the URL pasted back in fails the check.
+func TestMakeURLAndTokenInOnePlace(t *testing.T) {
+	s := DefaultSettings()
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if n := strings.Count(text, s.Token); n != 1 {
+			t.Errorf("%s: the token appears %d times, want once (the Settings module)", tpl.Slug, n)
+		}
+		if n := strings.Count(text, `"`+s.ServiceURL); n != 1 {
+			t.Errorf("%s: companion's URL appears %d times, want once (the Settings module)", tpl.Slug, n)
+		}
+		tokenID := makeModuleID(t, raw, "Settings: companion token")
+		urlID := makeModuleID(t, raw, "Settings: companion URL")
+		mapped := fmt.Sprintf("Bearer {{%d.%s}}", tokenID, MakeTokenVariable)
+		if !strings.Contains(text, mapped) {
+			t.Fatalf("%s: no call maps %s", tpl.Slug, mapped)
+		}
+		for name, broken := range map[string]string{
+			"pasted token": strings.Replace(text, mapped, "Bearer "+s.Token, 1),
+			"pasted URL":   strings.Replace(text, fmt.Sprintf(`"{{%d.%s}}/v1/`, urlID, MakeURLVariable), `"`+s.ServiceURL+`/v1/`, 1),
+		} {
+			if broken == text {
+				t.Fatalf("%s: %s: mutation did not apply", tpl.Slug, name)
+			}
+			if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+				t.Errorf("%s: checker accepted a blueprint with a %s", tpl.Slug, name)
+			}
+		}
+	}
+}
+
 // The batch blueprint's write maps from the decision's aggregated item; mapping the feeder's bundle
 // after its aggregator closed (what the write did before) must fail the check.
 func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
@@ -408,14 +461,46 @@ func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
 	if errs := checkMakeBlueprint(good); len(errs) > 0 {
 		t.Fatalf("the batch blueprint fails: %v", errs)
 	}
-	closed := regexp.MustCompile(`\{\{first\(map\(4\.array; \\"invoice\\"; \\"key\\"; 6\.key\)\)\}\}`)
-	broken := closed.ReplaceAllString(string(good), "{{2.invoice}}")
+	feeder := makeModuleID(t, good, "YOUR ITEMS: one bundle per write")
+	closed := regexp.MustCompile(`\{\{first\(map\(\d+\.array; \\"invoice\\"; \\"key\\"; \d+\.key\)\)\}\}`)
+	broken := closed.ReplaceAllString(string(good), fmt.Sprintf("{{%d.invoice}}", feeder))
 	if broken == string(good) {
 		t.Fatal("mutation did not apply: the write does not map invoice from aggregator 4 by the decision's key")
 	}
 	if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
-		t.Error("checker accepted a write mapping {{2.invoice}} after aggregator 4 closed feeder 2")
+		t.Errorf("checker accepted a write mapping {{%d.invoice}} after the aggregator closed feeder %d", feeder, feeder)
 	}
+}
+
+// makeModuleID is the id of the module named name in a rendered blueprint.
+func makeModuleID(t *testing.T, raw []byte, name string) int {
+	t.Helper()
+	var bp MakeBlueprint
+	if err := json.Unmarshal(raw, &bp); err != nil {
+		t.Fatal(err)
+	}
+	var find func([]MakeModule) int
+	find = func(flow []MakeModule) int {
+		for _, m := range flow {
+			if m.Metadata.Designer.Name == name {
+				return m.ID
+			}
+			for _, r := range m.Routes {
+				if id := find(r.Flow); id != 0 {
+					return id
+				}
+			}
+			if id := find(m.OnError); id != 0 {
+				return id
+			}
+		}
+		return 0
+	}
+	id := find(bp.Flow)
+	if id == 0 {
+		t.Fatalf("no module named %q", name)
+	}
+	return id
 }
 
 // The READMEs name the slots by their node names: no placeholder may be substituted inside another word.

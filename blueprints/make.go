@@ -18,6 +18,7 @@ var MakeModuleVersions = map[string]int{
 	"builtin:BasicAggregator": 1,
 	"builtin:Ignore":          1,
 	"util:ComposeTransformer": 1,
+	"util:SetVariable2":       1,
 }
 
 // MakeBlueprint is a Make scenario blueprint as Make exports and imports it.
@@ -121,10 +122,35 @@ type MakeHeader struct {
 	Value string `json:"value"`
 }
 
-// makeFlow allocates module ids in the order modules are created.
+// makeFlow allocates module ids in the order modules are created. url and token are the ids of the
+// Settings modules every companion call maps its URL and token from.
 type makeFlow struct {
-	next int
-	s    Settings
+	next       int
+	s          Settings
+	url, token int
+}
+
+// The names of the two Settings variables, as the companion calls map them ({{N.companion_url}}).
+const (
+	MakeURLVariable   = "companion_url"
+	MakeTokenVariable = "companion_token"
+)
+
+// settings renders the one place a builder sets companion's URL and token: two Set variable modules
+// right after the trigger (Make's util:SetVariable2, as in Make's own webhook-router-error-handler
+// pattern). Every companion call maps from them, so the token is typed once, not pasted into every
+// Authorization header; they run before any feeder, so their values stay mappable after an aggregator.
+func (f *makeFlow) settings(x, y int) []MakeModule {
+	set := func(name, variable, value string, x int) MakeModule {
+		m := f.module(name, "util:SetVariable2", x, y)
+		m.Parameters = map[string]string{}
+		m.Mapper = map[string]string{"name": variable, "scope": "execution", "value": value}
+		return m
+	}
+	u := set("Settings: companion URL", MakeURLVariable, f.s.ServiceURL, x)
+	t := set("Settings: companion token", MakeTokenVariable, f.s.Token, x+150)
+	f.url, f.token = u.ID, t.ID
+	return []MakeModule{u, t}
 }
 
 func (f *makeFlow) module(name, module string, x, y int) MakeModule {
@@ -145,7 +171,7 @@ func (f *makeFlow) http(name, method, url, body string, stopOnHTTPError bool, x,
 	m.Parameters = map[string]string{"authenticationType": "noAuth"}
 	mp := MakeHTTPMapper{
 		URL: url, Method: method,
-		Headers:         []MakeHeader{{Name: "Authorization", Value: "Bearer " + f.s.Token}},
+		Headers:         []MakeHeader{},
 		QueryParameters: []MakeHeader{},
 		ParseResponse:   true, StopOnHTTPError: stopOnHTTPError, AllowRedirects: false,
 	}
@@ -156,8 +182,13 @@ func (f *makeFlow) http(name, method, url, body string, stopOnHTTPError bool, x,
 	return m
 }
 
+// companion is a call to companion: URL and token mapped from the Settings modules.
 func (f *makeFlow) companion(name, path, body string, x, y int) MakeModule {
-	return f.http(name, "post", f.s.ServiceURL+path, body, true, x, y)
+	m := f.http(name, "post", ref(f.url, MakeURLVariable)+path, body, true, x, y)
+	mp := m.Mapper.(MakeHTTPMapper)
+	mp.Headers = []MakeHeader{{Name: "Authorization", Value: "Bearer " + ref(f.token, MakeTokenVariable)}}
+	m.Mapper = mp
+	return m
 }
 
 func (f *makeFlow) router(name string, x, y int, routes ...[]MakeModule) MakeModule {
@@ -302,7 +333,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	hook := f.module("Trigger", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
 	hook.Mapper = map[string]string{}
-	flow := []MakeModule{hook}
+	flow := append([]MakeModule{hook}, f.settings(150, 0)...)
 	ex := t.Example
 	x := 300
 	trig := 0
@@ -429,6 +460,7 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	hook := f.module("Trigger: items to write", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
 	hook.Mapper = map[string]string{}
+	settings := f.settings(150, -300)
 	items := f.module("YOUR ITEMS: one bundle per write", "builtin:BasicFeeder", 300, 0)
 	items.Parameters = map[string]string{}
 	items.Mapper = map[string]string{"array": "{{1.items}}"}
@@ -474,5 +506,5 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
 	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
-	return []MakeModule{hook, items, compose, agg, claim, each, w, ev, all, report}
+	return append(append([]MakeModule{hook}, settings...), items, compose, agg, claim, each, w, ev, all, report)
 }

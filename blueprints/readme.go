@@ -182,8 +182,12 @@ companion's sweeper when the lease ends.
 
 1. Scenarios → Create a new scenario → ⋯ → **Import Blueprint** → choose the file.
 2. Open the webhook module (1) and create a webhook; send it a sample body to define the data structure.
-3. In every companion module replace ` + "`TOKEN`" + ` in the Authorization header with your companion token
-   (or attach an API-key keychain) and check the URL (SERVICE by default; ` + "`companion templates render --url … --token …`" + ` does both for all files).
+3. Open the two **Settings** modules right after the webhook and set them once: **Settings: companion URL**
+   (SERVICE by default) and **Settings: companion token** (replace ` + "`TOKEN`" + ` with your companion token).
+   Every companion call maps its URL and its ` + "`Authorization: Bearer …`" + ` header from them, so the token
+   is typed in one place and never pasted into the calls (` + "`companion templates render --url … --token …`" + `
+   fills both for all files). Make's keychains and connections are per account and cannot be exported in a
+   blueprint, so the Settings modules are the one place.
 
 ## The slot to replace
 
