@@ -200,9 +200,9 @@ func TestMakeCheckerRejectsBrokenBlueprints(t *testing.T) {
 		"forward reference": func(s string) string {
 			return regexp.MustCompile(`\{\{\d+\.data\.key\}\}`).ReplaceAllString(s, "{{99.data.key}}")
 		},
-		"unknown module":    func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
-		"duplicate id":      func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
-		"bad operator":      func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
+		"unknown module": func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
+		"duplicate id":   func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
+		"bad operator":   func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
 		"escaped quote in a formula": func(s string) string {
 			return strings.Replace(s, `.data.decision = \"conflict\"`, `.data.decision = \\\"conflict\\\"`, 1)
 		},
