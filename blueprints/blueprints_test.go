@@ -275,6 +275,11 @@ func checkMakeBlueprint(raw []byte) []string {
 				if badQuoteRE.MatchString(str) {
 					fail("module %d: a formula has a backslash before a quote: %s", m.ID, str)
 				}
+				// Retry-After is seconds or an HTTP-date; pasted as it is, a date breaks the JSON body and
+				// a service expecting seconds. A mapping of it must go through the parser.
+				if strings.Contains(str, "headers.`retry-after`") && !strings.Contains(str, `parseDate(replace(`) {
+					fail("module %d: Retry-After is mapped without parsing seconds or an HTTP-date: %s", m.ID, str)
+				}
 			}
 			if ids[m.ID] || m.ID < 1 {
 				fail("module id %d is duplicated or not positive", m.ID)
@@ -444,6 +449,35 @@ func TestMakeURLAndTokenInOnePlace(t *testing.T) {
 			if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
 				t.Errorf("%s: checker accepted a blueprint with a %s", tpl.Slug, name)
 			}
+		}
+	}
+}
+
+// Retry-After reaches companion and the webhook's sender as whole seconds, whether the write's answer
+// gave seconds or an HTTP-date; mapping the raw header (what the blueprints did before) fails the check.
+func TestMakeRetryAfterParsed(t *testing.T) {
+	parsed := regexp.MustCompile("\\{\\{if\\(contains\\(ifempty\\((\\d+)\\.headers\\.`retry-after`.*?\\)\\)\\}\\}")
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, DefaultSettings()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if n := strings.Count(text, "headers.`retry-after`"); n != 3*len(parsed.FindAllString(text, -1)) {
+			t.Errorf("%s: %d mappings of Retry-After, not all through the parser", tpl.Slug, n)
+		}
+		if !strings.Contains(text, `retry_after\": {{if(contains(ifempty(`) {
+			t.Errorf("%s: retry_after is not the parsed number of seconds", tpl.Slug)
+		}
+		broken := parsed.ReplaceAllString(text, "{{ifempty($1.headers.`retry-after`; 60)}}")
+		if broken == text {
+			t.Fatalf("%s: mutation did not apply", tpl.Slug)
+		}
+		if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+			t.Errorf("%s: checker accepted a raw Retry-After mapping", tpl.Slug)
 		}
 	}
 }

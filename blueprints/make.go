@@ -253,8 +253,19 @@ func statusEvidence(c, w int, succeeded bool) string {
 	}
 	// A 3xx (redirects are not followed) proves nothing: unknown. 4xx and 5xx are failed, and the service
 	// decides what a 5xx means.
-	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), w, ref(w, "statusCode"))
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": %s, "error": {"class": "http", "code": "%s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), retryAfterSeconds(w, `"null"`), ref(w, "statusCode"))
+}
+
+// retryAfterSeconds is a formula giving module w's Retry-After answer header in whole seconds, as
+// API.md wants retry_after: a number of seconds passes as it is; an HTTP-date (RFC 9110, always "GMT")
+// becomes the seconds from now until then, rounded up and at least 0; no header gives fallback (a formula
+// value: "null" in quotes, the text null Make pastes into the body, or a number). The result is a bare JSON number or null, never a quoted or
+// unquoted date.
+func retryAfterSeconds(w int, fallback string) string {
+	h := fmt.Sprintf("%d.headers.`retry-after`", w)
+	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(%s; %s))}}`,
+		h, h, h, fallback)
 }
 
 func transportEvidence(c, w int) string {
@@ -357,7 +368,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		case "answer failed":
 			return []MakeModule{f.respondLater("Answer: deliver again later",
 				fmt.Sprintf(`{{if(%d.statusCode >= 400; if(%d.statusCode < 500; if(%d.statusCode = 429; 503; 422); 503); 503)}}`, w, w, w),
-				fmt.Sprintf(`{{ifempty(%d.headers.`+"`retry-after`"+`; 60)}}`, w),
+				retryAfterSeconds(w, "60"),
 				fmt.Sprintf(`{"key": "%s", "http_status": %s}`, ref(c, "data.key"), ref(w, "statusCode")), x, y)}
 		case "answer transport":
 			return []MakeModule{f.respondLater("Answer: deliver again later", "503", "60", fmt.Sprintf(`{"key": "%s", "state": "unknown or failed"}`, ref(c, "data.key")), x, y)}
@@ -500,8 +511,8 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	}
 	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
 	ev.Parameters = map[string]string{}
-	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
-		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": %s}`,
+		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), retryAfterSeconds(w.ID, `"null"`))}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}

@@ -205,9 +205,9 @@ KINDTABLE
 
 DECISIONS
 After the write, the **Classify the answer** router reports 2xx as ` + "`succeeded`" + `, 3xx as ` + "`unknown`" + ` (a
-redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (the
+redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (parsed to seconds, an HTTP-date too; the
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
-the aggregated item with the decision's key (` + "`first(map(4.array; \"invoice\"; \"key\"; 6.key))`" + `), since Make
+the aggregated item with the decision's key (` + "`first(map(6.array; \"invoice\"; \"key\"; 8.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
 the batch call. The error handler route
 reports transport failures with the class below and then **ends the item with Ignore**:
