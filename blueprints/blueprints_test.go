@@ -546,3 +546,107 @@ func TestReadmesNameTheSlots(t *testing.T) {
 		}
 	}
 }
+
+// evalMakeFilter evaluates a filter of text:equal/text:notequal conditions against mapped values.
+func evalMakeFilter(f *MakeFilter, values map[string]string) bool {
+	if f == nil {
+		return true
+	}
+	for _, and := range f.Conditions {
+		ok := true
+		for _, c := range and {
+			switch c.O {
+			case "text:equal":
+				ok = ok && values[c.A] == c.B
+			case "text:notequal":
+				ok = ok && values[c.A] != c.B
+			default:
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Make's trigger guard mirrors n8n's: only a finished or running delivery of the same event (or a
+// conflict) stops at the guard; any other skip of the trigger claim (attempts spent, a retry time, an
+// owner) goes on to the write's own before-write. Only a run holding the trigger claim reports it, after
+// the webhook's answer, so a run that sent nothing uses up none of the trigger's attempts.
+func TestMakeTriggerGuardFallsThrough(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly || !tpl.TriggerGuard {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, DefaultSettings()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bp MakeBlueprint
+		if err := json.Unmarshal(raw, &bp); err != nil {
+			t.Fatal(err)
+		}
+		trig := makeModuleID(t, raw, "Claim trigger event")
+		var guard *MakeModule
+		for i := range bp.Flow {
+			if bp.Flow[i].Metadata.Designer.Name == "First delivery?" {
+				guard = &bp.Flow[i]
+			}
+		}
+		if guard == nil || len(guard.Routes) != 2 {
+			t.Fatalf("%s: no two-route First delivery? router", tpl.Slug)
+		}
+		write, dup := guard.Routes[0].Flow[0], guard.Routes[1].Flow[0]
+		if write.Metadata.Designer.Name != NodeBeforeWrite {
+			t.Fatalf("%s: the first route does not start with %s", tpl.Slug, NodeBeforeWrite)
+		}
+		for _, tc := range []struct {
+			decision, reason string
+			stops            bool
+		}{
+			{"proceed", "", false},
+			{"skip", "succeeded", true},
+			{"skip", "in_progress", true},
+			{"conflict", "payload_differs", true},
+			{"skip", "retry_later", false},
+			{"skip", "awaiting_owner", false},
+			{"skip", "failed_permanent", false},
+			{"skip", "attempts_exhausted", false},
+		} {
+			v := map[string]string{ref(trig, "data.decision"): tc.decision, ref(trig, "data.reason"): tc.reason}
+			goesOn, stops := evalMakeFilter(write.Filter, v), evalMakeFilter(dup.Filter, v)
+			if goesOn == stops || stops != tc.stops {
+				t.Errorf("%s: trigger claim %s/%s: goes on to the write %v, stops as a duplicate %v", tpl.Slug, tc.decision, tc.reason, goesOn, stops)
+			}
+		}
+		reports := 0
+		var walk func(flow []MakeModule)
+		walk = func(flow []MakeModule) {
+			seenReport := false
+			for _, m := range flow {
+				if strings.HasPrefix(m.Metadata.Designer.Name, "Record trigger outcome") {
+					reports++
+					seenReport = true
+					held := map[string]string{ref(trig, "data.decision"): "proceed"}
+					spent := map[string]string{ref(trig, "data.decision"): "skip", ref(trig, "data.reason"): "retry_later"}
+					if !evalMakeFilter(m.Filter, held) || evalMakeFilter(m.Filter, spent) {
+						t.Errorf("%s: %q reports the trigger claim also when this run does not hold it", tpl.Slug, m.Metadata.Designer.Name)
+					}
+				}
+				if m.Module == "gateway:WebhookRespond" && seenReport {
+					t.Errorf("%s: %q comes after a filtered trigger report, so a run without the claim sends no answer", tpl.Slug, m.Metadata.Designer.Name)
+				}
+				for _, r := range m.Routes {
+					walk(r.Flow)
+				}
+				walk(m.OnError)
+			}
+		}
+		walk(bp.Flow)
+		if reports < 5 {
+			t.Errorf("%s: %d trigger reports, want one per ending (written, failed, transport, stored, nothing)", tpl.Slug, reports)
+		}
+	}
+}

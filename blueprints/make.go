@@ -278,21 +278,23 @@ func transportEvidence(c, w int) string {
 func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y int, extra func(kind string, w int, x, y int) []MakeModule) []MakeModule {
 	w := f.writeModule(claimID, filter, body, x, y)
 	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
-	onerr = append(onerr, extra("transport", w.ID, x+600, y+300)...)
-	onerr = append(onerr, extra("answer transport", w.ID, x+750, y+300)...)
+	// The webhook's answer first, then the trigger claim's report: that report is filtered to runs that
+	// hold the trigger claim, and a filtered-out module must not keep the answer from being sent.
+	onerr = append(onerr, extra("answer transport", w.ID, x+600, y+300)...)
+	onerr = append(onerr, extra("transport", w.ID, x+750, y+300)...)
 	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
 	onerr = append(onerr, ign)
 	w.OnError = onerr
 	ok := f.companion("After-write: succeeded", PathAfterWrite, "", x+600, y-150)
 	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
 	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
-	okRoute := append([]MakeModule{ok}, extra("succeeded", w.ID, x+900, y-150)...)
-	okRoute = append(okRoute, extra("answer succeeded", w.ID, x+1200, y-150)...)
+	okRoute := append([]MakeModule{ok}, extra("answer succeeded", w.ID, x+900, y-150)...)
+	okRoute = append(okRoute, extra("succeeded", w.ID, x+1200, y-150)...)
 	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
 	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
 	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
-	badRoute := append([]MakeModule{bad}, extra("failed", w.ID, x+900, y+150)...)
-	badRoute = append(badRoute, extra("answer failed", w.ID, x+1200, y+150)...)
+	badRoute := append([]MakeModule{bad}, extra("answer failed", w.ID, x+900, y+150)...)
+	badRoute = append(badRoute, extra("failed", w.ID, x+1200, y+150)...)
 	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
 	return []MakeModule{w, r}
 }
@@ -359,6 +361,9 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	}
 	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
 	c := bw.ID
+	holdsTrigger := func() *MakeFilter {
+		return equal("this run holds the trigger claim", ref(trig, "data.decision"), "proceed")
+	}
 	report := func(kind string, w int, x, y int) []MakeModule {
 		// The webhook's answer after the write: 200 when it exists, else 503 with Retry-After so that the
 		// sender delivers again (a 4xx is refused for good: 422).
@@ -389,16 +394,20 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		case "nothing":
 			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "%s/%s", "message": "this run sent nothing"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.decision"), ref(c, "data.reason"))
 		}
-		return []MakeModule{withBody(f.companion("Record trigger outcome ("+kind+")", PathAfterWrite, "", x, y), body)}
+		// Only a run that holds the trigger claim reports it; a run that went on without it (the trigger's
+		// attempts spent, a retry time, an owner) reports nothing, so it uses up nothing.
+		m := withBody(f.companion("Record trigger outcome ("+kind+")", PathAfterWrite, "", x, y), body)
+		m.Filter = holdsTrigger()
+		return []MakeModule{m}
 	}
 	proceed := f.writeTail(c, equal("proceed", ref(c, "data.decision"), "proceed"), writeBody(ex), x+900, -300, report)
-	storedFirst := report("stored", 0, x+900, 150)
 	var stored []MakeModule
-	if len(storedFirst) > 0 {
-		storedFirst[0].Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
+	if trig != 0 {
+		ans := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+900, 150)
+		ans.Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
 			{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:equal", B: "succeeded"},
 		}}}
-		stored = append(storedFirst, f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+1200, 150))
+		stored = append([]MakeModule{ans}, report("stored", 0, x+1200, 150)...)
 	} else {
 		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
 		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
@@ -406,14 +415,13 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	}
 	routes := [][]MakeModule{proceed, stored}
 	if trig != 0 {
-		nothing := report("nothing", 0, x+900, 450)
-		nothing[0].Filter = &MakeFilter{Name: "nothing sent", Conditions: [][]MakeCondition{
+		ans := f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
+			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+900, 450)
+		ans.Filter = &MakeFilter{Name: "nothing sent", Conditions: [][]MakeCondition{
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
 		}}
-		nothing = append(nothing, f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
-			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
-		routes = append(routes, nothing)
+		routes = append(routes, append([]MakeModule{ans}, report("nothing", 0, x+1200, 450)...))
 	} else {
 		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
 		cf.Filter = equal("conflict", ref(c, "data.decision"), "conflict")
@@ -426,9 +434,19 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	if trig == 0 {
 		return append(flow, bw, decision)
 	}
-	bw.Filter = equal("first delivery", ref(trig, "data.decision"), "proceed")
+	// Only a finished or a running delivery of the same event stops here (and a conflict, surfaced). Any
+	// other skip of the trigger claim (its attempts spent, a retry time, an owner) goes on to the write's
+	// own before-write, which decides: the guard never stops a write the ledger would let through.
+	bw.Filter = &MakeFilter{Name: "first delivery, or not a duplicate", Conditions: [][]MakeCondition{
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "proceed"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:notequal", B: "succeeded"}, {A: ref(trig, "data.reason"), O: "text:notequal", B: "in_progress"}},
+	}}
 	dup := f.respondLater("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; if(%d.data.reason = "succeeded"; 200; 503))}}`, trig, trig), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 30)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
-	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{{{A: ref(trig, "data.decision"), O: "text:notequal", B: "proceed"}}}}
+	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:equal", B: "succeeded"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:equal", B: "in_progress"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "conflict"}},
+	}}
 	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
 	return append(flow, guard)
 }

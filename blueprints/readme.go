@@ -213,6 +213,13 @@ the batch call. The error handler route
 reports transport failures with the class below and then **ends the item with Ignore**:
 
 TRANSPORT
+In guarded-write the trigger event itself is claimed first (**Claim trigger event**, key ` + "`<key>:trigger`" + `,
+destination ` + "`make-triggers`" + `). **First delivery?** stops only a delivery whose trigger claim answers
+` + "`skip`/`succeeded`" + ` (already done: 200) or ` + "`skip`/`in_progress`" + ` (running now: 503), and a ` + "`conflict`" + ` (409); any other
+answer (the trigger's attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides.
+Each **Record trigger outcome** module runs only when this run holds the trigger claim, after the webhook's answer,
+so a run that went on without it reports nothing and uses up none of the trigger's attempts.
+
 ## What NOT to turn on
 
 - **Break (or any retrying error handler) on the write module.** Break re-runs the write later — a blind retry
