@@ -650,3 +650,48 @@ func TestMakeTriggerGuardFallsThrough(t *testing.T) {
 		}
 	}
 }
+
+// Every decision of the batch takes exactly one route after the decision feeder: proceed to the write,
+// skip/conflict/reconcile to their own route (before, they ended silently at the write's filter); and
+// a batch where nothing proceeded reports nothing instead of {"items": []}.
+func TestMakeBatchRoutesEveryDecision(t *testing.T) {
+	var batch Template
+	for _, tpl := range Templates() {
+		if tpl.Slug == "batch-guarded-write" {
+			batch = tpl
+		}
+	}
+	raw, err := encode(RenderMake(batch, DefaultSettings()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bp MakeBlueprint
+	if err := json.Unmarshal(raw, &bp); err != nil {
+		t.Fatal(err)
+	}
+	each := makeModuleID(t, raw, "One bundle per decision")
+	var router *MakeModule
+	for i, m := range bp.Flow {
+		if m.ID == each && i+1 < len(bp.Flow) && bp.Flow[i+1].Module == "builtin:BasicRouter" {
+			router = &bp.Flow[i+1]
+		}
+	}
+	if router == nil {
+		t.Fatal("no router after the decision feeder: skip and conflict bundles have no route")
+	}
+	for _, d := range []string{"proceed", "skip", "conflict", "reconcile"} {
+		n := 0
+		for _, r := range router.Routes {
+			if evalMakeFilter(r.Flow[0].Filter, map[string]string{ref(each, "decision"): d}) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("decision %s takes %d routes, want 1", d, n)
+		}
+	}
+	report := router.Routes[0].Flow[len(router.Routes[0].Flow)-1]
+	if report.Metadata.Designer.Name != "Batch after-write" || report.Filter == nil || !strings.Contains(report.Filter.Conditions[0][0].A, "length(") {
+		t.Errorf("the batch after-write is not stopped on an empty aggregation: %+v", report.Filter)
+	}
+}

@@ -535,5 +535,15 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
 	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
-	return append(append([]MakeModule{hook}, settings...), items, compose, agg, claim, each, w, ev, all, report)
+	// A batch where nothing proceeded (a re-run of a finished batch) has no evidence to report: stop
+	// instead of sending {"items": []}, which the service refuses.
+	report.Filter = &MakeFilter{Name: "at least one write", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", all.ID), O: "number:greater", B: "0"}}}}
+	// Skip and conflict bundles take their own route: nothing is written for them, and the bundle names
+	// the stored result or the conflict (a person decides) for whatever the builder adds after it.
+	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1800, 300)
+	rest.Parameters = map[string]string{}
+	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), ref(each.ID, "external_id"))}
+	rest.Filter = &MakeFilter{Name: "not proceed", Conditions: [][]MakeCondition{{{A: ref(each.ID, "decision"), O: "text:notequal", B: "proceed"}}}}
+	route := f.router("Decision", 1650, 0, []MakeModule{w, ev, all, report}, []MakeModule{rest})
+	return append(append([]MakeModule{hook}, settings...), items, compose, agg, claim, each, route)
 }

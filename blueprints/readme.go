@@ -209,7 +209,8 @@ redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` w
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
 the aggregated item with the decision's key (` + "`first(map(6.array; \"invoice\"; \"key\"; 8.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
-the batch call. The error handler route
+the batch call. Its **Decision** router sends each ` + "`proceed`" + ` bundle to the write and every other decision (skip,
+conflict) to **Not written: stored result, retry later or conflict**; a batch where nothing proceeded reports nothing. The error handler route
 reports transport failures with the class below and then **ends the item with Ignore**:
 
 TRANSPORT
