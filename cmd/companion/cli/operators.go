@@ -280,6 +280,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	}
 	var listed []apiItem
 	var raw []json.RawMessage
+	var unreadable []string
 	next := ""
 	for {
 		b, err := c.do(ctx, http.MethodGet, "/v1/items?"+q.Encode(), nil)
@@ -289,6 +290,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 		var page struct {
 			Items      []json.RawMessage `json:"items"`
 			NextCursor string            `json:"next_cursor"`
+			Unreadable []string          `json:"unreadable"`
 		}
 		if err := json.Unmarshal(b, &page); err != nil {
 			return fmt.Errorf("unexpected answer from %s: %w", c.base, err)
@@ -301,6 +303,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 			listed = append(listed, it)
 		}
 		raw = append(raw, page.Items...)
+		unreadable = append(unreadable, page.Unreadable...)
 		next = page.NextCursor
 		if !*all || next == "" {
 			break
@@ -311,7 +314,11 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 		if raw == nil {
 			raw = []json.RawMessage{}
 		}
-		return writeJSON(m.Stdout, map[string]any{"items": raw, "next_cursor": next})
+		out := map[string]any{"items": raw, "next_cursor": next}
+		if len(unreadable) > 0 {
+			out["unreadable"] = unreadable
+		}
+		return writeJSON(m.Stdout, out)
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', 0)
@@ -330,6 +337,10 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stdout, "; more with --cursor %s (or --all)", next)
 	}
 	fmt.Fprintln(m.Stdout)
+	if len(unreadable) > 0 {
+		fmt.Fprintf(m.Stdout, "%d more item(s) cannot be read from the ledger (corrupt) and are left out: %s\n",
+			len(unreadable), strings.Join(unreadable, ", "))
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
+	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
 // run runs one command of the CLI and returns what it printed.
@@ -380,5 +382,35 @@ func TestPublicURLLinksAlertsToTheConsole(t *testing.T) {
 	}
 	if strings.Contains(all, "file.example.com") {
 		t.Fatalf("the file's public_url won over COMPANION_PUBLIC_URL:\n%s", all)
+	}
+}
+
+func TestItemsListNamesItemsItCannotRead(t *testing.T) {
+	dir := t.TempDir()
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir,
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,anna:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	for _, key := range []string{"inv-1", "inv-2"} {
+		call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1}}`)
+	}
+	// Damage inv-2's stored document as a bad disk or a hand edit would (the driver is the store's).
+	db, err := sql.Open("sqlite", filepath.Join(dir, sqlitestore.FileName)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`UPDATE items SET doc = '{"key": ' WHERE key = 'inv-2'`); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
+	out, err := run(t, env, "items", "list")
+	if err != nil || !strings.Contains(out, "inv-1") || !strings.Contains(out, "1 item(s)\n1 more item(s) cannot be read from the ledger (corrupt) and are left out: inv-2\n") {
+		t.Fatalf("items list: %v\n%s", err, out)
+	}
+	out, err = run(t, env, "items", "list", "--json")
+	var page struct {
+		Unreadable []string `json:"unreadable"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &page) != nil || len(page.Unreadable) != 1 || page.Unreadable[0] != "inv-2" {
+		t.Fatalf("items list --json: %v\n%s", err, out)
 	}
 }
