@@ -197,12 +197,14 @@ func TestMakeBlueprintsAreWellFormed(t *testing.T) {
 func TestMakeCheckerRejectsBrokenBlueprints(t *testing.T) {
 	good, _ := encode(RenderMake(Templates()[0], DefaultSettings()))
 	cases := map[string]func(string) string{
-		"forward reference": func(s string) string { return strings.Replace(s, "{{2.data.key}}", "{{99.data.key}}", 1) },
-		"unknown module":    func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
-		"duplicate id":      func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
-		"bad operator":      func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
+		"forward reference": func(s string) string {
+			return regexp.MustCompile(`\{\{\d+\.data\.key\}\}`).ReplaceAllString(s, "{{99.data.key}}")
+		},
+		"unknown module": func(s string) string { return strings.Replace(s, `"builtin:Ignore"`, `"builtin:Break2"`, 1) },
+		"duplicate id":   func(s string) string { return strings.Replace(s, `"id": 3,`, `"id": 2,`, 1) },
+		"bad operator":   func(s string) string { return strings.Replace(s, `"text:equal"`, `"equals"`, 1) },
 		"escaped quote in a formula": func(s string) string {
-			return strings.Replace(s, `{{if(2.data.decision = \"conflict\"`, `{{if(2.data.decision = \\\"conflict\\\"`, 1)
+			return strings.Replace(s, `.data.decision = \"conflict\"`, `.data.decision = \\\"conflict\\\"`, 1)
 		},
 	}
 	for name, breakIt := range cases {
@@ -273,6 +275,11 @@ func checkMakeBlueprint(raw []byte) []string {
 				if badQuoteRE.MatchString(str) {
 					fail("module %d: a formula has a backslash before a quote: %s", m.ID, str)
 				}
+				// Retry-After is seconds or an HTTP-date; pasted as it is, a date breaks the JSON body and
+				// a service expecting seconds. A mapping of it must go through the parser.
+				if strings.Contains(str, "headers.`retry-after`") && !strings.Contains(str, `parseDate(replace(`) {
+					fail("module %d: Retry-After is mapped without parsing seconds or an HTTP-date: %s", m.ID, str)
+				}
 			}
 			if ids[m.ID] || m.ID < 1 {
 				fail("module id %d is duplicated or not positive", m.ID)
@@ -337,6 +344,18 @@ func checkMakeBlueprint(raw []byte) []string {
 			case "http:MakeRequest":
 				var mp MakeHTTPMapper
 				_ = json.Unmarshal(m.Mapper, &mp)
+				// One place for URL and token: a call carrying an Authorization header maps its token and
+				// its URL from the Settings modules instead of a pasted copy.
+				for _, h := range mp.Headers {
+					if strings.EqualFold(h.Name, "Authorization") {
+						if !strings.Contains(h.Value, "{{") {
+							fail("module %d: the token is pasted into its Authorization header; map it from the Settings module", m.ID)
+						}
+						if !strings.HasPrefix(mp.URL, "{{") {
+							fail("module %d: companion's URL is pasted (%s); map it from the Settings module", m.ID, mp.URL)
+						}
+					}
+				}
 				if mp.InputMethod == "jsonString" {
 					// A mapping-free rendering of the body must be JSON: replace each mapping by a number.
 					plain := regexp.MustCompile(`\{\{.*?\}\}`).ReplaceAllString(mp.JSONStringBodyContent, "0")
@@ -395,6 +414,74 @@ func decodedStrings(raws ...json.RawMessage) []string {
 	return out
 }
 
+// Every Make blueprint holds companion's URL and token once, in its Settings modules, and every companion
+// call maps them; a call with the token or the URL pasted back in fails the check.
+func TestMakeURLAndTokenInOnePlace(t *testing.T) {
+	s := DefaultSettings()
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if n := strings.Count(text, s.Token); n != 1 {
+			t.Errorf("%s: the token appears %d times, want once (the Settings module)", tpl.Slug, n)
+		}
+		if n := strings.Count(text, `"`+s.ServiceURL); n != 1 {
+			t.Errorf("%s: companion's URL appears %d times, want once (the Settings module)", tpl.Slug, n)
+		}
+		tokenID := makeModuleID(t, raw, "Settings: companion token")
+		urlID := makeModuleID(t, raw, "Settings: companion URL")
+		mapped := fmt.Sprintf("Bearer {{%d.%s}}", tokenID, MakeTokenVariable)
+		if !strings.Contains(text, mapped) {
+			t.Fatalf("%s: no call maps %s", tpl.Slug, mapped)
+		}
+		for name, broken := range map[string]string{
+			"pasted token": strings.Replace(text, mapped, "Bearer "+s.Token, 1),
+			"pasted URL":   strings.Replace(text, fmt.Sprintf(`"{{%d.%s}}/v1/`, urlID, MakeURLVariable), `"`+s.ServiceURL+`/v1/`, 1),
+		} {
+			if broken == text {
+				t.Fatalf("%s: %s: mutation did not apply", tpl.Slug, name)
+			}
+			if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+				t.Errorf("%s: checker accepted a blueprint with a %s", tpl.Slug, name)
+			}
+		}
+	}
+}
+
+// Retry-After reaches companion and the webhook's sender as whole seconds, whether the write's answer
+// gave seconds or an HTTP-date; mapping the raw header (what the blueprints did before) fails the check.
+func TestMakeRetryAfterParsed(t *testing.T) {
+	parsed := regexp.MustCompile("\\{\\{if\\(contains\\(ifempty\\((\\d+)\\.headers\\.`retry-after`.*?\\)\\)\\}\\}")
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, DefaultSettings()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(raw)
+		if n := strings.Count(text, "headers.`retry-after`"); n != 3*len(parsed.FindAllString(text, -1)) {
+			t.Errorf("%s: %d mappings of Retry-After, not all through the parser", tpl.Slug, n)
+		}
+		if !strings.Contains(text, `retry_after\": {{if(contains(ifempty(`) {
+			t.Errorf("%s: retry_after is not the parsed number of seconds", tpl.Slug)
+		}
+		broken := parsed.ReplaceAllString(text, "{{ifempty($1.headers.`retry-after`; 60)}}")
+		if broken == text {
+			t.Fatalf("%s: mutation did not apply", tpl.Slug)
+		}
+		if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
+			t.Errorf("%s: checker accepted a raw Retry-After mapping", tpl.Slug)
+		}
+	}
+}
+
 // The batch blueprint's write maps from the decision's aggregated item; mapping the feeder's bundle
 // after its aggregator closed (what the write did before) must fail the check.
 func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
@@ -408,14 +495,46 @@ func TestMakeCheckerRejectsMappingFromAClosedAggregation(t *testing.T) {
 	if errs := checkMakeBlueprint(good); len(errs) > 0 {
 		t.Fatalf("the batch blueprint fails: %v", errs)
 	}
-	closed := regexp.MustCompile(`\{\{first\(map\(4\.array; \\"invoice\\"; \\"key\\"; 6\.key\)\)\}\}`)
-	broken := closed.ReplaceAllString(string(good), "{{2.invoice}}")
+	feeder := makeModuleID(t, good, "YOUR ITEMS: one bundle per write")
+	closed := regexp.MustCompile(`\{\{first\(map\(\d+\.array; \\"invoice\\"; \\"key\\"; \d+\.key\)\)\}\}`)
+	broken := closed.ReplaceAllString(string(good), fmt.Sprintf("{{%d.invoice}}", feeder))
 	if broken == string(good) {
 		t.Fatal("mutation did not apply: the write does not map invoice from aggregator 4 by the decision's key")
 	}
 	if errs := checkMakeBlueprint([]byte(broken)); len(errs) == 0 {
-		t.Error("checker accepted a write mapping {{2.invoice}} after aggregator 4 closed feeder 2")
+		t.Errorf("checker accepted a write mapping {{%d.invoice}} after the aggregator closed feeder %d", feeder, feeder)
 	}
+}
+
+// makeModuleID is the id of the module named name in a rendered blueprint.
+func makeModuleID(t *testing.T, raw []byte, name string) int {
+	t.Helper()
+	var bp MakeBlueprint
+	if err := json.Unmarshal(raw, &bp); err != nil {
+		t.Fatal(err)
+	}
+	var find func([]MakeModule) int
+	find = func(flow []MakeModule) int {
+		for _, m := range flow {
+			if m.Metadata.Designer.Name == name {
+				return m.ID
+			}
+			for _, r := range m.Routes {
+				if id := find(r.Flow); id != 0 {
+					return id
+				}
+			}
+			if id := find(m.OnError); id != 0 {
+				return id
+			}
+		}
+		return 0
+	}
+	id := find(bp.Flow)
+	if id == 0 {
+		t.Fatalf("no module named %q", name)
+	}
+	return id
 }
 
 // The READMEs name the slots by their node names: no placeholder may be substituted inside another word.
@@ -425,5 +544,154 @@ func TestReadmesNameTheSlots(t *testing.T) {
 		if !strings.Contains(text, "**"+NodeWrite+"**") || strings.Contains(text, "YOUR "+s.WriteURL) {
 			t.Errorf("%s README does not name the slot %q as it is", name, NodeWrite)
 		}
+	}
+}
+
+// evalMakeFilter evaluates a filter of text:equal/text:notequal conditions against mapped values.
+func evalMakeFilter(f *MakeFilter, values map[string]string) bool {
+	if f == nil {
+		return true
+	}
+	for _, and := range f.Conditions {
+		ok := true
+		for _, c := range and {
+			switch c.O {
+			case "text:equal":
+				ok = ok && values[c.A] == c.B
+			case "text:notequal":
+				ok = ok && values[c.A] != c.B
+			default:
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Make's trigger guard mirrors n8n's: only a finished or running delivery of the same event (or a
+// conflict) stops at the guard; any other skip of the trigger claim (attempts spent, a retry time, an
+// owner) goes on to the write's own before-write. Only a run holding the trigger claim reports it, after
+// the webhook's answer, so a run that sent nothing uses up none of the trigger's attempts.
+func TestMakeTriggerGuardFallsThrough(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly || !tpl.TriggerGuard {
+			continue
+		}
+		raw, err := encode(RenderMake(tpl, DefaultSettings()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var bp MakeBlueprint
+		if err := json.Unmarshal(raw, &bp); err != nil {
+			t.Fatal(err)
+		}
+		trig := makeModuleID(t, raw, "Claim trigger event")
+		var guard *MakeModule
+		for i := range bp.Flow {
+			if bp.Flow[i].Metadata.Designer.Name == "First delivery?" {
+				guard = &bp.Flow[i]
+			}
+		}
+		if guard == nil || len(guard.Routes) != 2 {
+			t.Fatalf("%s: no two-route First delivery? router", tpl.Slug)
+		}
+		write, dup := guard.Routes[0].Flow[0], guard.Routes[1].Flow[0]
+		if write.Metadata.Designer.Name != NodeBeforeWrite {
+			t.Fatalf("%s: the first route does not start with %s", tpl.Slug, NodeBeforeWrite)
+		}
+		for _, tc := range []struct {
+			decision, reason string
+			stops            bool
+		}{
+			{"proceed", "", false},
+			{"skip", "succeeded", true},
+			{"skip", "in_progress", true},
+			{"conflict", "payload_differs", true},
+			{"skip", "retry_later", false},
+			{"skip", "awaiting_owner", false},
+			{"skip", "failed_permanent", false},
+			{"skip", "attempts_exhausted", false},
+		} {
+			v := map[string]string{ref(trig, "data.decision"): tc.decision, ref(trig, "data.reason"): tc.reason}
+			goesOn, stops := evalMakeFilter(write.Filter, v), evalMakeFilter(dup.Filter, v)
+			if goesOn == stops || stops != tc.stops {
+				t.Errorf("%s: trigger claim %s/%s: goes on to the write %v, stops as a duplicate %v", tpl.Slug, tc.decision, tc.reason, goesOn, stops)
+			}
+		}
+		reports := 0
+		var walk func(flow []MakeModule)
+		walk = func(flow []MakeModule) {
+			seenReport := false
+			for _, m := range flow {
+				if strings.HasPrefix(m.Metadata.Designer.Name, "Record trigger outcome") {
+					reports++
+					seenReport = true
+					held := map[string]string{ref(trig, "data.decision"): "proceed"}
+					spent := map[string]string{ref(trig, "data.decision"): "skip", ref(trig, "data.reason"): "retry_later"}
+					if !evalMakeFilter(m.Filter, held) || evalMakeFilter(m.Filter, spent) {
+						t.Errorf("%s: %q reports the trigger claim also when this run does not hold it", tpl.Slug, m.Metadata.Designer.Name)
+					}
+				}
+				if m.Module == "gateway:WebhookRespond" && seenReport {
+					t.Errorf("%s: %q comes after a filtered trigger report, so a run without the claim sends no answer", tpl.Slug, m.Metadata.Designer.Name)
+				}
+				for _, r := range m.Routes {
+					walk(r.Flow)
+				}
+				walk(m.OnError)
+			}
+		}
+		walk(bp.Flow)
+		if reports < 5 {
+			t.Errorf("%s: %d trigger reports, want one per ending (written, failed, transport, stored, nothing)", tpl.Slug, reports)
+		}
+	}
+}
+
+// Every decision of the batch takes exactly one route after the decision feeder: proceed to the write,
+// skip/conflict/reconcile to their own route (before, they ended silently at the write's filter); and
+// a batch where nothing proceeded reports nothing instead of {"items": []}.
+func TestMakeBatchRoutesEveryDecision(t *testing.T) {
+	var batch Template
+	for _, tpl := range Templates() {
+		if tpl.Slug == "batch-guarded-write" {
+			batch = tpl
+		}
+	}
+	raw, err := encode(RenderMake(batch, DefaultSettings()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bp MakeBlueprint
+	if err := json.Unmarshal(raw, &bp); err != nil {
+		t.Fatal(err)
+	}
+	each := makeModuleID(t, raw, "One bundle per decision")
+	var router *MakeModule
+	for i, m := range bp.Flow {
+		if m.ID == each && i+1 < len(bp.Flow) && bp.Flow[i+1].Module == "builtin:BasicRouter" {
+			router = &bp.Flow[i+1]
+		}
+	}
+	if router == nil {
+		t.Fatal("no router after the decision feeder: skip and conflict bundles have no route")
+	}
+	for _, d := range []string{"proceed", "skip", "conflict", "reconcile"} {
+		n := 0
+		for _, r := range router.Routes {
+			if evalMakeFilter(r.Flow[0].Filter, map[string]string{ref(each, "decision"): d}) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("decision %s takes %d routes, want 1", d, n)
+		}
+	}
+	report := router.Routes[0].Flow[len(router.Routes[0].Flow)-1]
+	if report.Metadata.Designer.Name != "Batch after-write" || report.Filter == nil || !strings.Contains(report.Filter.Conditions[0][0].A, "length(") {
+		t.Errorf("the batch after-write is not stopped on an empty aggregation: %+v", report.Filter)
 	}
 }

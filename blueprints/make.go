@@ -18,6 +18,7 @@ var MakeModuleVersions = map[string]int{
 	"builtin:BasicAggregator": 1,
 	"builtin:Ignore":          1,
 	"util:ComposeTransformer": 1,
+	"util:SetVariable2":       1,
 }
 
 // MakeBlueprint is a Make scenario blueprint as Make exports and imports it.
@@ -121,10 +122,35 @@ type MakeHeader struct {
 	Value string `json:"value"`
 }
 
-// makeFlow allocates module ids in the order modules are created.
+// makeFlow allocates module ids in the order modules are created. url and token are the ids of the
+// Settings modules every companion call maps its URL and token from.
 type makeFlow struct {
-	next int
-	s    Settings
+	next       int
+	s          Settings
+	url, token int
+}
+
+// The names of the two Settings variables, as the companion calls map them ({{N.companion_url}}).
+const (
+	MakeURLVariable   = "companion_url"
+	MakeTokenVariable = "companion_token"
+)
+
+// settings renders the one place a builder sets companion's URL and token: two Set variable modules
+// right after the trigger (Make's util:SetVariable2, as in Make's own webhook-router-error-handler
+// pattern). Every companion call maps from them, so the token is typed once, not pasted into every
+// Authorization header; they run before any feeder, so their values stay mappable after an aggregator.
+func (f *makeFlow) settings(x, y int) []MakeModule {
+	set := func(name, variable, value string, x int) MakeModule {
+		m := f.module(name, "util:SetVariable2", x, y)
+		m.Parameters = map[string]string{}
+		m.Mapper = map[string]string{"name": variable, "scope": "execution", "value": value}
+		return m
+	}
+	u := set("Settings: companion URL", MakeURLVariable, f.s.ServiceURL, x)
+	t := set("Settings: companion token", MakeTokenVariable, f.s.Token, x+150)
+	f.url, f.token = u.ID, t.ID
+	return []MakeModule{u, t}
 }
 
 func (f *makeFlow) module(name, module string, x, y int) MakeModule {
@@ -145,7 +171,7 @@ func (f *makeFlow) http(name, method, url, body string, stopOnHTTPError bool, x,
 	m.Parameters = map[string]string{"authenticationType": "noAuth"}
 	mp := MakeHTTPMapper{
 		URL: url, Method: method,
-		Headers:         []MakeHeader{{Name: "Authorization", Value: "Bearer " + f.s.Token}},
+		Headers:         []MakeHeader{},
 		QueryParameters: []MakeHeader{},
 		ParseResponse:   true, StopOnHTTPError: stopOnHTTPError, AllowRedirects: false,
 	}
@@ -156,8 +182,13 @@ func (f *makeFlow) http(name, method, url, body string, stopOnHTTPError bool, x,
 	return m
 }
 
+// companion is a call to companion: URL and token mapped from the Settings modules.
 func (f *makeFlow) companion(name, path, body string, x, y int) MakeModule {
-	return f.http(name, "post", f.s.ServiceURL+path, body, true, x, y)
+	m := f.http(name, "post", ref(f.url, MakeURLVariable)+path, body, true, x, y)
+	mp := m.Mapper.(MakeHTTPMapper)
+	mp.Headers = []MakeHeader{{Name: "Authorization", Value: "Bearer " + ref(f.token, MakeTokenVariable)}}
+	m.Mapper = mp
+	return m
 }
 
 func (f *makeFlow) router(name string, x, y int, routes ...[]MakeModule) MakeModule {
@@ -222,8 +253,19 @@ func statusEvidence(c, w int, succeeded bool) string {
 	}
 	// A 3xx (redirects are not followed) proves nothing: unknown. 4xx and 5xx are failed, and the service
 	// decides what a 5xx means.
-	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}, "error": {"class": "http", "code": "%s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), w, ref(w, "statusCode"))
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": %s, "error": {"class": "http", "code": "%s"}}`,
+		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), retryAfterSeconds(w, `"null"`), ref(w, "statusCode"))
+}
+
+// retryAfterSeconds is a formula giving module w's Retry-After answer header in whole seconds, as
+// API.md wants retry_after: a number of seconds passes as it is; an HTTP-date (RFC 9110, always "GMT")
+// becomes the seconds from now until then, rounded up and at least 0; no header gives fallback (a formula
+// value: "null" in quotes, the text null Make pastes into the body, or a number). The result is a bare JSON number or null, never a quoted or
+// unquoted date.
+func retryAfterSeconds(w int, fallback string) string {
+	h := fmt.Sprintf("%d.headers.`retry-after`", w)
+	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(%s; %s))}}`,
+		h, h, h, fallback)
 }
 
 func transportEvidence(c, w int) string {
@@ -236,21 +278,23 @@ func transportEvidence(c, w int) string {
 func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y int, extra func(kind string, w int, x, y int) []MakeModule) []MakeModule {
 	w := f.writeModule(claimID, filter, body, x, y)
 	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
-	onerr = append(onerr, extra("transport", w.ID, x+600, y+300)...)
-	onerr = append(onerr, extra("answer transport", w.ID, x+750, y+300)...)
+	// The webhook's answer first, then the trigger claim's report: that report is filtered to runs that
+	// hold the trigger claim, and a filtered-out module must not keep the answer from being sent.
+	onerr = append(onerr, extra("answer transport", w.ID, x+600, y+300)...)
+	onerr = append(onerr, extra("transport", w.ID, x+750, y+300)...)
 	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
 	onerr = append(onerr, ign)
 	w.OnError = onerr
 	ok := f.companion("After-write: succeeded", PathAfterWrite, "", x+600, y-150)
 	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
 	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
-	okRoute := append([]MakeModule{ok}, extra("succeeded", w.ID, x+900, y-150)...)
-	okRoute = append(okRoute, extra("answer succeeded", w.ID, x+1200, y-150)...)
+	okRoute := append([]MakeModule{ok}, extra("answer succeeded", w.ID, x+900, y-150)...)
+	okRoute = append(okRoute, extra("succeeded", w.ID, x+1200, y-150)...)
 	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
 	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
 	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
-	badRoute := append([]MakeModule{bad}, extra("failed", w.ID, x+900, y+150)...)
-	badRoute = append(badRoute, extra("answer failed", w.ID, x+1200, y+150)...)
+	badRoute := append([]MakeModule{bad}, extra("answer failed", w.ID, x+900, y+150)...)
+	badRoute = append(badRoute, extra("failed", w.ID, x+1200, y+150)...)
 	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
 	return []MakeModule{w, r}
 }
@@ -302,7 +346,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	hook := f.module("Trigger", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
 	hook.Mapper = map[string]string{}
-	flow := []MakeModule{hook}
+	flow := append([]MakeModule{hook}, f.settings(150, 0)...)
 	ex := t.Example
 	x := 300
 	trig := 0
@@ -317,6 +361,9 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	}
 	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
 	c := bw.ID
+	holdsTrigger := func() *MakeFilter {
+		return equal("this run holds the trigger claim", ref(trig, "data.decision"), "proceed")
+	}
 	report := func(kind string, w int, x, y int) []MakeModule {
 		// The webhook's answer after the write: 200 when it exists, else 503 with Retry-After so that the
 		// sender delivers again (a 4xx is refused for good: 422).
@@ -326,7 +373,7 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		case "answer failed":
 			return []MakeModule{f.respondLater("Answer: deliver again later",
 				fmt.Sprintf(`{{if(%d.statusCode >= 400; if(%d.statusCode < 500; if(%d.statusCode = 429; 503; 422); 503); 503)}}`, w, w, w),
-				fmt.Sprintf(`{{ifempty(%d.headers.`+"`retry-after`"+`; 60)}}`, w),
+				retryAfterSeconds(w, "60"),
 				fmt.Sprintf(`{"key": "%s", "http_status": %s}`, ref(c, "data.key"), ref(w, "statusCode")), x, y)}
 		case "answer transport":
 			return []MakeModule{f.respondLater("Answer: deliver again later", "503", "60", fmt.Sprintf(`{"key": "%s", "state": "unknown or failed"}`, ref(c, "data.key")), x, y)}
@@ -347,16 +394,20 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		case "nothing":
 			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "%s/%s", "message": "this run sent nothing"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.decision"), ref(c, "data.reason"))
 		}
-		return []MakeModule{withBody(f.companion("Record trigger outcome ("+kind+")", PathAfterWrite, "", x, y), body)}
+		// Only a run that holds the trigger claim reports it; a run that went on without it (the trigger's
+		// attempts spent, a retry time, an owner) reports nothing, so it uses up nothing.
+		m := withBody(f.companion("Record trigger outcome ("+kind+")", PathAfterWrite, "", x, y), body)
+		m.Filter = holdsTrigger()
+		return []MakeModule{m}
 	}
 	proceed := f.writeTail(c, equal("proceed", ref(c, "data.decision"), "proceed"), writeBody(ex), x+900, -300, report)
-	storedFirst := report("stored", 0, x+900, 150)
 	var stored []MakeModule
-	if len(storedFirst) > 0 {
-		storedFirst[0].Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
+	if trig != 0 {
+		ans := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+900, 150)
+		ans.Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
 			{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:equal", B: "succeeded"},
 		}}}
-		stored = append(storedFirst, f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+1200, 150))
+		stored = append([]MakeModule{ans}, report("stored", 0, x+1200, 150)...)
 	} else {
 		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
 		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
@@ -364,14 +415,13 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	}
 	routes := [][]MakeModule{proceed, stored}
 	if trig != 0 {
-		nothing := report("nothing", 0, x+900, 450)
-		nothing[0].Filter = &MakeFilter{Name: "nothing sent", Conditions: [][]MakeCondition{
+		ans := f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
+			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+900, 450)
+		ans.Filter = &MakeFilter{Name: "nothing sent", Conditions: [][]MakeCondition{
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
 		}}
-		nothing = append(nothing, f.respondLater("Answer: nothing sent", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, c, strings.Trim(skipStatus(c), "{}")),
-			fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason")), x+1200, 450))
-		routes = append(routes, nothing)
+		routes = append(routes, append([]MakeModule{ans}, report("nothing", 0, x+1200, 450)...))
 	} else {
 		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
 		cf.Filter = equal("conflict", ref(c, "data.decision"), "conflict")
@@ -384,9 +434,19 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	if trig == 0 {
 		return append(flow, bw, decision)
 	}
-	bw.Filter = equal("first delivery", ref(trig, "data.decision"), "proceed")
+	// Only a finished or a running delivery of the same event stops here (and a conflict, surfaced). Any
+	// other skip of the trigger claim (its attempts spent, a retry time, an owner) goes on to the write's
+	// own before-write, which decides: the guard never stops a write the ledger would let through.
+	bw.Filter = &MakeFilter{Name: "first delivery, or not a duplicate", Conditions: [][]MakeCondition{
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "proceed"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:notequal", B: "succeeded"}, {A: ref(trig, "data.reason"), O: "text:notequal", B: "in_progress"}},
+	}}
 	dup := f.respondLater("Answer: duplicate trigger", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; if(%d.data.reason = "succeeded"; 200; 503))}}`, trig, trig), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 30)}}`, trig), fmt.Sprintf(`{"duplicate": true, "key": "%s", "reason": "%s"}`, ref(trig, "data.key"), ref(trig, "data.reason")), x+300, 600)
-	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{{{A: ref(trig, "data.decision"), O: "text:notequal", B: "proceed"}}}}
+	dup.Filter = &MakeFilter{Name: "duplicate delivery", Conditions: [][]MakeCondition{
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:equal", B: "succeeded"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:equal", B: "in_progress"}},
+		{{A: ref(trig, "data.decision"), O: "text:equal", B: "conflict"}},
+	}}
 	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
 	return append(flow, guard)
 }
@@ -429,6 +489,7 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	hook := f.module("Trigger: items to write", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
 	hook.Mapper = map[string]string{}
+	settings := f.settings(150, -300)
 	items := f.module("YOUR ITEMS: one bundle per write", "builtin:BasicFeeder", 300, 0)
 	items.Parameters = map[string]string{}
 	items.Mapper = map[string]string{"array": "{{1.items}}"}
@@ -468,11 +529,21 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	}
 	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
 	ev.Parameters = map[string]string{}
-	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": {{ifempty(%d.headers.`+"`retry-after`"+`; "null")}}}`,
-		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), w.ID)}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": %s}`,
+		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), retryAfterSeconds(w.ID, `"null"`))}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
 	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
-	return []MakeModule{hook, items, compose, agg, claim, each, w, ev, all, report}
+	// A batch where nothing proceeded (a re-run of a finished batch) has no evidence to report: stop
+	// instead of sending {"items": []}, which the service refuses.
+	report.Filter = &MakeFilter{Name: "at least one write", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", all.ID), O: "number:greater", B: "0"}}}}
+	// Skip and conflict bundles take their own route: nothing is written for them, and the bundle names
+	// the stored result or the conflict (a person decides) for whatever the builder adds after it.
+	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1800, 300)
+	rest.Parameters = map[string]string{}
+	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), ref(each.ID, "external_id"))}
+	rest.Filter = &MakeFilter{Name: "not proceed", Conditions: [][]MakeCondition{{{A: ref(each.ID, "decision"), O: "text:notequal", B: "proceed"}}}}
+	route := f.router("Decision", 1650, 0, []MakeModule{w, ev, all, report}, []MakeModule{rest})
+	return append(append([]MakeModule{hook}, settings...), items, compose, agg, claim, each, route)
 }

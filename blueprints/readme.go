@@ -182,8 +182,12 @@ companion's sweeper when the lease ends.
 
 1. Scenarios → Create a new scenario → ⋯ → **Import Blueprint** → choose the file.
 2. Open the webhook module (1) and create a webhook; send it a sample body to define the data structure.
-3. In every companion module replace ` + "`TOKEN`" + ` in the Authorization header with your companion token
-   (or attach an API-key keychain) and check the URL (SERVICE by default; ` + "`companion templates render --url … --token …`" + ` does both for all files).
+3. Open the two **Settings** modules right after the webhook and set them once: **Settings: companion URL**
+   (SERVICE by default) and **Settings: companion token** (replace ` + "`TOKEN`" + ` with your companion token).
+   Every companion call maps its URL and its ` + "`Authorization: Bearer …`" + ` header from them, so the token
+   is typed in one place and never pasted into the calls (` + "`companion templates render --url … --token …`" + `
+   fills both for all files). Make's keychains and connections are per account and cannot be exported in a
+   blueprint, so the Settings modules are the one place.
 
 ## The slot to replace
 
@@ -201,14 +205,22 @@ KINDTABLE
 
 DECISIONS
 After the write, the **Classify the answer** router reports 2xx as ` + "`succeeded`" + `, 3xx as ` + "`unknown`" + ` (a
-redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (the
+redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (parsed to seconds, an HTTP-date too; the
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
-the aggregated item with the decision's key (` + "`first(map(4.array; \"invoice\"; \"key\"; 6.key))`" + `), since Make
+the aggregated item with the decision's key (` + "`first(map(6.array; \"invoice\"; \"key\"; 8.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
-the batch call. The error handler route
+the batch call. Its **Decision** router sends each ` + "`proceed`" + ` bundle to the write and every other decision (skip,
+conflict) to **Not written: stored result, retry later or conflict**; a batch where nothing proceeded reports nothing. The error handler route
 reports transport failures with the class below and then **ends the item with Ignore**:
 
 TRANSPORT
+In guarded-write the trigger event itself is claimed first (**Claim trigger event**, key ` + "`<key>:trigger`" + `,
+destination ` + "`make-triggers`" + `). **First delivery?** stops only a delivery whose trigger claim answers
+` + "`skip`/`succeeded`" + ` (already done: 200) or ` + "`skip`/`in_progress`" + ` (running now: 503), and a ` + "`conflict`" + ` (409); any other
+answer (the trigger's attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides.
+Each **Record trigger outcome** module runs only when this run holds the trigger claim, after the webhook's answer,
+so a run that went on without it reports nothing and uses up none of the trigger's attempts.
+
 ## What NOT to turn on
 
 - **Break (or any retrying error handler) on the write module.** Break re-runs the write later — a blind retry

@@ -78,7 +78,7 @@ func scenarioSideBySide(ctx context.Context, e *env) error {
 		}
 	}
 	if code, out, err := e.trigger(naivePath, nb); err != nil || code < 500 {
-		return fmt.Errorf("Remove Duplicates workflow, refused write: %d %v %v (want the execution to fail)", code, out, err)
+		return fmt.Errorf("the Remove Duplicates workflow, refused write: %d %v %v (want the execution to fail)", code, out, err)
 	}
 	if _, err := e.runSingle(tb, 503); err != nil {
 		return err
@@ -104,7 +104,7 @@ func scenarioSideBySide(ctx context.Context, e *env) error {
 		return fmt.Errorf("records: duplicate %d/%d, refused %d/%d (Remove Duplicates/template); want 1/1 and the template's 1", naiveDup, tplDup, naiveRefused, tplRefused)
 	}
 	if naiveRefused != 0 {
-		return fmt.Errorf("Remove Duplicates wrote %d records after the redelivery; this scenario expects it to drop the redelivery of a refused write", naiveRefused)
+		return fmt.Errorf("the Remove Duplicates workflow wrote %d records after the redelivery; this scenario expects it to drop the redelivery of a refused write", naiveRefused)
 	}
 	return nil
 }
