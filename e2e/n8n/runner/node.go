@@ -1,0 +1,265 @@
+package main
+
+// The community node proof (issue 16): n8n-templates/guarded-write-node.json, whose Before write and
+// After write are the Companion node of n8n-node/ (loaded from its built dist through
+// N8N_CUSTOM_EXTENSIONS), run through the same events as the plain single-item template and counted
+// the same way at the receiver and at the SMTP sink.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+const (
+	nodeWorkflowID      = "e2eNodeWrite0001"
+	nodeEmailWorkflowID = "e2eNodeEmail0001"
+	nodePath            = "companion/guarded-write-node" // the template's own webhook path
+	nodeEmailPath       = "companion/guarded-write-node-email"
+	nodeCredID          = "companion-api" // the template's credential reference
+	nodeCredName        = "companion"
+	// nodeType is the node's type when n8n loads it from N8N_CUSTOM_EXTENSIONS (its CustomDirectoryLoader
+	// names every such package CUSTOM); the template names the community package's type.
+	nodeType          = "CUSTOM.companion"
+	nodeCommunityType = "n8n-nodes-companion.companion"
+	// templateWriteURL is the write slot's URL in the committed template (the sandbox receiver's default).
+	templateWriteURL = "http://127.0.0.1:9090/records"
+)
+
+// nodeExtensions copies the built package (dist/nodes, dist/credentials, dist/icons: what npm pack
+// ships) into dir/n8n-nodes-companion for N8N_CUSTOM_EXTENSIONS. A copy, not n8n-node/dist itself:
+// below n8n-node/ the node's require("n8n-workflow") would find the package's development copy in
+// n8n-node/node_modules instead of n8n's own (NODE_PATH points at n8n's, see n8nEnv).
+func (e *env) nodeExtensions(dir string) error {
+	dist := filepath.Join(e.root, "n8n-node", "dist")
+	if _, err := os.Stat(filepath.Join(dist, "nodes", "Companion", "Companion.node.js")); err != nil {
+		return fmt.Errorf("the community node is not built (e2e/n8n/run.sh builds n8n-node): %w", err)
+	}
+	dst := filepath.Join(dir, "n8n-nodes-companion")
+	for _, sub := range []string{"nodes", "credentials", "icons"} {
+		if err := os.CopyFS(filepath.Join(dst, "dist", sub), os.DirFS(filepath.Join(dist, sub))); err != nil {
+			return fmt.Errorf("copy the built node: %w", err)
+		}
+	}
+	return nil
+}
+
+// nodeWorkflows renders the community-node template as an importer loading the node from
+// N8N_CUSTOM_EXTENSIONS must: the node type rewritten to CUSTOM.companion, the write slot pointed at
+// the receiver. The second workflow swaps the write slot for n8n's Send Email node (destination
+// `mail`, dedupe none), on its own webhook path.
+func (e *env) nodeWorkflows() (write, email map[string]any, err error) {
+	b, err := os.ReadFile(filepath.Join(e.root, "n8n-templates", "guarded-write-node.json"))
+	if err != nil {
+		return nil, nil, err
+	}
+	text := string(b)
+	if !strings.Contains(text, `"`+nodeCommunityType+`"`) || !strings.Contains(text, templateWriteURL) {
+		return nil, nil, fmt.Errorf("guarded-write-node.json no longer names %s or %s: update e2e/n8n/runner/node.go", nodeCommunityType, templateWriteURL)
+	}
+	text = strings.ReplaceAll(text, `"`+nodeCommunityType+`"`, `"`+nodeType+`"`)
+	text = strings.ReplaceAll(text, templateWriteURL, e.receiver+"/records")
+	if err := json.Unmarshal([]byte(text), &write); err != nil {
+		return nil, nil, err
+	}
+	if err := json.Unmarshal([]byte(text), &email); err != nil {
+		return nil, nil, err
+	}
+	write["id"] = nodeWorkflowID
+	email["id"] = nodeEmailWorkflowID
+	email["name"] = "companion: guarded write with the Companion node and Send Email (e2e)"
+	for _, n := range email["nodes"].([]any) {
+		n := n.(map[string]any)
+		p, _ := n["parameters"].(map[string]any)
+		switch n["name"] {
+		case "Webhook":
+			p["path"] = nodeEmailPath
+			n["webhookId"] = "e2e-node-email-webhook-01"
+		case "Before write":
+			p["destination"] = "mail"
+			p["dedupe"] = "none"
+		case "YOUR WRITE: create the record":
+			n["type"] = "n8n-nodes-base.emailSend"
+			n["typeVersion"] = 2.1
+			n["parameters"] = map[string]any{
+				"operation":   "send",
+				"fromEmail":   "billing@example.com",
+				"toEmail":     "={{ $('Webhook').item.json.body.recipient }}@example.com",
+				"subject":     "={{ $('Before write').item.json.companion.key }}",
+				"emailFormat": "text",
+				"text":        "=Reminder {{ $('Webhook').item.json.body.reminder }} for invoice {{ $('Webhook').item.json.body.invoice }}: {{ $('Webhook').item.json.body.amount }} due.",
+				"options":     map[string]any{"appendAttribution": false},
+			}
+			n["credentials"] = map[string]any{"smtp": map[string]any{"id": smtpCredID, "name": smtpCredName}}
+		}
+	}
+	return write, email, nil
+}
+
+// nodeCredential is the Companion API credential the template refers to, pointed at companion
+// behind the fault proxy, as the plain templates' credential is.
+func (e *env) nodeCredential() string {
+	return fmt.Sprintf(`{"id":"%s","name":"%s","type":"companionApi","data":{"baseUrl":"%s","token":"%s"}}`,
+		nodeCredID, nodeCredName, e.proxy, token)
+}
+
+// runNode delivers body to path and wants a 200: the node template's Webhook answers with the last
+// node's output (responseMode lastNode) and has no Respond node, so every decision ends in a 200 but
+// a deliberate stop; what a delivery did is read from the ledger and the receiver.
+func (e *env) runNode(path string, body any) (map[string]any, error) {
+	code, out, err := e.trigger(path, body)
+	if err != nil {
+		return out, err
+	}
+	if code != 200 {
+		return out, fmt.Errorf("webhook answered %d, want 200: %v", code, out)
+	}
+	return out, nil
+}
+
+// decision reads the Before write's decision from an answer that ended on one of its branches
+// (Already done, Wait): the item carries the node's answer under "companion".
+func decision(out map[string]any) string {
+	c, _ := out["companion"].(map[string]any)
+	d, _ := c["decision"].(string)
+	r, _ := c["reason"].(string)
+	return d + "/" + r
+}
+
+func scenarioNodeClean(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7001)
+	out, err := e.runNode(nodePath, body)
+	if err != nil {
+		return err
+	}
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	recs, err := e.records(ref)
+	if err != nil {
+		return err
+	}
+	// After write took the record's id from the response body (body.id) and the ledger stored it.
+	it, _ := e.item(key)
+	if len(recs) != 1 || it.ExternalID != recs[0].ID {
+		return fmt.Errorf("external_id: ledger %q, receiver records %v (answer %v)", it.ExternalID, recs, out)
+	}
+	return nil
+}
+
+func scenarioNodeDrop(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7002)
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
+		return err
+	}
+	if _, err := e.runNode(nodePath, body); err != nil {
+		return err
+	}
+	// The write's error output carried the transport error; After write reported unknown, not failed.
+	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
+		return err
+	}
+	// The same event again: Before write gives the same idempotency key, the receiver replays.
+	if _, err := e.runNode(nodePath, body); err != nil {
+		return fmt.Errorf("re-send: %w", err)
+	}
+	return e.expect(key, "succeeded", 2, ref, 1)
+}
+
+func scenarioNode429(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7003)
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
+		return err
+	}
+	if _, err := e.runNode(nodePath, body); err != nil {
+		return err
+	}
+	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
+		return err
+	}
+	if it, _ := e.item(key); it.HTTPStatus != 429 {
+		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
+	}
+	time.Sleep(2 * time.Second) // after the recorded Retry-After of 1 s
+	if _, err := e.runNode(nodePath, body); err != nil {
+		return fmt.Errorf("re-run: %w", err)
+	}
+	return e.expect(key, "succeeded", 2, ref, 1)
+}
+
+func scenarioNodeTwice(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7004)
+	for i := range 2 {
+		out, err := e.runNode(nodePath, body)
+		if err != nil {
+			return fmt.Errorf("delivery %d: %w", i+1, err)
+		}
+		// The second meets the write's own claim: skip/succeeded, the Already done branch.
+		if d := decision(out); (d == "skip/succeeded") != (i == 1) {
+			return fmt.Errorf("delivery %d answered %v; only the second is skip/succeeded", i+1, out)
+		}
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+func scenarioNodeTwiceAtOnce(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7005)
+	// The receiver answers slowly so both deliveries are inside n8n at the same time.
+	if err := e.fault(map[string]any{"fault": "commit_then_delay", "count": 1, "reference": ref, "delay_ms": 1500}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	outs := make([]map[string]any, 2)
+	for i := range 2 {
+		wg.Go(func() { outs[i], errs[i] = e.runNode(nodePath, body) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// Exactly one went to Wait (skip/in_progress: the other held the claim).
+	if waits := btoi(decision(outs[0]) == "skip/in_progress") + btoi(decision(outs[1]) == "skip/in_progress"); waits != 1 {
+		return fmt.Errorf("%d of the two deliveries were told to wait, want exactly 1: %v", waits, outs)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+// scenarioNodeEmail: Send Email in the write slot (no statusCode in its output): one message for a
+// clean run, for the same trigger twice, and twice at once; the Message-ID is the external id.
+func scenarioNodeEmail(ctx context.Context, e *env) error {
+	body, key, _ := reminder(7101)
+	if _, err := e.runNode(nodeEmailPath, body); err != nil {
+		return err
+	}
+	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
+		return err
+	}
+	_, id, _ := e.mailFor(key)
+	if it, _ := e.item(key); id == "" || it.ExternalID != id {
+		return fmt.Errorf("external_id %q, the sink's Message-ID %q", it.ExternalID, id)
+	}
+	if out, err := e.runNode(nodeEmailPath, body); err != nil || decision(out) != "skip/succeeded" {
+		return fmt.Errorf("second delivery: %v, answered %v; want skip/succeeded", err, out)
+	}
+	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
+		return err
+	}
+	body, key, _ = reminder(7102)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Go(func() { _, errs[i] = e.runNode(nodeEmailPath, body) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return e.expectMail(key, "succeeded", 1, 1)
+}
