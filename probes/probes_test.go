@@ -1,7 +1,6 @@
 package probes_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
@@ -35,7 +35,7 @@ type env struct {
 	receiver *sandbox.Receiver
 	url      string
 	prober   *probes.Prober
-	logs     *syncBuffer
+	logs     *handlerstest.SyncBuffer
 }
 
 // testStore is what the tests use of a store: the ledger's, the prober's and the alert outbox's.
@@ -75,7 +75,7 @@ func newEnv(t *testing.T, lookup probes.Lookup, rcfg sandbox.Config) *env {
 
 func newEnvOn(t *testing.T, open openStore, lookup probes.Lookup, rcfg sandbox.Config) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), clock: itemstest.NewClock(), logs: &syncBuffer{}}
+	e := &env{t: t, ctx: context.Background(), clock: itemstest.NewClock(), logs: &handlerstest.SyncBuffer{}}
 	rcfg.Now = e.clock.Now
 	rcfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	rc, err := sandbox.New(rcfg)
@@ -458,22 +458,4 @@ func TestNoProbeUnderALiveLease(t *testing.T) {
 	if c := e.run(time.Second); c.Reads[items.ProbeAbsent] != 1 {
 		t.Errorf("30 s after the lease expired: %+v, want one read", c)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that goroutines may write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
