@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -230,6 +231,26 @@ destinations:
 	}
 }
 
+// startWithBadConfig writes yaml as the config file in a new directory and runs serve with it (and env);
+// the config must stop the start. It returns the directory (whose data/ is the ledger's), the config
+// file's path and the error.
+func startWithBadConfig(t *testing.T, yaml string, env map[string]string) (dir, cfg string, err error) {
+	t.Helper()
+	dir = t.TempDir()
+	cfg = filepath.Join(dir, "companion.yaml")
+	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(dir, "data")}
+	maps.Copy(vars, env)
+	p := newProgram(vars)
+	if err = p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"}); err == nil {
+		p.Close()
+		t.Fatalf("started with a bad config")
+	}
+	return dir, cfg, err
+}
+
 func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 	cases := []struct {
 		name, yaml string
@@ -265,17 +286,7 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "companion.yaml")
-			if err := os.WriteFile(cfg, []byte(tc.yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			p := newProgram(map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(dir, "data"), "HOME_SECRET": "x"})
-			err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
-			if err == nil {
-				p.Close()
-				t.Fatalf("started with a bad config")
-			}
+			dir, cfg, err := startWithBadConfig(t, tc.yaml, map[string]string{"HOME_SECRET": "x"})
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)

@@ -45,18 +45,7 @@ func TestBadLookupConfigNamesLineAndField(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg := filepath.Join(dir, "companion.yaml")
-			if err := os.WriteFile(cfg, []byte(tc.yaml), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			p := newProgram(map[string]string{"COMPANION_CONFIG": cfg, "COMPANION_DATA_DIR": filepath.Join(dir, "data"),
-				"BROKEN_SECRET": "sk_live_BROKEN\nline"})
-			err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0"})
-			if err == nil {
-				p.Close()
-				t.Fatalf("started with a bad config")
-			}
+			_, _, err := startWithBadConfig(t, tc.yaml, map[string]string{"BROKEN_SECRET": "sk_live_BROKEN\nline"})
 			for _, w := range tc.want {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
