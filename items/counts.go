@@ -107,22 +107,15 @@ func StatsOf(tenant string, now time.Time, groups map[CountGroup]Counts, unresol
 		}
 		attempted[g.Destination] += c.Attempted
 		attempted[""] += c.Attempted
-		if g.State == StateRemoved {
-			update(g.Destination, func(m *Measures) {
-				m.Removed += c.Items
-				m.Retries += c.Retries
-				m.SameKeyRecoveries += c.SameKeyRecoveries
-				m.ManualResolutions += c.ManualResolutions
-				m.DuplicateEffects += c.DuplicateEffects
-				m.EnteredUnknown += c.EnteredUnknown
-			})
-			continue
-		}
 		update(g.Destination, func(m *Measures) {
-			m.Items += c.Items
-			m.States[g.State] += c.Items
-			if g.NeedsPerson {
-				m.NeedsPerson += c.Items
+			if g.State == StateRemoved {
+				m.Removed += c.Items // gone from the ledger; its cumulative measures still count
+			} else {
+				m.Items += c.Items
+				m.States[g.State] += c.Items
+				if g.NeedsPerson {
+					m.NeedsPerson += c.Items
+				}
 			}
 			m.Retries += c.Retries
 			m.SameKeyRecoveries += c.SameKeyRecoveries
