@@ -57,8 +57,8 @@ func (l *Ledger) Fingerprint(payload []byte) (string, error) {
 }
 
 // KeyFingerprints sets the Fingerprint of every request that has none to the keyed fingerprint of its
-// Canonical, with one HMAC for all of them. BeforeWrite and BeforeWriteMany call it; a caller that builds
-// items itself (NewPrepared) calls it first.
+// Canonical, with one HMAC for all of them. BeforeWriteMany calls it (BeforeWrite keys its one request
+// the same way); a caller that builds items itself (NewPrepared) calls it first.
 func (l *Ledger) KeyFingerprints(ps []BeforeWriteParams) {
 	var m hash.Hash
 	for i := range ps {
