@@ -35,6 +35,8 @@ type Main struct {
 	mu      sync.Mutex
 	daemons []daemon
 	addr    string
+	// debugAddr is where --debug-addr serves the profiles, once it does.
+	debugAddr string
 }
 
 // daemon is what a long-running command leaves running when Run returns.
@@ -170,6 +172,13 @@ func (m *Main) Addr() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.addr
+}
+
+// DebugAddr is the address serve's --debug-addr listens on for the profiles, once it does ("" when off).
+func (m *Main) DebugAddr() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.debugAddr
 }
 
 // Wait blocks until ctx ends (a signal) or a long-running part stops by itself, and returns that part's

@@ -52,6 +52,8 @@ type serveOptions struct {
 	sweepEvery string
 	// metricsOpen serves GET /metrics without a token.
 	metricsOpen bool
+	// debugAddr serves the Go profiles (/debug/pprof/) on a loopback address of their own; "" is off.
+	debugAddr string
 }
 
 // env returns the environment variable name, or def when it is unset or empty.
@@ -72,6 +74,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		"cron `schedule` of the sweeper and the alerts, five fields or a descriptor such as \"@every 30s\" (env COMPANION_SWEEP_EVERY)")
 	fs.BoolVar(&o.metricsOpen, "metrics-open", m.env("COMPANION_METRICS_OPEN", "") == "true",
 		"serve GET /metrics without a token, every tenant together (env COMPANION_METRICS_OPEN=true)")
+	fs.StringVar(&o.debugAddr, "debug-addr", m.env("COMPANION_DEBUG_ADDR", ""),
+		"loopback `host:port` serving Go's CPU and heap profiles at /debug/pprof/; off when empty (env COMPANION_DEBUG_ADDR)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
@@ -81,6 +85,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr %q: %v", o.addr, err)
+	}
+	if o.debugAddr != "" && !loopback(o.debugAddr) {
+		return usageErrorf("--debug-addr %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
 	}
 	if m.Getenv("GOGC") == "" {
 		debug.SetGCPercent(handlers.GCPercent)
@@ -170,6 +177,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	m.runProbes(prober, o.sweepEvery)
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
+	if err := m.serveDebug(o.debugAddr, log); err != nil {
+		return err
+	}
 
 	addr := ln.Addr().String()
 	m.mu.Lock()
