@@ -2,8 +2,10 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -182,37 +184,16 @@ func (s *Store) tryGroup(group []*transition) error {
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
 	// items whose stored document is corrupt.
-	found := map[string]*items.Item{}
-	seen := map[string]*items.Item{}
-	var bad map[string]error
+	found, bad, err := s.readGroup(ctx, tx, group)
+	if err != nil {
+		fail(err)
+		return nil
+	}
+	seen := maps.Clone(found)
 	var changed []string // items with a new state, in the order of their first change
 	for _, t := range group {
 		if t.err != nil {
 			continue
-		}
-		var unread []string
-		for _, k := range t.keys {
-			id := itemID(t.tenant, k)
-			if _, ok := found[id]; !ok && bad[id] == nil {
-				unread = append(unread, k)
-			}
-		}
-		if len(unread) > 0 {
-			stored, corrupt, err := s.readMany(ctx, tx, t.tenant, unread)
-			if err != nil {
-				fail(err)
-				return nil
-			}
-			for k, it := range stored {
-				id := itemID(t.tenant, k)
-				found[id], seen[id] = it, it
-			}
-			for k, err := range corrupt {
-				if bad == nil {
-					bad = map[string]error{}
-				}
-				bad[itemID(t.tenant, k)] = err
-			}
 		}
 		if bad != nil {
 			if t.err = corruptKey(t, bad); t.err != nil {
@@ -247,6 +228,51 @@ func (s *Store) tryGroup(group []*transition) error {
 	s.commits.Add(1)
 	s.grown += estimatedPages(len(changed))
 	return nil
+}
+
+// readGroup reads every item the group's transitions (those without a fault) name, before any of them
+// is decided: one readMany per tenant for the whole group rather than one per transition, as nothing is
+// written until every transition is decided. 32 single-item transitions are then one statement instead of
+// 32, each with its own binding, stepping and rows. found has every item that was read (nil: none); bad,
+// nil when empty, those whose stored document is corrupt.
+func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, bad map[string]error, err error) {
+	var tenants []string
+	keys := map[string][]string{} // per tenant, its distinct keys in the order of their first mention
+	queued := map[string]bool{}
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		for _, k := range t.keys {
+			id := itemID(t.tenant, k)
+			if queued[id] {
+				continue
+			}
+			queued[id] = true
+			if _, ok := keys[t.tenant]; !ok {
+				tenants = append(tenants, t.tenant)
+			}
+			keys[t.tenant] = append(keys[t.tenant], k)
+		}
+	}
+	found = make(map[string]*items.Item, len(queued))
+	for _, tenant := range tenants {
+		stored, corrupt, err := s.readMany(ctx, tx, tenant, keys[tenant])
+		s.groupReads.Add(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, it := range stored {
+			found[itemID(tenant, k)] = it
+		}
+		for k, err := range corrupt {
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[itemID(tenant, k)] = err
+		}
+	}
+	return found, bad, nil
 }
 
 // corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.

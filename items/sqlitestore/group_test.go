@@ -149,3 +149,42 @@ func TestPanickingTransitionFailsItsGroupNotTheStore(t *testing.T) {
 		t.Errorf("k: %+v, %v; want the second transition's claim", it, err)
 	}
 }
+
+// TestGroupReadsOncePerTenant decides a group of 32 single-key transitions of one tenant and two of
+// another: the committer reads the group's items in one readMany per tenant, not one per transition, and
+// every transition still decides against its own stored item.
+func TestGroupReadsOncePerTenant(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var group []*transition
+	for i := range 32 {
+		key := []string{fmt.Sprintf("k-%d", i)}
+		if i%2 == 0 { // claimed before: this group's transition makes its second attempt
+			if _, err := s.TransitionMany(ctx, "acme", key, claimFn("acme", key)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		group = append(group, newTransition("acme", key, claimFn("acme", key)))
+	}
+	for _, k := range []string{"k-0", "k-1"} {
+		group = append(group, newTransition("globex", []string{k}, claimFn("globex", []string{k})))
+	}
+	before := s.groupReads.Load()
+	s.commitGroup(group)
+	if n := s.groupReads.Load() - before; n != 2 {
+		t.Errorf("the group read its items in %d calls; want 2, one per tenant", n)
+	}
+	for i, tr := range group {
+		want := 1
+		if i < 32 && i%2 == 0 {
+			want = 2
+		}
+		if tr.err != nil || tr.out[0].Attempt != want {
+			t.Errorf("transition %d (%s %s): %+v, %v; want attempt %d", i, tr.tenant, tr.keys[0], tr.out, tr.err, want)
+		}
+	}
+}

@@ -52,6 +52,8 @@ type Store struct {
 	// committer's alone.
 	grown   int
 	commits atomic.Int64 // transactions committed, for tests
+	// groupReads counts the readMany calls of group commits, for tests.
+	groupReads atomic.Int64
 	// fault, set by tests, fails a transaction's statement after it ran, or its commit before it runs.
 	fault func(op string) error
 }
