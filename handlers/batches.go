@@ -142,7 +142,7 @@ func quickBatchBody[T any](body []byte, top any, out *batchBody[T]) bool {
 	}
 	whole.Items = make([]T, 0, len(texts))
 	// Only a well-formed body is decoded, and only for a well-formed body is the scan exact.
-	if json.Unmarshal(body, &whole) != nil || len(texts) != len(whole.Items) {
+	if quickUnmarshal(body, &whole) != nil || len(texts) != len(whole.Items) {
 		return false
 	}
 	switch r := top.(type) {

@@ -11,11 +11,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 )
 
 // batchCorpus builds n batch bodies of the given kind ("before" for before-write and prepare, "after"
@@ -248,8 +250,9 @@ func TestQuickBatchDecodingIsCareful(t *testing.T) {
 	}
 }
 
-// TestJSONLineIsGinJSONAndANewline renders batch answers both ways and compares the bytes and headers:
-// jsonLine writes what c.JSON writes, and a newline after it.
+// TestJSONLineIsGinJSONAndANewline renders batch answers, random items and errors both ways and compares
+// the bytes and headers: jsonLine writes what c.JSON writes, and a newline after it. (goccy/go-json's
+// encoder does not: it escapes a backspace as \u0008 where encoding/json writes \b.)
 func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
 	at := time.Date(2026, 11, 29, 21, 0, 0, 123456789, time.UTC)
@@ -263,6 +266,16 @@ func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 		batches.AfterWriteResult{Items: []batches.ItemReport{{Key: "a", Report: &items.Report{Key: "a", State: items.StateSucceeded, Message: "<ok>"}},
 			{Key: "b", Error: &batches.ReportError{Code: items.CodeNotFound, Message: "no item with this key"}}}},
 	}
+	// Items drawn at random (the strings, times and results that JSON encoders treat specially), as
+	// GET /v1/items/{key} shows them, and error answers.
+	rng := rand.New(rand.NewPCG(20261201, 13))
+	for i := range 300 {
+		it := itemstest.RandomItem(rng)
+		values = append(values, ItemView{Item: it, IdempotencyKey: "ik-" + it.Key, Reason: items.Reason(it.Cause)},
+			items.Answer{Key: it.Key, Decision: items.Skip, State: it.State, Result: it.Result, Message: it.FailureMessage, LeaseExpiresAt: it.LeaseExpiresAt},
+			ErrorBody{Error: ErrorDetail{Code: items.CodeInvalid, Message: it.FailureMessage,
+				Fields: []items.FieldProblem{{Field: fmt.Sprintf("items[%d].key", i), Problem: it.Cause}}}})
+	}
 	for _, v := range values {
 		want, got := httptest.NewRecorder(), httptest.NewRecorder()
 		c, _ := gin.CreateTestContext(want)
@@ -272,5 +285,58 @@ func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 		if got.Body.String() != want.Body.String()+"\n" || got.Code != want.Code || !reflect.DeepEqual(got.Header(), want.Header()) {
 			t.Errorf("jsonLine %d %v %s\nc.JSON    %d %v %s", got.Code, got.Header(), got.Body, want.Code, want.Header(), want.Body)
 		}
+	}
+}
+
+// TestQuickDecodingIsCareful holds decodeStrict's quick decoding of a single body (goccy/go-json after
+// encoding/json's scanner) to the careful one (encoding/json, token by token): for every item of the
+// batch corpus, and every whole batch body taken as an item, the same request or the same problems.
+func TestQuickDecodingIsCareful(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	quickAccepted := 0
+	for _, kind := range []string{"before", "after"} {
+		var bodies []string
+		for _, body := range batchCorpus(rng, kind, 1000) {
+			bodies = append(bodies, body)
+			if b := strings.TrimLeft(body, " \t\r\n"); strings.HasPrefix(b, "{") {
+				texts, _ := batchItemTexts([]byte(b), knownFields(reflect.TypeFor[batchReportsRequest]()))
+				for _, text := range texts {
+					bodies = append(bodies, string(text))
+				}
+			}
+		}
+		for _, body := range bodies {
+			if !utf8.ValidString(body) {
+				continue // refused before either decoding
+			}
+			decode := func(quick bool) (any, problems, error) {
+				var dst any = &beforeWriteRequest{}
+				if kind == "after" {
+					dst = &afterWriteRequest{}
+				}
+				if quick {
+					ps, err := decodeStrict([]byte(body), "items[1].", dst)
+					return dst, ps, err
+				}
+				ps, err := decodeCareful([]byte(body), "items[1].", dst, knownFields(reflect.TypeOf(dst).Elem()))
+				return dst, ps, err
+			}
+			quickV, quickPs, quickErr := decode(true)
+			carefulV, carefulPs, carefulErr := decode(false)
+			q, c := decodedBatch(quickV, quickErr), decodedBatch(carefulV, carefulErr)
+			if quickErr != nil {
+				quickV, carefulV = nil, nil // what is left of a refused body does not matter
+				q, c = decodedBatch(nil, quickErr), decodedBatch(nil, carefulErr)
+			}
+			if q != c || !reflect.DeepEqual(quickV, carefulV) || !reflect.DeepEqual(quickPs, carefulPs) {
+				t.Fatalf("%s body %s:\nquick   %s %+v\ncareful %s %+v", kind, body, q, quickPs, c, carefulPs)
+			}
+			if quickErr == nil {
+				quickAccepted++
+			}
+		}
+	}
+	if quickAccepted < 500 {
+		t.Errorf("only %d bodies accepted: the corpus no longer tests the quick decoding", quickAccepted)
 	}
 }

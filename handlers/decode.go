@@ -14,6 +14,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/go-playground/validator/v10"
+	gojson "github.com/goccy/go-json"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -146,13 +147,19 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 	// member names are checked with a plain scan instead of a token walk. Anything else is decoded again
 	// the careful way below, which finds the problem and words it.
 	if body := bytes.TrimLeft(body, " \t\r\n"); len(body) > 0 && body[0] == '{' {
-		if json.Unmarshal(body, dst) == nil {
+		if quickUnmarshal(body, dst) == nil {
 			if ok, _ := namesDeclaredOnce(body, known, ""); ok {
 				return validateRequest(prefix, dst)
 			}
 		}
 		reflect.ValueOf(dst).Elem().SetZero()
 	}
+	return decodeCareful(body, prefix, dst, known)
+}
+
+// decodeCareful is decodeStrict for a body in UTF-8 that was not decoded the quick way: it walks the
+// body token by token, to find its problem and word it.
+func decodeCareful(body []byte, prefix string, dst any, known fieldSet) (ps problems, err error) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
@@ -199,6 +206,20 @@ func decodeStrict(body []byte, prefix string, dst any) (ps problems, err error) 
 	}
 	return validateRequest(prefix, dst)
 }
+
+// quickUnmarshal decodes body into dst as json.Unmarshal would, for a well-formed body: it checks the
+// body with encoding/json's scanner, then decodes it with goccy/go-json, which does the same for the
+// request types (TestQuickDecodingIsCareful, TestQuickBatchDecodingIsCareful) in a third of the time.
+// A body it refuses is decoded again the careful way, which words the problem.
+func quickUnmarshal(body []byte, dst any) error {
+	if !json.Valid(body) {
+		return errMalformedBody
+	}
+	return gojson.Unmarshal(body, dst)
+}
+
+// errMalformedBody is quickUnmarshal's refusal of a body that is not well-formed JSON.
+var errMalformedBody = errors.New("handlers: malformed JSON")
 
 // validateRequest applies the field rules to a decoded request and returns their problems.
 func validateRequest(prefix string, dst any) (ps problems, err error) {
