@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -118,6 +119,7 @@ type benchRun struct {
 	o      benchOptions
 	base   string
 	client *http.Client
+	header http.Header  // every call's: shared, as the client only reads it
 	next   atomic.Int64 // the next item to claim
 	done   atomic.Int64 // items reported
 	failed atomic.Int64 // calls that failed
@@ -131,7 +133,13 @@ type benchRun struct {
 func newBenchRun(base string, o benchOptions) *benchRun {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = o.callers*2, o.callers*2
-	return &benchRun{o: o, base: base, client: &http.Client{Transport: tr, Timeout: 60 * time.Second}, calls: map[string][]time.Duration{}}
+	tr.DisableCompression = true // the answers are small JSON; no gzip reader per call
+	header := http.Header{"Content-Type": {"application/json"}}
+	if o.token != "" {
+		header.Set("Authorization", "Bearer "+o.token)
+	}
+	return &benchRun{o: o, base: base, header: header, client: &http.Client{Transport: tr, Timeout: 60 * time.Second},
+		calls: map[string][]time.Duration{}}
 }
 
 func (r *benchRun) firstError() error {
@@ -165,7 +173,7 @@ func (r *benchRun) do(ctx context.Context, progress io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mine := map[string][]time.Duration{}
+			mine := &caller{calls: map[string][]time.Duration{}}
 			for ctx.Err() == nil {
 				n := 1
 				if r.o.mode == "batch" {
@@ -186,7 +194,7 @@ func (r *benchRun) do(ctx context.Context, progress io.Writer) error {
 				}
 			}
 			r.mu.Lock()
-			for k, v := range mine {
+			for k, v := range mine.calls {
 				r.calls[k] = append(r.calls[k], v...)
 			}
 			r.mu.Unlock()
@@ -208,92 +216,148 @@ func (r *benchRun) progressLine(took time.Duration) string {
 		r.failed.Load(), took.Round(time.Second))
 }
 
-func (r *benchRun) key(i int) string { return fmt.Sprintf("%s:i%07d:write:0", r.o.prefix, i) }
+// appendKey appends the key of item i, PREFIX:iNNNNNNN:write:0.
+func (r *benchRun) appendKey(b []byte, i int) []byte {
+	b = append(b, r.o.prefix...)
+	b = append(b, ":i"...)
+	for n := 1000000; n > 1 && i < n; n /= 10 {
+		b = append(b, '0')
+	}
+	b = strconv.AppendInt(b, int64(i), 10)
+	return append(b, ":write:0"...)
+}
+
+// benchAnswer is what the bench reads of a before-write answer.
+type benchAnswer struct {
+	Key      string `json:"key"`
+	Decision string `json:"decision"`
+	Reason   string `json:"reason"`
+	Claim    string `json:"claim"`
+}
+
+// caller is what one caller keeps from one call to the next: the buffer answers are read into, and the
+// durations of its calls. The bench shares the machine's CPU with the service it measures when both run
+// on one host, so what it spends per call is kept small: bodies are written with append rather than
+// json.Marshal of maps, and every call sends the same header.
+type caller struct {
+	answer bytes.Buffer
+	calls  map[string][]time.Duration
+}
 
 // claimAndReport claims items [from, to) and reports each succeeded: two calls, single or batch.
-func (r *benchRun) claimAndReport(ctx context.Context, from, to int, calls map[string][]time.Duration) error {
-	type answer struct {
-		Key      string `json:"key"`
-		Decision string `json:"decision"`
-		Reason   string `json:"reason"`
-		Claim    string `json:"claim"`
-	}
-	claimOf := func(a answer) (map[string]any, error) {
-		if a.Decision != "proceed" {
-			return nil, fmt.Errorf("before-write %s answered %s/%s, not proceed (keys of an earlier run? use another --prefix)", a.Key, a.Decision, a.Reason)
-		}
-		return map[string]any{"key": a.Key, "claim": a.Claim, "outcome": "succeeded", "external_id": "bench-" + a.Key}, nil
-	}
-	item := func(i int) map[string]any {
-		return map[string]any{"key": r.key(i), "payload": map[string]any{"bench": r.o.prefix, "n": i}, "lease_seconds": 300}
-	}
+func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) error {
 	if r.o.mode == "single" {
-		var a answer
-		if err := r.call(ctx, "before-write", "/v1/before-write", item(from), &a, calls); err != nil {
+		var a benchAnswer
+		b := r.appendItem(make([]byte, 0, 256), from)
+		if err := r.call(ctx, c, "before-write", "/v1/before-write", b, &a); err != nil {
 			return err
 		}
-		report, err := claimOf(a)
-		if err != nil {
+		if err := claimed(a); err != nil {
 			return err
 		}
-		if err := r.call(ctx, "after-write", "/v1/after-write", report, nil, calls); err != nil {
+		if err := r.call(ctx, c, "after-write", "/v1/after-write", appendReport(make([]byte, 0, 256), a), nil); err != nil {
 			return err
 		}
 		r.done.Add(1)
 		return nil
 	}
-	its := make([]map[string]any, 0, to-from)
+	b := fmt.Appendf(make([]byte, 0, 128*(to-from+1)), `{"batch_id":"%s-b%07d","items":[`, r.o.prefix, from)
 	for i := from; i < to; i++ {
-		its = append(its, item(i))
+		if i > from {
+			b = append(b, ',')
+		}
+		b = r.appendItem(b, i)
 	}
-	var b struct {
-		Items []answer `json:"items"`
+	b = append(b, "]}"...)
+	var answers struct {
+		Items []benchAnswer `json:"items"`
 	}
-	batchID := fmt.Sprintf("%s-b%07d", r.o.prefix, from)
-	if err := r.call(ctx, "batch before-write", "/v1/batches/before-write", map[string]any{"batch_id": batchID, "items": its}, &b, calls); err != nil {
+	if err := r.call(ctx, c, "batch before-write", "/v1/batches/before-write", b, &answers); err != nil {
 		return err
 	}
-	reports := make([]map[string]any, 0, len(b.Items))
-	for _, a := range b.Items {
-		report, err := claimOf(a)
-		if err != nil {
+	b = append(make([]byte, 0, 160*len(answers.Items)+16), `{"items":[`...)
+	for i, a := range answers.Items {
+		if err := claimed(a); err != nil {
 			return err
 		}
-		reports = append(reports, report)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendReport(b, a)
 	}
-	if err := r.call(ctx, "batch after-write", "/v1/batches/after-write", map[string]any{"items": reports}, nil, calls); err != nil {
+	b = append(b, "]}"...)
+	if err := r.call(ctx, c, "batch after-write", "/v1/batches/after-write", b, nil); err != nil {
 		return err
 	}
 	r.done.Add(int64(to - from))
 	return nil
 }
 
+// appendItem appends the before-write of item i: its key, a payload and a lease. The prefix is of
+// characters that JSON writes as they are (benchPrefix).
+func (r *benchRun) appendItem(b []byte, i int) []byte {
+	b = append(b, `{"key":"`...)
+	b = r.appendKey(b, i)
+	b = append(b, `","payload":{"bench":"`...)
+	b = append(b, r.o.prefix...)
+	b = append(b, `","n":`...)
+	b = strconv.AppendInt(b, int64(i), 10)
+	return append(b, `},"lease_seconds":300}`...)
+}
+
+// appendReport appends the after-write of a claimed item: succeeded, with an external id.
+func appendReport(b []byte, a benchAnswer) []byte {
+	b = append(b, `{"key":`...)
+	b = appendJSONString(b, a.Key)
+	b = append(b, `,"claim":`...)
+	b = appendJSONString(b, a.Claim)
+	b = append(b, `,"outcome":"succeeded","external_id":`...)
+	b = appendJSONString(b, "bench-"+a.Key)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string, as json.Marshal writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// claimed checks that a before-write answered proceed.
+func claimed(a benchAnswer) error {
+	if a.Decision != "proceed" {
+		return fmt.Errorf("before-write %s answered %s/%s, not proceed (keys of an earlier run? use another --prefix)", a.Key, a.Decision, a.Reason)
+	}
+	return nil
+}
+
 // call POSTs body to path and decodes a 200 answer into out (unless nil), recording the call's duration
 // under kind.
-func (r *benchRun) call(ctx context.Context, kind, path string, body, out any, calls map[string][]time.Duration) error {
-	b, err := json.Marshal(body)
+func (r *benchRun) call(ctx context.Context, c *caller, kind, path string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(b))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if r.o.token != "" {
-		req.Header.Set("Authorization", "Bearer "+r.o.token)
-	}
+	req.Header = r.header
 	start := time.Now()
 	resp, err := r.client.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", kind, err)
 	}
-	answer, err := io.ReadAll(resp.Body)
+	c.answer.Reset()
+	_, err = c.answer.ReadFrom(resp.Body)
 	resp.Body.Close()
 	took := time.Since(start)
 	if err != nil {
 		return fmt.Errorf("%s: %w", kind, err)
 	}
+	answer := c.answer.Bytes()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: HTTP %d: %s", kind, resp.StatusCode, strings.TrimSpace(string(answer[:min(len(answer), 300)])))
 	}
@@ -302,7 +366,7 @@ func (r *benchRun) call(ctx context.Context, kind, path string, body, out any, c
 			return fmt.Errorf("%s: %w", kind, err)
 		}
 	}
-	calls[kind] = append(calls[kind], took)
+	c.calls[kind] = append(c.calls[kind], took)
 	return nil
 }
 
