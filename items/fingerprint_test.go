@@ -184,4 +184,14 @@ func TestRedact(t *testing.T) {
 	if n := len([]rune(items.Redact(strings.Repeat("é ", 400)))); n > items.MaxMessageLength {
 		t.Errorf("Redact kept %d characters, want at most %d", n, items.MaxMessageLength)
 	}
+	if got := items.Redact(" \n\t"); got != "" {
+		t.Errorf("Redact(spaces) = %q; want \"\"", got)
+	}
+}
+
+// TestRedactNothingIsFree: every report of a success has no message, and redacting it allocates nothing.
+func TestRedactNothingIsFree(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { items.Redact("") }); n != 0 {
+		t.Errorf("Redact(\"\") allocates %.0f times; want none", n)
+	}
 }
