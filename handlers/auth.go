@@ -164,7 +164,7 @@ func (s *server) authorize(access Access) gin.HandlerFunc {
 			s.writeError(c, err)
 			return
 		}
-		c.Set(logTenant, p.Tenant)
+		lineOf(c).tenant = p.Tenant
 		if access == Operator && p.Role != RoleOperator {
 			s.writeError(c, &items.Error{Code: CodeForbidden, Message: "this endpoint needs an operator token; " + p.Name + " is a " + string(p.Role) + " token"})
 			return

@@ -96,7 +96,7 @@ func (s *server) writeError(c *gin.Context, err error) {
 	if status == http.StatusUnauthorized {
 		c.Header("WWW-Authenticate", `Bearer realm="companion"`)
 	}
-	c.Set(logCode, string(d.Code))
+	lineOf(c).code = string(d.Code)
 	c.Abort()
 	c.Render(status, jsonLine{ErrorBody{Error: d}})
 }

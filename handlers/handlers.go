@@ -177,7 +177,7 @@ func New(cfg Config) http.Handler {
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
 	_ = r.SetTrustedProxies(nil) // nil never fails; the client address is the peer's
-	r.Use(s.logRequests, s.observeRequests, s.recoverPanics)
+	r.Use(s.serveRequests)
 	r.NoRoute(func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
 	})

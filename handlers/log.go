@@ -12,15 +12,29 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// Keys under which handlers leave what the request line reports. Never the payload.
-const (
-	logTenant   = "log.tenant"
-	logKey      = "log.key"
-	logDecision = "log.decision"
-	logReason   = "log.reason"
-	logState    = "log.state"
-	logCode     = "log.code"
-)
+// requestLine is what a request's log line reports besides its method, route, status and latency: the
+// handlers fill it in as they learn it (authorize the tenant, noteItem the item, writeError the code).
+// Never the payload.
+type requestLine struct {
+	tenant, key, code string
+	decision          items.Decision
+	reason            items.Reason
+	state             items.State
+}
+
+// lineKey is where the request's *requestLine lives in its gin context.
+const lineKey = "handlers.line"
+
+// lineOf returns the request's line; a request that did not pass serveRequests (a test's engine) gets one
+// of its own.
+func lineOf(c *gin.Context) *requestLine {
+	if v, ok := c.Get(lineKey); ok {
+		return v.(*requestLine)
+	}
+	l := &requestLine{}
+	c.Set(lineKey, l)
+	return l
+}
 
 func routeOf(c *gin.Context) string {
 	if r := c.FullPath(); r != "" {
@@ -29,24 +43,37 @@ func routeOf(c *gin.Context) string {
 	return "unmatched"
 }
 
-// logRequests writes one line per request: method, route, status, latency, tenant, key, decision and
-// state. It logs the route pattern, not the path, so keys appear only in their own field.
-func (s *server) logRequests(c *gin.Context) {
+// serveRequests runs every request: a panic in its handler becomes a 500 (recoverPanics), then its
+// duration goes to the metrics by route pattern and one line to the log. One middleware with one
+// *requestLine, rather than three with a context key per field, because every call of the protocol
+// pays for it.
+func (s *server) serveRequests(c *gin.Context) {
 	start := time.Now()
-	c.Next()
-	status := c.Writer.Status()
-	attrs := []slog.Attr{
+	line := &requestLine{}
+	c.Set(lineKey, line)
+	s.recoverPanics(c)
+	took := time.Since(start)
+	status, route := c.Writer.Status(), routeOf(c)
+	s.metricsOf.ObserveRequest(c.Request.Method, route, status, took)
+	s.logRequest(c, line, route, status, took)
+}
+
+// logRequest writes the request's line: method, route, status, latency, tenant, key, decision, reason,
+// state and error code. It logs the route pattern, not the path, so keys appear only in their own field.
+func (s *server) logRequest(c *gin.Context, line *requestLine, route string, status int, took time.Duration) {
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
 		slog.String("method", c.Request.Method),
-		slog.String("route", routeOf(c)),
+		slog.String("route", route),
 		slog.Int("status", status),
-		slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
-	}
-	for _, k := range []struct{ ctx, name string }{
-		{logTenant, "tenant"}, {logKey, "key"}, {logDecision, "decision"}, {logReason, "reason"},
-		{logState, "state"}, {logCode, "error"},
+		slog.Float64("latency_ms", float64(took.Microseconds())/1000),
+	)
+	for _, f := range [...]struct{ name, value string }{
+		{"tenant", line.tenant}, {"key", line.key}, {"decision", string(line.decision)}, {"reason", string(line.reason)},
+		{"state", string(line.state)}, {"error", line.code},
 	} {
-		if v := c.GetString(k.ctx); v != "" {
-			attrs = append(attrs, slog.String(k.name, v))
+		if f.value != "" {
+			attrs = append(attrs, slog.String(f.name, f.value))
 		}
 	}
 	level := slog.LevelInfo
@@ -75,14 +102,15 @@ func (s *server) recoverPanics(c *gin.Context) {
 
 // noteItem records the key and where the item stands for the request line.
 func noteItem(c *gin.Context, key string, decision items.Decision, reason items.Reason, state items.State) {
-	c.Set(logKey, key)
+	l := lineOf(c)
+	l.key = key
 	if decision != "" {
-		c.Set(logDecision, string(decision))
+		l.decision = decision
 	}
 	if reason != "" {
-		c.Set(logReason, string(reason))
+		l.reason = reason
 	}
 	if state != "" {
-		c.Set(logState, string(state))
+		l.state = state
 	}
 }

@@ -166,13 +166,6 @@ func (s *server) metrics(c *gin.Context) {
 	promhttp.HandlerFor(s.metricsOf.gatherer(st), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
 }
 
-// observeRequests records each request's duration by route pattern.
-func (s *server) observeRequests(c *gin.Context) {
-	start := time.Now()
-	c.Next()
-	s.metricsOf.ObserveRequest(c.Request.Method, routeOf(c), c.Writer.Status(), time.Since(start))
-}
-
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's
 // counters (a conflict changes no item, so the item cannot remember it).
 func (s *server) observeDecision(ctx context.Context, p items.BeforeWriteParams, a items.Answer) {
