@@ -223,6 +223,9 @@ var errMalformedBody = errors.New("handlers: malformed JSON")
 
 // validateRequest applies the field rules to a decoded request and returns their problems.
 func validateRequest(prefix string, dst any) (ps problems, err error) {
+	if passes(dst) {
+		return nil, nil
+	}
 	if err := validate.Struct(dst); err != nil {
 		var ves validator.ValidationErrors
 		if !errors.As(err, &ves) {

@@ -14,7 +14,7 @@ import (
 type beforeWriteRequest struct {
 	keyFields
 	// Payload is fingerprinted from its raw bytes, so numbers keep the exact text the caller sent.
-	Payload      json.RawMessage `json:"payload"`
+	Payload      json.RawMessage `json:"payload" validate:"-"`
 	Destination  string          `json:"destination" validate:"max=200"`
 	Dedupe       string          `json:"dedupe" validate:"omitempty,oneof=key lookup none"`
 	Reference    string          `json:"reference" validate:"max=500"`
@@ -80,8 +80,8 @@ func (s *server) beforeWrite(c *gin.Context) {
 // hand over whole error objects.
 type errorEvidence struct {
 	Class   string    `json:"class" validate:"omitempty,oneof=validation dns connection_refused tls timeout connection_reset http other"`
-	Code    looseText `json:"code"`
-	Message looseText `json:"message"`
+	Code    looseText `json:"code" validate:"-"`
+	Message looseText `json:"message" validate:"-"`
 }
 
 // afterWriteRequest is the body of POST /v1/after-write.
@@ -91,7 +91,7 @@ type afterWriteRequest struct {
 	Outcome           string          `json:"outcome" validate:"required,oneof=succeeded failed unknown"`
 	ExternalID        idText          `json:"external_id" validate:"max=500"`
 	ReceiverRequestID idText          `json:"receiver_request_id" validate:"max=500"`
-	Result            json.RawMessage `json:"result"`
+	Result            json.RawMessage `json:"result" validate:"-"`
 	HTTPStatus        *int            `json:"http_status" validate:"omitnil,min=100,max=599"`
 	Error             *errorEvidence  `json:"error"`
 	RetryAfter        *int            `json:"retry_after" validate:"omitnil,min=0,max=31536000"`

@@ -9,12 +9,12 @@ import (
 
 // keyFields name an item in a body: a key, or the four parts it is derived from.
 type keyFields struct {
-	Key      *string `json:"key"`
-	Workflow *string `json:"workflow"`
-	Object   *string `json:"object"`
-	Action   *string `json:"action"`
+	Key      *string `json:"key" validate:"-"`
+	Workflow *string `json:"workflow" validate:"-"`
+	Object   *string `json:"object" validate:"-"`
+	Action   *string `json:"action" validate:"-"`
 	// Sequence is a non-negative integer or a string; both arrive here as raw JSON.
-	Sequence json.RawMessage `json:"sequence"`
+	Sequence json.RawMessage `json:"sequence" validate:"-"`
 }
 
 // itemKey is a key with the labels it was derived from (empty when the caller sent the key itself).
