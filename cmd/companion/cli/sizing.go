@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -36,6 +38,10 @@ progress line while it runs and a summary (items/s, p50/p99 per call, errors).
 
 --floor DIR also measures the disk's naive floor in DIR, in the same run: two fsync'd single-row SQLite
 transactions per item through database/sql, no HTTP. Run it on the deployment's data disk.
+
+With an operator token (or against a service without tokens) it also reads the service's CPU time from
+GET /metrics (process_cpu_seconds_total) before and after the run and prints it per item: on a machine
+shared with other work, a steadier measure than items/s.
 
 Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
 bench-<UTC time>): it prints how to list them at the end. They are real items of the tenant of the
@@ -103,9 +109,17 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	var run *benchRun
 	if o.items > 0 {
 		run = newBenchRun(base, o)
+		before, err := run.serviceCPU(ctx)
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
 		}
+		if err == nil {
+			var after float64
+			if after, err = run.serviceCPU(ctx); err == nil {
+				run.cpu = after - before
+			}
+		}
+		run.cpuErr = err
 	}
 	m.benchSummary(o, run, floor)
 	if run != nil && run.failed.Load() > 0 {
@@ -124,6 +138,9 @@ type benchRun struct {
 	done   atomic.Int64 // items reported
 	failed atomic.Int64 // calls that failed
 	took   time.Duration
+	// cpu is the service's CPU time over the run, in seconds, unless cpuErr says why it is not known.
+	cpu    float64
+	cpuErr error
 
 	mu    sync.Mutex
 	first error
@@ -370,6 +387,39 @@ func (r *benchRun) call(ctx context.Context, c *caller, kind, path string, body 
 	return nil
 }
 
+// serviceCPU returns the CPU time the service's process has used (user and system, in seconds), as its
+// GET /metrics reports it in process_cpu_seconds_total. It needs an operator token (or a service that
+// runs with --metrics-open or open). Behind a load balancer it is the CPU of the replica that answered.
+func (r *benchRun) serviceCPU(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+"/metrics", nil)
+	if err != nil {
+		return 0, err
+	}
+	if a := r.header.Get("Authorization"); a != "" {
+		req.Header.Set("Authorization", a)
+	}
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return 0, fmt.Errorf("GET /metrics answered %d", resp.StatusCode)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, errors.New("GET /metrics has no process_cpu_seconds_total")
+}
+
 // percentile returns the p-th percentile (0-100) of sorted durations, by the nearest rank.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
@@ -412,6 +462,14 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, floor *sqlitestore.Fl
 	w.Flush()
 	if run != nil && floor != nil && floor.ItemsPerSecond() > 0 {
 		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s).\n", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
+	}
+	switch {
+	case run == nil:
+	case run.cpuErr != nil:
+		fmt.Fprintf(m.Stdout, "\nService CPU not measured (%v): run with an operator token to read it from GET /metrics.\n", run.cpuErr)
+	case run.done.Load() > 0:
+		fmt.Fprintf(m.Stdout, "\nService CPU: %.0f µs per item (%.2f s over the run, process_cpu_seconds_total of GET /metrics: "+
+			"the replica that answered, with whatever else it served meanwhile).\n", run.cpu*1e6/float64(run.done.Load()), run.cpu)
 	}
 	if run != nil {
 		fmt.Fprintf(m.Stdout, "\nThe items are the tenant's, keys %s:i…:write:0; list them with\n  companion items list --workflow %s --all\n", o.prefix, o.prefix)

@@ -26,6 +26,7 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 		regexp.MustCompile(`(?m)^\s+floor \(2 fsync'd SQLite commits/item\)\s+40\s+20\s+[0-9]+`),
 		regexp.MustCompile(`× the floor`),
 		regexp.MustCompile(`companion items list --workflow bench-single --all`),
+		regexp.MustCompile(`Service CPU not measured \(GET /metrics answered 403\)`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("bench single: no %s in\n%s", want, out)
@@ -45,6 +46,11 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 	}
 
 	op := map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "op-secret-0123456789"}
+	// With an operator token the bench reads the service's CPU time from GET /metrics.
+	out, err = run(t, op, "bench", "--items", "30", "--callers", "2", "--prefix", "bench-cpu")
+	if err != nil || !regexp.MustCompile(`Service CPU: [0-9]+ µs per item \([0-9.]+ s over the run`).MatchString(out) {
+		t.Errorf("bench with an operator token: %v\n%s", err, out)
+	}
 	for prefix, n := range map[string]string{"bench-single": "40", "bench-batch": "110"} {
 		out, err = run(t, op, "items", "list", "--workflow", prefix, "--state", "succeeded", "--limit", "500", "--all")
 		if err != nil || !strings.Contains(out, n+" item(s)") {
