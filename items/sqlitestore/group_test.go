@@ -164,8 +164,10 @@ func TestGroupReadsOncePerTenant(t *testing.T) {
 	for i := range 32 {
 		key := []string{fmt.Sprintf("k-%d", i)}
 		if i%2 == 0 { // claimed before: this group's transition makes its second attempt
-			if _, err := s.TransitionMany(ctx, "acme", key, claimFn("acme", key)); err != nil {
-				t.Fatal(err)
+			// (decided here, as the group below is, rather than by the committer goroutine)
+			pre := newTransition("acme", key, claimFn("acme", key))
+			if s.commitGroup([]*transition{pre}); pre.err != nil {
+				t.Fatal(pre.err)
 			}
 		}
 		group = append(group, newTransition("acme", key, claimFn("acme", key)))
