@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // findMakeModule is the module named name anywhere in flow (routes and error handlers included), or nil.
@@ -303,4 +304,313 @@ func formulaArgs(s string) ([]string, bool) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// templateBySlug is the template with that slug.
+func templateBySlug(t *testing.T, slug string) Template {
+	t.Helper()
+	for _, tpl := range Templates() {
+		if tpl.Slug == slug {
+			return tpl
+		}
+	}
+	t.Fatalf("no template %s", slug)
+	return Template{}
+}
+
+// mutateMakeBody rewrites the JSON body of the module named name and returns the module's id and the
+// body's field name.
+func mutateMakeBody(t *testing.T, bp *MakeBlueprint, name string, change func(string) string) (int, string) {
+	t.Helper()
+	m := findMakeModule(bp.Flow, name)
+	if m == nil {
+		t.Fatalf("no module %q", name)
+	}
+	var before, after, field string
+	switch mp := m.Mapper.(type) {
+	case MakeHTTPMapper:
+		before, field = mp.JSONStringBodyContent, "jsonStringBodyContent"
+		mp.JSONStringBodyContent = change(before)
+		after, m.Mapper = mp.JSONStringBodyContent, mp
+	case map[string]any:
+		before, field = mp["body"].(string), "body"
+		mp["body"] = change(before)
+		after = mp["body"].(string)
+	case map[string]string:
+		before, field = mp["value"], "value"
+		mp["value"] = change(before)
+		after = mp["value"]
+	default:
+		t.Fatalf("module %q: no JSON body", name)
+	}
+	if after == before {
+		t.Fatalf("module %q: mutation did not apply to %s", name, before)
+	}
+	return m.ID, field
+}
+
+// Each JSON-body rule fails a blueprint that breaks it, with a message naming the module and the field.
+func TestMakeCheckerRejectsPastedJSON(t *testing.T) {
+	re := func(pattern, repl string) func(string) string {
+		return func(s string) string { return regexp.MustCompile(pattern).ReplaceAllString(s, repl) }
+	}
+	cases := []struct {
+		name, slug, module string
+		change             func(bp *MakeBlueprint) func(string) string
+		want               string
+	}{
+		{"a delivered text pasted between quotes", "guarded-write", NodeBeforeWrite,
+			func(*MakeBlueprint) func(string) string {
+				return re(`"recipient": \{\{\d+\.json\}\}`, `"recipient": "{{1.recipient}}"`)
+			}, `{{1.recipient}} is pasted inside a JSON string`},
+		{"a delivered number pasted bare", "guarded-write", NodeBeforeWrite,
+			func(*MakeBlueprint) func(string) string {
+				return re(`"amount": \{\{\d+\.json\}\}`, `"amount": {{1.amount}}`)
+			}, `{{1.amount}} is mapped bare but is neither`},
+		{"a JSON output quoted again", "lookup-reconcile", NodeBeforeWrite,
+			func(*MakeBlueprint) func(string) string {
+				return re(`"key": (\{\{\d+\.json\}\})`, `"key": "$1"`)
+			}, `is pasted inside a JSON string`},
+		{"a webhook answer pasting the external id", "guarded-write", "Answer: written",
+			func(bp *MakeBlueprint) func(string) string {
+				w := findMakeModule(bp.Flow, NodeWrite).ID
+				return re(`\{\{ifempty\(\d+\.json; "null"\)\}\}`, fmt.Sprintf(`"{{%d.data.id}}"`, w))
+			}, `.data.id}} is pasted inside a JSON string`},
+		{"a composed evidence pasting the external id", "batch-guarded-write", "Evidence",
+			func(bp *MakeBlueprint) func(string) string {
+				w := findMakeModule(bp.Flow, NodeWrite).ID
+				return re(`"external_id": \{\{ifempty\(\d+\.json; "null"\)\}\}`, fmt.Sprintf(`"external_id": "{{%d.data.id}}"`, w))
+			}, `.data.id}} is pasted inside a JSON string`},
+		{"a formula that can give a data value inside a string", "guarded-write", "After-write: HTTP failure",
+			func(bp *MakeBlueprint) func(string) string {
+				w := findMakeModule(bp.Flow, NodeWrite).ID
+				return re(`"unknown"; "failed"\)`, fmt.Sprintf(`"unknown"; %d.data.error)`, w))
+			}, `is pasted inside a JSON string`},
+		{"the .json of a module that is not Transform to JSON", "lookup-reconcile", "Reconcile: found",
+			func(bp *MakeBlueprint) func(string) string {
+				l := findMakeModule(bp.Flow, NodeLookup).ID
+				return re(`"evidence": \{\{\d+\.json\}\}`, fmt.Sprintf(`"evidence": {{%d.json}}`, l))
+			}, `.json}} is mapped bare but is neither`},
+		{"an aggregated text joined into the items array", "batch-guarded-write", "Batch before-write",
+			func(*MakeBlueprint) func(string) string {
+				return re(`map\((\d+)\.array; "value"\)`, `map($1.array; "key")`)
+			}, `"key"); ", ")}} is mapped bare but is neither`},
+		{"the delivery check's answer naming a field by its value", "guarded-write", "Answer: delivery incomplete",
+			func(*MakeBlueprint) func(string) string {
+				return re(`" invoice"; ""\)`, `1.invoice; "")`)
+			}, `is pasted inside a JSON string`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			bp := RenderMake(templateBySlug(t, tc.slug), DefaultSettings())
+			id, field := mutateMakeBody(t, &bp, tc.module, tc.change(&bp))
+			raw, err := encode(bp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			where := fmt.Sprintf("module %d (%s) %s: ", id, tc.module, field)
+			var found bool
+			errs := checkMakeBlueprint(raw)
+			for _, e := range errs {
+				found = found || (strings.HasPrefix(e, where) && strings.Contains(e, tc.want))
+			}
+			if !found {
+				t.Errorf("no error %q…%q; the checker said %q", where, tc.want, errs)
+			}
+		})
+	}
+}
+
+// Make's Transform to JSON, as the tests model it: a text with mappings becomes a JSON string, a lone
+// mapping of a delivered value keeps its type.
+func transformToJSON(t *testing.T, object string, delivery map[string]any) string {
+	t.Helper()
+	var v any
+	if m := regexp.MustCompile(`^\{\{1\.(\w+)\}\}$`).FindStringSubmatch(object); m != nil {
+		v = delivery[m[1]]
+	} else {
+		v = deliveredRE.ReplaceAllStringFunc(object, func(s string) string {
+			return fmt.Sprint(delivery[deliveredRE.FindStringSubmatch(s)[1]])
+		})
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// A delivery whose texts hold quotes, backslashes, newlines and tabs reaches companion and the write
+// exactly: the before-write, the trigger claim and the write body are JSON, and each value comes back
+// as it was delivered (a number stays a number). Pasted between quotes, as before issue 12, the first
+// quote ended the string.
+func TestMakeBodiesCarryHostileTextsExactly(t *testing.T) {
+	deliveries := map[string]map[string]any{
+		"guarded-write":    {"invoice": `74"2\`, "recipient": hostileText, "amount": 120.5, "reminder": 2},
+		"lookup-reconcile": {"reference": "QT-\"0417\"\n", "customer": hostileText, "amount": 4200},
+	}
+	for slug, delivery := range deliveries {
+		tpl := templateBySlug(t, slug)
+		bp := RenderMake(tpl, DefaultSettings())
+		out := map[int]string{}
+		var walk func([]MakeModule)
+		walk = func(flow []MakeModule) {
+			for _, m := range flow {
+				if m.Module == "json:TransformToJSON" {
+					// Only the delivery's values: every mapping in the object is one of the webhook's fields.
+					if obj := m.Mapper.(map[string]string)["object"]; strings.Count(obj, "{{") == len(deliveredRE.FindAllString(obj, -1)) {
+						out[m.ID] = transformToJSON(t, obj, delivery)
+					}
+				}
+				for _, r := range m.Routes {
+					walk(r.Flow)
+				}
+				walk(m.OnError)
+			}
+		}
+		walk(bp.Flow)
+		render := func(name string) map[string]any {
+			m := findMakeModule(bp.Flow, name)
+			body := m.Mapper.(MakeHTTPMapper).JSONStringBodyContent
+			body = regexp.MustCompile(`\{\{(\d+)\.json\}\}`).ReplaceAllStringFunc(body, func(s string) string {
+				j, ok := out[atoi(regexp.MustCompile(`\d+`).FindString(s))]
+				if !ok {
+					t.Fatalf("%s: %s maps %s, which the test cannot compute", slug, name, s)
+				}
+				return j
+			})
+			body = strings.ReplaceAll(body, "{{var.scenario.executionId}}", "77")
+			var v map[string]any
+			if err := json.Unmarshal([]byte(body), &v); err != nil {
+				t.Fatalf("%s: %s: the body is not JSON with a hostile delivery: %v\n%s", slug, name, err, body)
+			}
+			return v
+		}
+		text := func(s string) string {
+			return deliveredRE.ReplaceAllStringFunc(s, func(s string) string { return fmt.Sprint(delivery[deliveredRE.FindStringSubmatch(s)[1]]) })
+		}
+		bw := render(NodeBeforeWrite)
+		if bw["key"] != text(tpl.Example.KeyMake) || bw["reference"] != text(tpl.Example.RefMake) {
+			t.Errorf("%s: key %q reference %q, want %q %q", slug, bw["key"], bw["reference"], text(tpl.Example.KeyMake), text(tpl.Example.RefMake))
+		}
+		payload, _ := bw["payload"].(map[string]any)
+		for field, want := range delivery {
+			got := payload[field]
+			if n, ok := want.(int); ok {
+				want = float64(n)
+			}
+			if got != want {
+				t.Errorf("%s: payload.%s = %#v, want %#v", slug, field, got, want)
+			}
+		}
+		write := render(NodeWrite)
+		if write["reference"] != text(tpl.Example.RefMake) || write[deliveryFields(tpl.Example)[1]] != payload[deliveryFields(tpl.Example)[1]] {
+			t.Errorf("%s: the write body %v does not carry the delivered values", slug, write)
+		}
+		if tpl.TriggerGuard {
+			if tc := render("Claim trigger event"); tc["key"] != text(tpl.Example.KeyMake)+":trigger" {
+				t.Errorf("%s: trigger claim key %q", slug, tc["key"])
+			}
+		}
+	}
+}
+
+// Check delivery stops a delivery missing a field the key, the reference or the payload is built from
+// (missing, null or empty) before any key is built, and answers 400 naming it; a complete delivery (an
+// amount of 0 too) goes on. Before, such a delivery built invoice-:reminder:2, shared by every
+// malformed delivery.
+func TestMakeCheckDeliveryStopsIncomplete(t *testing.T) {
+	presentRE := regexp.MustCompile(`^\{\{length\(toString\(ifempty\(1\.(\w+); ""\)\)\)\}\}$`)
+	lacksRE := regexp.MustCompile(`\{\{if\(length\(toString\(ifempty\(1\.(\w+); ""\)\)\) = 0; "( \w+)"; ""\)\}\}`)
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly || tpl.Shape == Batch {
+			continue
+		}
+		bp := RenderMake(tpl, DefaultSettings())
+		check := findMakeModule(bp.Flow, "Check delivery")
+		if check == nil || len(check.Routes) != 2 {
+			t.Fatalf("%s: no two-route Check delivery router", tpl.Slug)
+		}
+		if first := check.Routes[0].Flow[0]; first.Metadata.Designer.Name != "JSON: key" {
+			t.Errorf("%s: the complete route starts with %q, not the key", tpl.Slug, first.Metadata.Designer.Name)
+		}
+		length := func(d map[string]any, field string) int {
+			v, ok := d[field]
+			if !ok || v == nil {
+				return 0
+			}
+			return len(fmt.Sprint(v))
+		}
+		pass := func(f *MakeFilter, d map[string]any) bool {
+			for _, and := range f.Conditions {
+				ok := true
+				for _, c := range and {
+					m := presentRE.FindStringSubmatch(c.A)
+					if m == nil {
+						t.Fatalf("%s: unexpected condition %+v", tpl.Slug, c)
+					}
+					n, want := length(d, m[1]), atoi(c.B)
+					switch c.O {
+					case "number:greater":
+						ok = ok && n > want
+					case "number:equal":
+						ok = ok && n == want
+					default:
+						t.Fatalf("%s: unexpected operator %s", tpl.Slug, c.O)
+					}
+				}
+				if ok {
+					return true
+				}
+			}
+			return false
+		}
+		var event map[string]any
+		if err := json.Unmarshal([]byte(tpl.Example.Event), &event); err != nil {
+			t.Fatal(err)
+		}
+		goes, refuses := check.Routes[0].Flow[0].Filter, check.Routes[1].Flow[0].Filter
+		if !pass(goes, event) || pass(refuses, event) {
+			t.Errorf("%s: the example delivery does not go on", tpl.Slug)
+		}
+		zero := map[string]any{}
+		for k, v := range event {
+			zero[k] = v
+		}
+		zero["amount"] = 0
+		if !pass(goes, zero) || pass(refuses, zero) {
+			t.Errorf("%s: an amount of 0 is taken for a missing field", tpl.Slug)
+		}
+		answer := check.Routes[1].Flow[0]
+		if answer.Module != "gateway:WebhookRespond" || answer.Mapper.(map[string]any)["status"] != "400" {
+			t.Fatalf("%s: the refusing route does not answer 400", tpl.Slug)
+		}
+		for _, field := range deliveryFields(tpl.Example) {
+			for _, bad := range []any{nil, "", "absent"} {
+				d := map[string]any{}
+				for k, v := range event {
+					d[k] = v
+				}
+				if bad == "absent" {
+					delete(d, field)
+				} else {
+					d[field] = bad
+				}
+				if pass(goes, d) || !pass(refuses, d) {
+					t.Errorf("%s: a delivery with %s %v is not refused", tpl.Slug, field, bad)
+				}
+				body := lacksRE.ReplaceAllStringFunc(answer.Mapper.(map[string]any)["body"].(string), func(s string) string {
+					m := lacksRE.FindStringSubmatch(s)
+					if length(d, m[1]) == 0 {
+						return m[2]
+					}
+					return ""
+				})
+				var v struct{ Error, Message string }
+				if err := json.Unmarshal([]byte(body), &v); err != nil || v.Error != "missing_fields" || !strings.Contains(v.Message, "lacks: "+field+";") {
+					t.Errorf("%s: without %s the answer is %s (%v)", tpl.Slug, field, body, err)
+				}
+			}
+		}
+	}
 }
