@@ -666,9 +666,10 @@ func TestMakeBatchRoutesEveryDecision(t *testing.T) {
 	}
 	each := makeModuleID(t, raw, "One bundle per decision")
 	var router *MakeModule
-	for i, m := range bp.Flow {
-		if m.ID == each && i+1 < len(bp.Flow) && bp.Flow[i+1].Module == "builtin:BasicRouter" {
-			router = &bp.Flow[i+1]
+	flow := makeFlowOf(bp.Flow, each)
+	for i, m := range flow {
+		if m.ID == each && i+1 < len(flow) && flow[i+1].Module == "builtin:BasicRouter" {
+			router = &flow[i+1]
 		}
 	}
 	if router == nil {

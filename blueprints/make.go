@@ -325,6 +325,12 @@ func present(src int, field string) string {
 	return fmt.Sprintf(`{{length(toString(ifempty(%d.%s; "")))}}`, src, field)
 }
 
+// lacksExpr names field (" invoice") when module src's field is missing, null or empty, else gives "".
+// It can only give its own words, so it may stand inside a JSON string.
+func lacksExpr(src int, field string) string {
+	return fmt.Sprintf(`{{if(length(toString(ifempty(%d.%s; ""))) = 0; " %s"; "")}}`, src, field, field)
+}
+
 // checkDelivery is the router that stops a delivery missing a field the key, the reference or the
 // payload is built from, before any key is built: without it every malformed delivery would share one
 // key (invoice-:reminder:2). Its first route (the rest of the scenario, from the first module of
@@ -339,7 +345,7 @@ func (f *makeFlow) checkDelivery(ex Example, x, y int, rest func() []MakeModule)
 	for _, fd := range fields {
 		complete.Conditions[0] = append(complete.Conditions[0], MakeCondition{A: present(1, fd), O: "number:greater", B: "0"})
 		incomplete.Conditions = append(incomplete.Conditions, []MakeCondition{{A: present(1, fd), O: "number:equal", B: "0"}})
-		lacks = append(lacks, fmt.Sprintf(`{{if(length(toString(ifempty(1.%s; ""))) = 0; " %s"; "")}}`, fd, fd))
+		lacks = append(lacks, lacksExpr(1, fd))
 		quoted = append(quoted, `"`+fd+`"`)
 	}
 	flow := rest()
@@ -684,11 +690,29 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	for _, p := range v.fields {
 		aggFields[p.name] = p.json
 	}
+	// Each item also keeps the fields it lacks (" invoice amount", or nothing): an item missing a field
+	// its key, reference or payload is built from would build a key every such item shares.
+	var lacks []string
+	for _, fd := range deliveryFields(ex) {
+		lacks = append(lacks, lacksExpr(items.ID, fd))
+	}
+	aggFields["missing"] = strings.Join(lacks, "")
 	agg.Mapper = aggFields
+	check := f.module("Check delivery", "builtin:BasicRouter", 1050, 0)
+	check.Mapper = json.RawMessage("null")
+	missing := fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID)
 	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
 	// An empty aggregation (no items, or a re-run where the trigger sent none) stops here instead of
-	// sending {"items": []}, which the service refuses.
-	claim.Filter = &MakeFilter{Name: "at least one item", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"}}}}
+	// sending {"items": []}, which the service refuses; so does a batch with an incomplete item (below).
+	claim.Filter = &MakeFilter{Name: "at least one item, none incomplete", Conditions: [][]MakeCondition{{
+		{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"},
+		{A: missing, O: "number:equal", B: "0"},
+	}}}
+	// A batch with an incomplete item claims nothing and answers 400 with, per item in delivery order,
+	// the fields it lacks.
+	lacking := f.toJSON("JSON: fields each item lacks", fmt.Sprintf(`{{map(%d.array; "missing")}}`, agg.ID), 1200, 300)
+	lacking.Filter = &MakeFilter{Name: "an item lacks a field", Conditions: [][]MakeCondition{{{A: missing, O: "number:greater", B: "0"}}}}
+	refuse := f.respond("Answer: delivery incomplete", "400", fmt.Sprintf(`{"error": "missing_fields", "message": "an item lacks a field its key, reference or payload is built from; nothing was claimed", "missing": %s}`, jsonOf(lacking.ID)), 1350, 300)
 	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
 	each.Parameters = map[string]string{}
 	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
@@ -733,7 +757,8 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	rest.Parameters = map[string]string{}
 	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), jsonOrNull(st.ID))}
 	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, report}, []MakeModule{st, rest})
+	check.Routes = []MakeRoute{{Flow: []MakeModule{claim, each, route}}, {Flow: []MakeModule{lacking, refuse}}}
 	flow := append(append([]MakeModule{hook}, settings...), items)
 	flow = append(flow, jsonMods...)
-	return append(flow, compose, agg, claim, each, route)
+	return append(flow, compose, agg, check)
 }

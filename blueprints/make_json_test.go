@@ -614,3 +614,105 @@ func TestMakeCheckDeliveryStopsIncomplete(t *testing.T) {
 		}
 	}
 }
+
+// makeFlowOf is the flow (top level, route or error handler) that holds module id.
+func makeFlowOf(flow []MakeModule, id int) []MakeModule {
+	for _, m := range flow {
+		if m.ID == id {
+			return flow
+		}
+		for _, r := range m.Routes {
+			if f := makeFlowOf(r.Flow, id); f != nil {
+				return f
+			}
+		}
+		if f := makeFlowOf(m.OnError, id); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// The batch blueprint claims nothing when an item lacks a field its key, reference or payload is built
+// from: the batch before-write's filter stops, and the webhook is answered 400 with the fields each item
+// lacks, in delivery order. A complete batch goes on.
+func TestMakeBatchCheckDelivery(t *testing.T) {
+	tpl := templateBySlug(t, "batch-guarded-write")
+	bp := RenderMake(tpl, DefaultSettings())
+	agg := findMakeModule(bp.Flow, "All items")
+	check := findMakeModule(bp.Flow, "Check delivery")
+	if agg == nil || check == nil || len(check.Routes) != 2 {
+		t.Fatal("no aggregator and two-route Check delivery router")
+	}
+	claim, lacking, answer := check.Routes[0].Flow[0], check.Routes[1].Flow[0], check.Routes[1].Flow[1]
+	if claim.Metadata.Designer.Name != "Batch before-write" || lacking.Module != "json:TransformToJSON" || answer.Mapper.(map[string]any)["status"] != "400" {
+		t.Fatalf("Check delivery routes: %s / %s, %s", claim.Metadata.Designer.Name, lacking.Module, answer.Metadata.Designer.Name)
+	}
+	lacksRE := regexp.MustCompile(`\{\{if\(length\(toString\(ifempty\(\d+\.(\w+); ""\)\)\) = 0; "( \w+)"; ""\)\}\}`)
+	missingOf := func(item map[string]any) string {
+		return lacksRE.ReplaceAllStringFunc(agg.Mapper.(map[string]string)["missing"], func(s string) string {
+			m := lacksRE.FindStringSubmatch(s)
+			if v, ok := item[m[1]]; !ok || v == nil || fmt.Sprint(v) == "" {
+				return m[2]
+			}
+			return ""
+		})
+	}
+	pass := func(f *MakeFilter, items []map[string]any) bool {
+		var joined string
+		for _, it := range items {
+			joined += missingOf(it)
+		}
+		for _, and := range f.Conditions {
+			ok := true
+			for _, c := range and {
+				var n int
+				switch c.A {
+				case fmt.Sprintf("{{length(%d.array)}}", agg.ID):
+					n = len(items)
+				case fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID):
+					n = len(joined)
+				default:
+					t.Fatalf("unexpected condition %+v", c)
+				}
+				switch c.O {
+				case "number:greater":
+					ok = ok && n > atoi(c.B)
+				case "number:equal":
+					ok = ok && n == atoi(c.B)
+				}
+			}
+			if ok {
+				return true
+			}
+		}
+		return false
+	}
+	var good map[string]any
+	if err := json.Unmarshal([]byte(tpl.Example.Event), &good); err != nil {
+		t.Fatal(err)
+	}
+	noAmount := map[string]any{"invoice": "743", "recipient": "c-20", "reminder": 1}
+	emptyInvoice := map[string]any{"invoice": "", "recipient": "c-21", "amount": 3, "reminder": 1}
+	for _, tc := range []struct {
+		name   string
+		items  []map[string]any
+		claims bool
+		lacks  []string
+	}{
+		{"complete", []map[string]any{good, good}, true, nil},
+		{"an amount missing", []map[string]any{good, noAmount}, false, []string{"", " amount"}},
+		{"an empty invoice", []map[string]any{emptyInvoice, good}, false, []string{" invoice", ""}},
+		{"no items", nil, false, nil},
+	} {
+		claims, refuses := pass(claim.Filter, tc.items), pass(lacking.Filter, tc.items)
+		if claims != tc.claims || (refuses != (tc.lacks != nil)) {
+			t.Errorf("%s: claims %v, answers 400 %v", tc.name, claims, refuses)
+		}
+		for i, want := range tc.lacks {
+			if got := missingOf(tc.items[i]); got != want {
+				t.Errorf("%s: item %d lacks %q, want %q", tc.name, i, got, want)
+			}
+		}
+	}
+}
