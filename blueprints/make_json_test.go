@@ -3,6 +3,7 @@ package blueprints
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -713,6 +714,28 @@ func TestMakeBatchCheckDelivery(t *testing.T) {
 			if got := missingOf(tc.items[i]); got != want {
 				t.Errorf("%s: item %d lacks %q, want %q", tc.name, i, got, want)
 			}
+		}
+	}
+}
+
+// The Make README's and docs/templates.md's examples name the modules by their ids in the shipped
+// blueprints.
+func TestMakeReadmeNamesTheModules(t *testing.T) {
+	s := DefaultSettings()
+	docs, err := os.ReadFile("../docs/templates.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := makeReadme(s) + string(docs)
+	batch := RenderMake(templateBySlug(t, "batch-guarded-write"), s)
+	single := RenderMake(templateBySlug(t, "guarded-write"), s)
+	for _, want := range []string{
+		fmt.Sprintf(`first(map(%d.array; \"invoice\"; \"key\"; %d.key))`, findMakeModule(batch.Flow, "All items").ID, findMakeModule(batch.Flow, "One bundle per decision").ID),
+		fmt.Sprintf(`\"recipient\": {{%d.json}}`, findMakeModule(single.Flow, "JSON: recipient").ID),
+	} {
+		want = strings.ReplaceAll(want, `\"`, `"`)
+		if n := strings.Count(readme, want); n != 2 {
+			t.Errorf("the Make README and docs/templates.md show %s %d times, want once each", want, n)
 		}
 	}
 }
