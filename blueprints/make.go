@@ -414,13 +414,14 @@ func statusEvidence(c claimRef, o writeOut, succeeded bool) string {
 }
 
 // retryAfterSeconds is a formula giving module w's Retry-After answer header in whole seconds, as
-// API.md wants retry_after: a number of seconds passes as it is; an HTTP-date (RFC 9110, always "GMT")
-// becomes the seconds from now until then, rounded up and at least 0; no header gives fallback (a formula
-// value: "null" in quotes, the text null Make pastes into the body, or a number). The result is a bare JSON number or null, never a quoted or
-// unquoted date.
+// API.md wants retry_after: an HTTP-date (RFC 9110, always "GMT") becomes the seconds from now until
+// then, rounded up and at least 0; any other value keeps only its digits (Make's replace with a regular
+// expression), so seconds pass as they are and a malformed value ("soon") counts as no header; no header
+// gives fallback (a formula value: "null" in quotes, the text null Make pastes into the body, or a
+// number). The result is a bare JSON number or null, never a text, so a body maps it bare.
 func retryAfterSeconds(w int, fallback string) string {
 	h := fmt.Sprintf("%d.headers.`retry-after`", w)
-	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(%s; %s))}}`,
+	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(replace(%s; /[^0-9]/g; ""); %s))}}`,
 		h, h, h, fallback)
 }
 

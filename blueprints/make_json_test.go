@@ -228,8 +228,9 @@ func (c *jsonBodyChecker) number(expr string) bool {
 	if m := statusCodeRE.FindStringSubmatch(expr); m != nil {
 		return strings.HasPrefix(c.mods[atoi(m[1])].Module, "http:")
 	}
-	// The Retry-After parser (checked elsewhere to parse): whole seconds, or null without the header.
-	if strings.Contains(expr, "headers.`retry-after`") && strings.Contains(expr, "parseDate(replace(") {
+	// The Retry-After parser: an HTTP-date parsed to seconds, any other value cut to its digits, null
+	// without the header.
+	if strings.Contains(expr, "headers.`retry-after`") && strings.Contains(expr, "parseDate(replace(") && strings.Contains(expr, "; /[^0-9]/g; \"\")") {
 		return true
 	}
 	return closedFormula(expr, numberLeafRE)
@@ -387,6 +388,10 @@ func TestMakeCheckerRejectsPastedJSON(t *testing.T) {
 				w := findMakeModule(bp.Flow, NodeWrite).ID
 				return re(`"unknown"; "failed"\)`, fmt.Sprintf(`"unknown"; %d.data.error)`, w))
 			}, `is pasted inside a JSON string`},
+		{"a Retry-After value that is not cut to its digits", "guarded-write", "After-write: HTTP failure",
+			func(*MakeBlueprint) func(string) string {
+				return re("replace\\((\\d+\\.headers\\.`retry-after`); /\\[\\^0-9\\]/g; \"\"\\)", "$1")
+			}, "is mapped bare but is neither"},
 		{"the .json of a module that is not Transform to JSON", "lookup-reconcile", "Reconcile: found",
 			func(bp *MakeBlueprint) func(string) string {
 				l := findMakeModule(bp.Flow, NodeLookup).ID
