@@ -744,3 +744,21 @@ func TestMakeReadmeNamesTheModules(t *testing.T) {
 		}
 	}
 }
+
+// Every field of an example's Make payload is one delivered value the blueprints serialize: a field
+// the parser did not recognize would be dropped from the payload without a word.
+func TestMakePayloadFieldsAllSerialized(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		var payload map[string]any
+		if err := json.Unmarshal([]byte(deliveredRE.ReplaceAllString(tpl.Example.PayloadMake, "0")), &payload); err != nil {
+			t.Fatalf("%s: %v", tpl.Slug, err)
+		}
+		_, v := (&makeFlow{}).deliveryJSON(tpl.Example, 1, false, 0, 0)
+		if len(v.fields) != len(payload) {
+			t.Errorf("%s: %d payload fields serialized, the example has %d", tpl.Slug, len(v.fields), len(payload))
+		}
+	}
+}
