@@ -3,9 +3,10 @@ package blueprints
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,12 +64,7 @@ func checkMakeJSONBodies(raw []byte) []string {
 		}
 	}
 	collect(bp.Flow)
-	ids := make([]int, 0, len(c.mods))
-	for id := range c.mods {
-		ids = append(ids, id)
-	}
-	sort.Ints(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.mods)) {
 		m := c.mods[id]
 		for _, b := range jsonBodies(m) {
 			c.checkBody(m, b.field, b.text)
@@ -548,28 +544,13 @@ func TestMakeCheckDeliveryStopsIncomplete(t *testing.T) {
 			return len(fmt.Sprint(v))
 		}
 		pass := func(f *MakeFilter, d map[string]any) bool {
-			for _, and := range f.Conditions {
-				ok := true
-				for _, c := range and {
-					m := presentRE.FindStringSubmatch(c.A)
-					if m == nil {
-						t.Fatalf("%s: unexpected condition %+v", tpl.Slug, c)
-					}
-					n, want := length(d, m[1]), atoi(c.B)
-					switch c.O {
-					case "number:greater":
-						ok = ok && n > want
-					case "number:equal":
-						ok = ok && n == want
-					default:
-						t.Fatalf("%s: unexpected operator %s", tpl.Slug, c.O)
-					}
+			return passesNumberFilter(t, f, func(a string) int {
+				m := presentRE.FindStringSubmatch(a)
+				if m == nil {
+					t.Fatalf("%s: unexpected condition on %s", tpl.Slug, a)
 				}
-				if ok {
-					return true
-				}
-			}
-			return false
+				return length(d, m[1])
+			})
 		}
 		var event map[string]any
 		if err := json.Unmarshal([]byte(tpl.Example.Event), &event); err != nil {
@@ -669,30 +650,16 @@ func TestMakeBatchCheckDelivery(t *testing.T) {
 		for _, it := range items {
 			joined += missingOf(it)
 		}
-		for _, and := range f.Conditions {
-			ok := true
-			for _, c := range and {
-				var n int
-				switch c.A {
-				case fmt.Sprintf("{{length(%d.array)}}", agg.ID):
-					n = len(items)
-				case fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID):
-					n = len(joined)
-				default:
-					t.Fatalf("unexpected condition %+v", c)
-				}
-				switch c.O {
-				case "number:greater":
-					ok = ok && n > atoi(c.B)
-				case "number:equal":
-					ok = ok && n == atoi(c.B)
-				}
+		return passesNumberFilter(t, f, func(a string) int {
+			switch a {
+			case fmt.Sprintf("{{length(%d.array)}}", agg.ID):
+				return len(items)
+			case fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID):
+				return len(joined)
 			}
-			if ok {
-				return true
-			}
-		}
-		return false
+			t.Fatalf("unexpected condition on %s", a)
+			return 0
+		})
 	}
 	var good map[string]any
 	if err := json.Unmarshal([]byte(tpl.Example.Event), &good); err != nil {
@@ -761,4 +728,28 @@ func TestMakePayloadFieldsAllSerialized(t *testing.T) {
 			t.Errorf("%s: %d payload fields serialized, the example has %d", tpl.Slug, len(v.fields), len(payload))
 		}
 	}
+}
+
+// passesNumberFilter evaluates a Make filter made of number comparisons (any OR group whose AND conditions
+// all hold), given the number each condition's left side stands for.
+func passesNumberFilter(t *testing.T, f *MakeFilter, value func(a string) int) bool {
+	t.Helper()
+	for _, and := range f.Conditions {
+		ok := true
+		for _, c := range and {
+			n, want := value(c.A), atoi(c.B)
+			switch c.O {
+			case "number:greater":
+				ok = ok && n > want
+			case "number:equal":
+				ok = ok && n == want
+			default:
+				t.Fatalf("unexpected operator %s in %+v", c.O, c)
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
 }
