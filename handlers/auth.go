@@ -148,12 +148,21 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 
 // principal returns the caller of a request that passed authorize.
 func principal(c *gin.Context) Principal {
-	p, _ := PrincipalFrom(c.Request.Context())
+	p, _ := principalOf(c)
 	return p
 }
 
+// principalOf returns the caller of a request, and false for a public route's.
+func principalOf(c *gin.Context) (Principal, bool) {
+	l := lineOf(c)
+	return l.who, l.authenticated
+}
+
 // authorize checks the first two rows of the order of checks: authentication (401), then the role (403).
-func (s *server) authorize(access Access) gin.HandlerFunc {
+// The caller is kept in the request's line, where the built-in handlers find it (principal); with
+// inContext, for an extra Route's plain http.Handler, it is also put in the request's context
+// (PrincipalFrom), which costs every request a copy of its http.Request.
+func (s *server) authorize(access Access, inContext bool) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		if access == Public {
 			c.Next()
@@ -164,12 +173,16 @@ func (s *server) authorize(access Access) gin.HandlerFunc {
 			s.writeError(c, err)
 			return
 		}
-		lineOf(c).tenant = p.Tenant
+		line := lineOf(c)
+		line.tenant = p.Tenant
 		if access == Operator && p.Role != RoleOperator {
 			s.writeError(c, &items.Error{Code: CodeForbidden, Message: "this endpoint needs an operator token; " + p.Name + " is a " + string(p.Role) + " token"})
 			return
 		}
-		c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), principalKey{}, p))
+		line.who, line.authenticated = p, true
+		if inContext {
+			c.Request = c.Request.WithContext(context.WithValue(c.Request.Context(), principalKey{}, p))
+		}
 		c.Next()
 	}
 }

@@ -187,10 +187,10 @@ func New(cfg Config) http.Handler {
 
 	s.batches = batchService(cfg.Ledger)
 	for _, e := range s.endpoints() {
-		r.Handle(e.method, e.path, s.authorize(e.access), e.handle)
+		r.Handle(e.method, e.path, s.authorize(e.access, false), e.handle)
 	}
 	for _, rt := range cfg.Routes {
-		r.Handle(rt.Method, rt.Path, s.authorize(rt.Access), gin.WrapH(rt.Handler))
+		r.Handle(rt.Method, rt.Path, s.authorize(rt.Access, true), gin.WrapH(rt.Handler))
 	}
 	if cfg.Operators != nil && !cfg.Console.Off {
 		s.mountConsole(r, cfg)

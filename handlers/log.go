@@ -16,6 +16,10 @@ import (
 // handlers fill it in as they learn it (authorize the tenant, noteItem the item, writeError the code).
 // Never the payload.
 type requestLine struct {
+	// who is the caller, once authorize has authenticated them (authenticated).
+	who           Principal
+	authenticated bool
+
 	tenant, key, code string
 	decision          items.Decision
 	reason            items.Reason

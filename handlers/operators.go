@@ -155,7 +155,7 @@ func (s *server) metrics(c *gin.Context) {
 		return
 	}
 	tenant := ""
-	if p, ok := PrincipalFrom(c.Request.Context()); ok {
+	if p, ok := principalOf(c); ok {
 		tenant = p.Tenant
 	}
 	st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
