@@ -340,3 +340,38 @@ func TestQuickDecodingIsCareful(t *testing.T) {
 		t.Errorf("only %d bodies accepted: the corpus no longer tests the quick decoding", quickAccepted)
 	}
 }
+
+// FuzzQuickDecodingIsCareful holds decodeStrict (the quick decoding of a well-formed body) to the careful
+// decoding for any body: the same request or the same problems, and no panic. The seeds run with go
+// test; go test -fuzz FuzzQuickDecodingIsCareful ./handlers searches further.
+func FuzzQuickDecodingIsCareful(f *testing.F) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, kind := range []string{"before", "after"} {
+		for _, body := range batchCorpus(rng, kind, 40) {
+			f.Add(kind == "after", []byte(body))
+		}
+	}
+	f.Add(false, []byte(`{"key":"a","payload":{"n":1e400,"s":"\u0000\ud800"},"lease_seconds":1e2}`))
+	f.Add(true, []byte(`{"key":"a","claim":"c","outcome":"failed","error":{"class":"http","code":{"a":[1]},"message":7},"http_status":5e2}`))
+	f.Fuzz(func(t *testing.T, after bool, body []byte) {
+		if !utf8.Valid(body) {
+			return
+		}
+		newDst := func() any {
+			if after {
+				return &afterWriteRequest{}
+			}
+			return &beforeWriteRequest{}
+		}
+		quick, careful := newDst(), newDst()
+		quickPs, quickErr := decodeStrict(body, "", quick)
+		carefulPs, carefulErr := decodeCareful(body, "", careful, knownFields(reflect.TypeOf(careful).Elem()))
+		q, c := decodedBatch(quick, quickErr), decodedBatch(careful, carefulErr)
+		if quickErr != nil {
+			q, c = decodedBatch(nil, quickErr), decodedBatch(nil, carefulErr)
+		}
+		if q != c || !reflect.DeepEqual(quickPs, carefulPs) {
+			t.Fatalf("body %s:\nquick   %s %+v\ncareful %s %+v", body, q, quickPs, c, carefulPs)
+		}
+	})
+}
