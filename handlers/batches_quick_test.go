@@ -250,9 +250,10 @@ func TestQuickBatchDecodingIsCareful(t *testing.T) {
 	}
 }
 
-// TestJSONLineIsGinJSONAndANewline renders batch answers, random items and errors both ways and compares
-// the bytes and headers: jsonLine writes what c.JSON writes, and a newline after it. (goccy/go-json's
-// encoder does not: it escapes a backspace as \u0008 where encoding/json writes \b.)
+// TestJSONLineIsGinJSONAndANewline renders batch answers, random items, answers, reports and errors both
+// ways (answers and reports by their own AppendJSON) and compares the bytes and headers: jsonLine writes
+// what c.JSON writes, and a newline after it. (goccy/go-json's encoder does not: it escapes a backspace
+// as \u0008 where encoding/json writes \b.)
 func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 	gin.SetMode(gin.ReleaseMode)
 	at := time.Date(2026, 11, 29, 21, 0, 0, 123456789, time.UTC)
@@ -272,7 +273,9 @@ func TestJSONLineIsGinJSONAndANewline(t *testing.T) {
 	for i := range 300 {
 		it := itemstest.RandomItem(rng)
 		values = append(values, ItemView{Item: it, IdempotencyKey: "ik-" + it.Key, Reason: items.Reason(it.Cause)},
-			items.Answer{Key: it.Key, Decision: items.Skip, State: it.State, Result: it.Result, Message: it.FailureMessage, LeaseExpiresAt: it.LeaseExpiresAt},
+			items.Answer{Key: it.Key, Decision: items.Skip, State: it.State, Result: it.Result, Message: it.FailureMessage, LeaseExpiresAt: it.LeaseExpiresAt,
+				Claim: it.Claim, IdempotencyKey: it.Fingerprint, Reference: it.Reference, ExternalID: it.ExternalID, NeedsPerson: it.NeedsPerson, RetryAfter: it.Attempt},
+			items.Report{Key: it.Key, State: it.State, Reason: items.Reason(it.Cause), Attempt: it.Attempt, Message: it.FailureMessage, ResultDropped: it.Retryable},
 			ErrorBody{Error: ErrorDetail{Code: items.CodeInvalid, Message: it.FailureMessage,
 				Fields: []items.FieldProblem{{Field: fmt.Sprintf("items[%d].key", i), Problem: it.Cause}}}})
 	}

@@ -106,9 +106,23 @@ func (s *server) writeError(c *gin.Context, err error) {
 // encoder's buffer, without copying the answer first: a batch's answer is large.
 type jsonLine struct{ Data any }
 
-// Render implements render.Render.
+// Render implements render.Render. The answers of the single-item protocol (items.Answer, items.Report)
+// are written by their own AppendJSON, which writes json.Marshal's bytes without its reflection; the rest,
+// and an answer AppendJSON refuses, go through encoding/json.
 func (r jsonLine) Render(w http.ResponseWriter) error {
 	r.WriteContentType(w)
+	var b []byte
+	var err error
+	switch v := r.Data.(type) {
+	case items.Answer:
+		b, err = v.AppendJSON(make([]byte, 0, 512))
+	case items.Report:
+		b, err = v.AppendJSON(make([]byte, 0, 256))
+	}
+	if b != nil && err == nil {
+		_, err = w.Write(append(b, '\n'))
+		return err
+	}
 	return json.NewEncoder(w).Encode(r.Data)
 }
 
