@@ -41,6 +41,10 @@ var workflowIDs = map[string]string{
 	"batch-guarded-write": "e2eBatchWrite001",
 	"lookup-reconcile":    "e2eLookupRecon01",
 	"error-workflow":      "e2eErrorWorkflow",
+	// The reusable sub-workflows and their example caller (subworkflow.go).
+	"companion-claim":            "e2eSubClaim00001",
+	"companion-report":           "e2eSubReport0001",
+	"guarded-write-subworkflows": "e2eSubCaller0001",
 }
 
 type env struct {
@@ -105,6 +109,14 @@ func run() int {
 		{"node: the same trigger twice writes once (Already done)", scenarioNodeTwice},
 		{"node: the same trigger twice at once writes once (one Wait)", scenarioNodeTwiceAtOnce},
 		{"node: Send Email in the write slot sends one message: clean, twice, twice at once", scenarioNodeEmail},
+		{"sub: clean run through companion: claim and companion: report writes once; the claim names the calling execution", scenarioSubClean},
+		{"sub: the same delivery twice in a row writes once; the second is answered 200 from the stored result", scenarioSubTwice},
+		{"sub: the same delivery twice at once writes once; the other is answered 503 (in progress)", scenarioSubTwiceAtOnce},
+		{"sub: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioSub429},
+		{"sub: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioSubDrop},
+		{"sub: the same key with another payload is a conflict, answered 409; nothing written", scenarioSubConflict},
+		{"sub: a delivery missing its fields is answered 400 and claims nothing", scenarioSubMissingFields},
+		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
 	}
 	passed, failed := 0, 0
 	only := os.Getenv("E2E_ONLY") // a name prefix ("node:"): runs only those scenarios
@@ -315,6 +327,8 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.CredentialID = "e2eCompanionCred"
 	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
+	// What a builder does after importing the sub-workflows (companion templates render --claim-workflow-id …).
+	s.ClaimWorkflowID, s.ReportWorkflowID = workflowIDs["companion-claim"], workflowIDs["companion-report"]
 	dir := filepath.Join(e.work, "workflows")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

@@ -1,0 +1,239 @@
+package main
+
+// The reusable sub-workflows (issue 12, item 2): n8n-templates/guarded-write-subworkflows.json, whose claim
+// and report are the sub-workflows companion: claim and companion: report called by two Execute Workflow
+// nodes, run through the single-item events and counted the same way at the receiver. The e2e imports them
+// as a builder does: the sub-workflows and the caller imported and published, the caller rendered with the
+// sub-workflows' ids (`companion templates render --claim-workflow-id … --report-workflow-id …`).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/companion/blueprints"
+)
+
+const subPath = "companion/guarded-write-subworkflows"
+
+// runSub delivers body to the caller and checks the answer's status, and that only a 503 carries a
+// Retry-After.
+func (e *env) runSub(body any, want int) (map[string]any, error) {
+	code, h, out, err := e.triggerHeader(subPath, body)
+	if err != nil {
+		return out, err
+	}
+	if code != want {
+		return out, fmt.Errorf("webhook answered %d, want %d: %v", code, want, out)
+	}
+	if ra := h.Get("Retry-After"); (code == 503) != (ra != "") {
+		return out, fmt.Errorf("webhook answered %d with Retry-After %q: only a 503 carries one", code, ra)
+	}
+	return out, nil
+}
+
+// expectCallerExecution checks that the claim of key names the calling execution, not the sub-execution
+// that made the request: its execution_id is the one in the caller's batch_id (n8n-<caller>-exec-<id>), so
+// the caller's error workflow finds it.
+func (e *env) expectCallerExecution(key string) error {
+	var it struct {
+		BatchID     string `json:"batch_id"`
+		ExecutionID string `json:"execution_id"`
+	}
+	if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, &it); err != nil || code != 200 {
+		return fmt.Errorf("GET item %s: %d %v", key, code, err)
+	}
+	want := "n8n-" + workflowIDs["guarded-write-subworkflows"] + "-exec-" + it.ExecutionID
+	if it.ExecutionID == "" || it.BatchID != want {
+		return fmt.Errorf("ledger %s: execution_id %q, batch_id %q: the claim does not name the calling execution (want batch_id %s)", key, it.ExecutionID, it.BatchID, want)
+	}
+	return nil
+}
+
+func scenarioSubClean(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8001)
+	out, err := e.runSub(body, 200)
+	if err != nil {
+		return err
+	}
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	recs, err := e.records(ref)
+	if err != nil {
+		return err
+	}
+	it, _ := e.item(key)
+	if len(recs) != 1 || it.ExternalID != recs[0].ID || out["external_id"] != recs[0].ID || out["decision"] != "proceed" {
+		return fmt.Errorf("external_id: ledger %q, webhook answer %v, receiver records %v", it.ExternalID, out, recs)
+	}
+	return e.expectCallerExecution(key)
+}
+
+// scenarioSubTwice delivers the same event twice in a row: the second run's claim answers skip/succeeded
+// and the stored result is answered 200; one record.
+func scenarioSubTwice(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8002)
+	for i := range 2 {
+		out, err := e.runSub(body, 200)
+		if err != nil {
+			return fmt.Errorf("delivery %d: %w", i+1, err)
+		}
+		if i == 1 && (out["decision"] != "skip" || out["reason"] != "succeeded") {
+			return fmt.Errorf("the second delivery answered %v, want the stored result (skip/succeeded)", out)
+		}
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+// scenarioSubTwiceAtOnce delivers the same event twice at once: one claim wins and writes; the other
+// answers skip/in_progress, and its webhook 503 with a Retry-After; one record.
+func scenarioSubTwiceAtOnce(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8003)
+	if err := e.fault(map[string]any{"fault": "commit_then_delay", "count": 1, "reference": ref, "delay_ms": 1500}); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	outs := make([]map[string]any, 2)
+	codes := make([]int, 2)
+	heads := make([]http.Header, 2)
+	for i := range 2 {
+		wg.Go(func() { codes[i], heads[i], outs[i], errs[i] = e.triggerHeader(subPath, body) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	waited := 0
+	for i := range 2 {
+		switch {
+		case codes[i] == 200 && outs[i]["decision"] == "proceed":
+		case codes[i] == 503 && outs[i]["reason"] == "in_progress" && heads[i].Get("Retry-After") != "":
+			waited++
+		default:
+			return fmt.Errorf("delivery %d answered %d (Retry-After %q): %v", i+1, codes[i], heads[i].Get("Retry-After"), outs[i])
+		}
+	}
+	if waited != 1 {
+		return fmt.Errorf("%d of the two deliveries were told to wait, want exactly 1: %v %v", waited, codes, outs)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+// scenarioSub429: a write refused with 429 is reported failed by companion: report (answered 503 with
+// the write's Retry-After); the re-run after it writes once.
+func scenarioSub429(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8004)
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
+		return err
+	}
+	if _, err := e.runSub(body, 503); err != nil {
+		return err
+	}
+	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
+		return err
+	}
+	if it, _ := e.item(key); it.HTTPStatus != 429 {
+		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
+	}
+	time.Sleep(2 * time.Second)
+	if _, err := e.runSub(body, 200); err != nil {
+		return fmt.Errorf("re-run: %w", err)
+	}
+	return e.expect(key, "succeeded", 2, ref, 1)
+}
+
+// scenarioSubDrop: the receiver commits and drops the connection, so the write's error output reaches
+// companion: report, which reports unknown (answered 503); the re-send retries with the same key and the
+// receiver replays its first answer: one record.
+func scenarioSubDrop(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8005)
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
+		return err
+	}
+	if _, err := e.runSub(body, 503); err != nil {
+		return err
+	}
+	if err := e.expect(key, "unknown", 1, ref, 1); err != nil {
+		return err
+	}
+	if it, _ := e.item(key); it.FailureClass == "" {
+		return fmt.Errorf("ledger %s: unknown without the transport failure's class: the error output was not judged", key)
+	}
+	if _, err := e.runSub(body, 200); err != nil {
+		return fmt.Errorf("re-send: %w", err)
+	}
+	return e.expect(key, "succeeded", 2, ref, 1)
+}
+
+// scenarioSubConflict: the same key with another payload after the write is a conflict: answered 409,
+// nothing written, the item stays as it was.
+func scenarioSubConflict(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8006)
+	if _, err := e.runSub(body, 200); err != nil {
+		return err
+	}
+	body["amount"] = 99.5
+	out, err := e.runSub(body, 409)
+	if err != nil {
+		return err
+	}
+	if out["decision"] != "conflict" {
+		return fmt.Errorf("answered %v, want the conflict", out)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
+
+// scenarioSubMissingFields: a delivery without the fields its key is built from is answered 400 before
+// companion: claim runs; nothing is claimed.
+func scenarioSubMissingFields(ctx context.Context, e *env) error {
+	code, out, err := e.trigger(subPath, map[string]any{"recipient": "c-19", "reminder": 2})
+	if err != nil {
+		return err
+	}
+	if code != 400 || fmt.Sprint(out["missing"]) != "[amount invoice]" {
+		return fmt.Errorf("webhook answered %d %v, want 400 naming amount and invoice", code, out)
+	}
+	for _, key := range []string{"invoice-undefined:reminder:2", "invoice-:reminder:2"} {
+		if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, nil); err != nil || code != 404 {
+			return fmt.Errorf("GET item %s: %d %v, want 404 (nothing claimed)", key, code, err)
+		}
+	}
+	return nil
+}
+
+// scenarioSubErrorWorkflow fails the caller after its write (companion: report's after-write answered 503
+// until its retries run out): the caller's error workflow finds the claim by the calling execution's id,
+// which companion: claim sent, and reports it unknown within seconds, not by lease expiry.
+func scenarioSubErrorWorkflow(ctx context.Context, e *env) error {
+	body, key, ref := reminder(8007)
+	e.failReports.Store(true)
+	code, _, err := e.trigger(subPath, body)
+	e.failReports.Store(false)
+	if err != nil {
+		return err
+	}
+	if code < 500 {
+		return fmt.Errorf("the run answered %d; the execution should have failed", code)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		if last = e.expect(key, "unknown", 1, ref, 1); last == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if last != nil {
+		return last
+	}
+	if it, _ := e.item(key); it.Cause == "lease_expired" {
+		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", key)
+	}
+	return nil
+}
