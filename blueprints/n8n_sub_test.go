@@ -1,8 +1,12 @@
 package blueprints
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -243,5 +247,39 @@ func TestReadmeExplainsSubWorkflowImport(t *testing.T) {
 	}
 	if i, j := strings.Index(text, "companion-claim.json"), strings.Index(text, "guarded-write-subworkflows.json"); i < 0 || j < 0 || i > j {
 		t.Error("the README names the caller before the sub-workflows it needs")
+	}
+}
+
+// `templates render --claim-workflow-id --report-workflow-id` writes the imported sub-workflows' ids into the
+// caller's two nodes: the documented step after importing them.
+func TestCommandRendersSubWorkflowIDs(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	if err := Command(context.Background(), []string{"render", "--out", dir, "--claim-workflow-id", "wfClaim7", "--report-workflow-id", "wfReport7"}, &out, &errOut); err != nil {
+		t.Fatalf("render: %v (%s)", err, errOut.String())
+	}
+	b, err := os.ReadFile(filepath.Join(dir, N8nDir, "guarded-write-subworkflows.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Nodes []struct {
+			Name       string `json:"name"`
+			Parameters struct {
+				WorkflowID ResourceLocator `json:"workflowId"`
+			} `json:"parameters"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal(b, &wf); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, n := range wf.Nodes {
+		if n.Parameters.WorkflowID.RL {
+			got[n.Name] = n.Parameters.WorkflowID.Value
+		}
+	}
+	if got[NodeCallClaim] != "wfClaim7" || got[NodeCallReport] != "wfReport7" || len(got) != 2 {
+		t.Errorf("the caller calls %v, want %s → wfClaim7 and %s → wfReport7", got, NodeCallClaim, NodeCallReport)
 	}
 }
