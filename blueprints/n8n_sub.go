@@ -72,8 +72,7 @@ var SubClaimInputs = []SubInput{
 // SubReportInputs are the inputs of *companion: report*.
 var SubReportInputs = []SubInput{
 	{"claim", "object", "={{ $('" + NodeCallClaim + "').item.json }}", "the item *companion: claim* returned on its `proceed` route (key, claim, companion_url)"},
-	{"write", "object", "={{ $json }}", "the write node's output item, from its success or its error output"},
-	{"write_failed", "boolean", "={{ $prevNode.outputIndex === 1 }}", "whether the item came from the write node's error output (empty: told from the item, whose error output carries the claim and `error`)"},
+	{"write", "object", "={{ $json }}", "the write node's output item, from its success or its error output (told apart as n8n does: an error-output item is the write's input item, the claim, with `error` added, or `error` alone)"},
 	{"external_id_fields", "string", "={{ $('Settings').item.json.external_id_fields }}", "where the write node puts the id of what it wrote, first found wins (empty: `" + ExternalIDFields + "`)"},
 }
 
@@ -214,17 +213,21 @@ if (missing.length) {
 }
 return { json: { key: c.key, claim: c.claim, companion_url: c.companion_url, external_id_fields: $json.external_id_fields || '` + ExternalIDFields + `' } };`
 
-// reportWriteJS marks the write's error output as Evidence reads it (write_error), like the templates'
-// "Write error" node; the success output passes as it is.
-const reportWriteJS = `// The write node's output as Evidence reads it. Its error output (On Error: Continue (using error output))
-// is marked write_error and judged from the error; its success output is the write.
-// write_failed says which output the item came from; when the caller left it empty, an item of the error
-// output is told by what n8n puts in it: the write's input item (this claim) with the error added.
+// reportWriteJS marks an item of the write's error output as Evidence reads it (write_error), like the
+// templates' "Write error" node; a success passes as it is. One calling node takes both outputs (through a
+// Merge, so that every item is reported before the caller answers or stops), so the item itself says which
+// output it came from, by n8n's own rule (workflow-execute.js, handleNodeErrorOutput): an error-output item is
+// the write's input item (here the claim) with the error added, or, when n8n cannot pair it, only error,
+// message and details.
+const reportWriteJS = `// The write node's output as Evidence reads it. An item of its error output (On Error: Continue (using
+// error output)) is marked write_error and judged from the error; a success output item is the write.
+// n8n makes an error-output item from the write's input item (this claim) with the error added, or, when it
+// cannot pair it, from error, message and details alone; any other item is a success.
 const input = $('` + NodeSubTrigger + `').item.json;
 const w = input.write && typeof input.write === 'object' ? input.write : {};
-let failed = input.write_failed;
-if (typeof failed !== 'boolean') failed = w.error !== undefined && w.claim === $json.claim;
-return { json: failed ? { write_error: w.error ?? 'the write node failed without saying why' } : w };`
+const failed = w.error !== undefined && w.error !== null &&
+  (w.claim === $json.claim || Object.keys(w).every((k) => ['error', 'message', 'details'].includes(k)));
+return { json: failed ? { write_error: w.error } : w };`
 
 const reportOutcomeJS = `// The write's outcome as the ledger recorded it, with the evidence sent: the after-write answer for the
 // calling workflow (its webhook answer, what comes after the write).
@@ -347,21 +350,26 @@ func n8nSubCaller(t Template, s Settings) N8nWorkflow {
 			Options:  HTTPOptions{Response: fullResponse(), Timeout: s.WriteTimeoutMillis},
 		},
 		OnError: "continueErrorOutput",
-		Notes:   "THE SLOT: replace with any write node, keeping On Error = Continue (using error output) with BOTH outputs connected to companion: report, and Retry On Fail OFF. An HTTP Request also keeps the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status.",
+		Notes:   "THE SLOT: replace with any write node, keeping On Error = Continue (using error output) with BOTH outputs connected to Both outcomes, and Retry On Fail OFF. An HTTP Request also keeps the header Idempotency-Key = {{ $json.idempotency_key }}, Never Error + Include Response Headers and Status.",
 	})
 	g.connect("Decision", 0, NodeWrite)
-	g.add(callSub(NodeCallReport, s.ReportWorkflowID, SubReportInputs, [2]int{1540, y}))
-	g.connect(NodeWrite, 0, NodeCallReport)
-	g.connect(NodeWrite, 1, NodeCallReport)
-	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1540, y + 260}))
+	// Both outcomes in one input, so the report runs once for all items: connected to it directly, the two
+	// outputs would each run it, and the first to reach the answer could stop the execution (a person is
+	// needed) before the other's items were reported.
+	g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{1540, y}, Parameters: MergeParams{}})
+	g.connectInput(NodeWrite, 0, "Both outcomes", 0)
+	g.connectInput(NodeWrite, 1, "Both outcomes", 1)
+	g.add(callSub(NodeCallReport, s.ReportWorkflowID, SubReportInputs, [2]int{1760, y}))
+	g.connect("Both outcomes", 0, NodeCallReport)
+	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 260}))
 	g.connect("Decision", 1, "Stored result")
-	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{1540, y + 440}))
+	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{1760, y + 440}))
 	g.connect("Decision", 2, "Surface")
 	g.connect("Decision", 3, "Surface")
 	for _, from := range []string{NodeCallReport, "Stored result", "Surface"} {
 		g.connect(from, 0, "Answer")
 	}
-	g.addAnswer(t.Slug, 1980, y)
+	g.addAnswer(t.Slug, 2200, y)
 	return g.workflow(t, s)
 }
 
@@ -395,7 +403,7 @@ write with two **Execute Workflow** nodes around it (` + "`guarded-write-subwork
 ` + "```" + `
 trigger → Settings → Execute Workflow "CLAIMNAME" → Switch on decision
   proceed  → YOUR WRITE (On Error: Continue (using error output)) ─┬─ success output ─┐
-                                                                    └─ error output ───┴→ Execute Workflow "REPORTNAME" → …
+                                                                    └─ error output ───┴→ Merge "Both outcomes" → Execute Workflow "REPORTNAME" → …
   skip     → reason succeeded: the stored external_id and result; in_progress / retry_later: retry_after; others end here
   conflict → stop: a person decides
 ` + "```" + `
@@ -411,7 +419,8 @@ Import them **before** the workflow that calls them, since it calls them by id:
    before importing: ` + "`companion templates render --url … --claim-workflow-id <id> --report-workflow-id <id> --out DIR`" + `
    (a workflow's id is the last part of its URL, ` + "`/workflow/<id>`" + `), then import the rendered caller.
 3. Fill in **Settings**, replace **NODEWRITE** as described above (both of its outputs stay connected to
-   **REPORTNAME**), set the error workflow on the caller, publish it.
+   **Both outcomes**, the Merge that feeds **REPORTNAME**: one report for all items, before any of them is
+   answered), set the error workflow on the caller, publish it.
 
 n8n lets a sub-workflow be called by workflows of the same owner (its setting *This workflow can be called by*);
 a caller in another project needs that setting changed on the two sub-workflows. The calling nodes run *once with

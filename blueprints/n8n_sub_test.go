@@ -95,14 +95,18 @@ func TestSubWorkflowsFitTheirCaller(t *testing.T) {
 	if caller.Settings.ErrorWorkflow != "wfError" {
 		t.Errorf("the caller's error workflow is %q, want wfError", caller.Settings.ErrorWorkflow)
 	}
+	// Both outputs reach the report through one Merge, so it runs once for all items.
 	outs := caller.Connections[NodeWrite].Main
 	if len(outs) != 2 {
 		t.Fatalf("the write has %d outputs connected, want 2 (success and error)", len(outs))
 	}
 	for i, out := range outs {
-		if len(out) != 1 || out[0].Node != NodeCallReport {
-			t.Errorf("the write's output %d goes to %v, want %s", i, out, NodeCallReport)
+		if len(out) != 1 || out[0] != (N8nConnection{Node: "Both outcomes", Type: "main", Index: i}) {
+			t.Errorf("the write's output %d goes to %v, want input %d of Both outcomes", i, out, i)
 		}
+	}
+	if m := caller.Connections["Both outcomes"].Main; len(m) != 1 || len(m[0]) != 1 || m[0][0].Node != NodeCallReport {
+		t.Errorf("Both outcomes goes to %v, want %s", m, NodeCallReport)
 	}
 	if w := nodeNamed(t, caller, NodeWrite); w.OnError != "continueErrorOutput" || w.RetryOnFail {
 		t.Errorf("the write: onError %q retryOnFail %v", w.OnError, w.RetryOnFail)
@@ -180,25 +184,29 @@ func TestSubReportJudgesEitherOutput(t *testing.T) {
 	evidence := nodeNamed(t, wf, "Evidence").Parameters.(CodeParams).JSCode
 	const claimAnswer = `{"key": "invoice-742:reminder:2", "decision": "proceed", "reason": "new", "claim": "c_1", "idempotency_key": "ik_1", "companion_url": "http://c:8080"}`
 	for _, c := range []struct {
-		name, write, failed string
-		want                map[string]any
+		name, write string
+		want        map[string]any
 	}{
-		{"HTTP Request success", `{"statusCode": 201, "headers": {}, "body": {"id": "rec-9"}}`, "false",
+		{"HTTP Request success", `{"statusCode": 201, "headers": {}, "body": {"id": "rec-9"}}`,
 			map[string]any{"outcome": "succeeded", "http_status": 201.0, "external_id": "rec-9"}},
-		{"Send Email success", `{"messageId": "<m-1@n8n>", "accepted": ["a@b"]}`, "false",
+		{"Send Email success", `{"messageId": "<m-1@n8n>", "accepted": ["a@b"]}`,
 			map[string]any{"outcome": "succeeded", "external_id": "<m-1@n8n>"}},
-		{"error output: refused before dispatch", `{"key": "invoice-742:reminder:2", "claim": "c_1", "error": "connect ECONNREFUSED 127.0.0.1:9"}`, "true",
+		{"error output: refused before dispatch", `{"key": "invoice-742:reminder:2", "claim": "c_1", "idempotency_key": "ik_1", "error": "connect ECONNREFUSED 127.0.0.1:9"}`,
 			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "ECONNREFUSED", "message": "connect ECONNREFUSED 127.0.0.1:9"}}},
-		{"error output: SMTP 451", `{"claim": "c_1", "error": "Message failed: 451 4.3.0 try later"}`, "true",
+		{"error output: SMTP 451", `{"claim": "c_1", "error": "Message failed: 451 4.3.0 try later", "message": "Message failed"}`,
 			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "smtp_451", "message": "Message failed: 451 4.3.0 try later"}}},
-		{"error output told from the item when write_failed is empty", `{"key": "invoice-742:reminder:2", "claim": "c_1", "error": "socket hang up"}`, "null",
+		{"error output: reset after dispatch", `{"key": "invoice-742:reminder:2", "claim": "c_1", "error": {"code": "ECONNRESET", "message": "socket hang up"}}`,
+			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "connection_reset", "code": "ECONNRESET", "message": "socket hang up"}}},
+		{"error output n8n could not pair: error and message alone", `{"error": "socket hang up", "message": "socket hang up"}`,
 			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "other", "code": "", "message": "socket hang up"}}},
-		{"a success carrying its own error field is a success", `{"id": 7, "error": null}`, "null",
+		{"a success carrying its own error field is a success", `{"id": 7, "error": "none"}`,
 			map[string]any{"outcome": "succeeded", "external_id": "7"}},
+		{"a success passing its input through is a success", `{"id": 8, "claim": "c_1", "error": null}`,
+			map[string]any{"outcome": "succeeded", "external_id": "8"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			trigger := `{"claim": ` + claimAnswer + `, "write": ` + c.write + `, "write_failed": ` + c.failed + `, "external_id_fields": null}`
+			trigger := `{"claim": ` + claimAnswer + `, "write": ` + c.write + `, "external_id_fields": null}`
 			claim, thrown := runJS(t, claimCode, trigger, nil)
 			if thrown != "" {
 				t.Fatalf("Claim threw %q", thrown)
@@ -240,7 +248,7 @@ func TestSubReportJudgesEitherOutput(t *testing.T) {
 // at them, and lists their inputs.
 func TestReadmeExplainsSubWorkflowImport(t *testing.T) {
 	text := n8nReadme(DefaultSettings())
-	for _, want := range []string{"## Reusable sub-workflows", "companion-claim.json", "companion-report.json", "guarded-write-subworkflows.json", "--claim-workflow-id", "From list", "`execution_id`", "`write_failed`"} {
+	for _, want := range []string{"## Reusable sub-workflows", "companion-claim.json", "companion-report.json", "guarded-write-subworkflows.json", "--claim-workflow-id", "From list", "`execution_id`", "Both outcomes"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the n8n README does not say %q", want)
 		}
