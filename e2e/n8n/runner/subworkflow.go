@@ -8,17 +8,60 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/blueprints"
 )
 
-const subPath = "companion/guarded-write-subworkflows"
+const (
+	subPath = "companion/guarded-write-subworkflows"
+	// The caller with several items: a Code node after the webhook makes one item per element of items.
+	subMultiWorkflowID = "e2eSubMulti00001"
+	subMultiPath       = "companion/guarded-write-subworkflows-items"
+)
+
+// writeSubMultiWorkflow writes the caller of the sub-workflows as a workflow handling several items: the
+// webhook's items[] become one n8n item each (shaped as a webhook item, {body: …}), so the two Execute
+// Workflow nodes (Run once with all items) claim and report them in one sub-execution each.
+func writeSubMultiWorkflow(dir string, s blueprints.Settings) error {
+	var tpl blueprints.Template
+	for _, t := range blueprints.Templates() {
+		if t.Sub == blueprints.SubCaller {
+			tpl = t
+		}
+	}
+	tpl.WebhookPath = subMultiPath
+	wf := blueprints.RenderN8n(tpl, s)
+	wf.Name = "companion: guarded write with the sub-workflows, several items (e2e)"
+	for i, n := range wf.Nodes {
+		if n.Name == "Webhook" {
+			wf.Nodes[i].WebhookID = "e2e-sub-items-webhook-0001"
+		}
+	}
+	wf.Nodes = append(wf.Nodes, blueprints.N8nNode{
+		ID: "e2e-sub-items-split-0001", Name: "Split items", Type: "n8n-nodes-base.code", TypeVersion: 2, Position: [2]int{110, 500},
+		Parameters: blueprints.CodeParams{Mode: "runOnceForAllItems", JSCode: "return $input.first().json.body.items.map((body) => ({ json: { body } }));"},
+	})
+	wf.Connections["Split items"] = wf.Connections["Webhook"]
+	wf.Connections["Webhook"] = blueprints.N8nConnections{Main: [][]blueprints.N8nConnection{{{Node: "Split items", Type: "main"}}}}
+	b, err := json.Marshal(wf)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["id"] = subMultiWorkflowID
+	b, _ = json.Marshal(m)
+	return os.WriteFile(filepath.Join(dir, "sub-items.json"), b, 0o644)
+}
 
 // runSub delivers body to the caller and checks the answer's status, and that only a 503 carries a
 // Retry-After.
@@ -234,6 +277,59 @@ func scenarioSubErrorWorkflow(ctx context.Context, e *env) error {
 	}
 	if it, _ := e.item(key); it.Cause == "lease_expired" {
 		return fmt.Errorf("ledger %s: unknown by lease expiry, not by the error workflow", key)
+	}
+	return nil
+}
+
+// scenarioSubItems sends three events in one delivery: one call of companion: claim claims all three, the
+// write sends them, the receiver drops the second's connection after committing, and the report is called
+// once per write output. Each item keeps its own claim through both sub-executions: two succeeded with
+// their own record's id, the dropped one unknown; one record each.
+func scenarioSubItems(ctx context.Context, e *env) error {
+	var events []map[string]any
+	var keys, refs []string
+	for _, inv := range []int{8101, 8102, 8103} {
+		body, key, ref := reminder(inv)
+		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
+	}
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[1]}); err != nil {
+		return err
+	}
+	if _, _, err := e.trigger(subMultiPath, map[string]any{"items": events}); err != nil {
+		return err
+	}
+	// The webhook answers with the first item to reach a Respond node; the execution goes on with the others.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := e.expectItems(keys, refs)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// expectItems checks scenarioSubItems' three items: the second unknown, the others succeeded with the id of
+// their own record; one record each.
+func (e *env) expectItems(keys, refs []string) error {
+	for i, key := range keys {
+		state := "succeeded"
+		if i == 1 {
+			state = "unknown"
+		}
+		if err := e.expect(key, state, 1, refs[i], 1); err != nil {
+			return err
+		}
+		if state != "succeeded" {
+			continue
+		}
+		recs, err := e.records(refs[i])
+		if err != nil {
+			return err
+		}
+		if it, _ := e.item(key); len(recs) != 1 || it.ExternalID != recs[0].ID {
+			return fmt.Errorf("ledger %s: external_id %q, the receiver's record for it %v: the items' claims were mixed up", key, it.ExternalID, recs)
+		}
 	}
 	return nil
 }
