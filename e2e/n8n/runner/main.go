@@ -119,6 +119,7 @@ func run() int {
 		{"sub: a delivery missing its fields is answered 400 and claims nothing", scenarioSubMissingFields},
 		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
 		{"sub: three items through one call of each sub-workflow keep their own claims; a dropped one alone is unknown", scenarioSubItems},
+		{"sub: Send Email in the write slot: Message-ID recorded, kept-then-dropped unknown and not re-sent, 451 then one message", scenarioSubEmail},
 	}
 	passed, failed := 0, 0
 	only := os.Getenv("E2E_ONLY") // a name prefix ("node:"): runs only those scenarios
@@ -381,7 +382,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := os.WriteFile(filepath.Join(dir, "remove-duplicates.json"), nwf, 0o644); err != nil {
 		return err
 	}
-	if err := writeSubMultiWorkflow(dir, s); err != nil {
+	if err := writeSubWorkflowVariants(dir, s); err != nil {
 		return err
 	}
 	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
@@ -401,7 +402,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
-	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID}
+	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID}
 	for _, t := range blueprints.Templates() {
 		ids = append(ids, workflowIDs[t.Slug])
 	}

@@ -26,12 +26,16 @@ const (
 	// The caller with several items: a Code node after the webhook makes one item per element of items.
 	subMultiWorkflowID = "e2eSubMulti00001"
 	subMultiPath       = "companion/guarded-write-subworkflows-items"
+	// The caller with n8n's Send Email node in the write slot (destination mail, dedupe none).
+	subEmailWorkflowID = "e2eSubEmail00001"
+	subEmailPath       = "companion/guarded-write-subworkflows-email"
 )
 
-// writeSubMultiWorkflow writes the caller of the sub-workflows as a workflow handling several items: the
-// webhook's items[] become one n8n item each (shaped as a webhook item, {body: …}), so the two Execute
-// Workflow nodes (Run once with all items) claim and report them in one sub-execution each.
-func writeSubMultiWorkflow(dir string, s blueprints.Settings) error {
+// writeSubWorkflowVariants writes two variants of the sub-workflows' caller, as a builder would change it:
+// one handling several items (the webhook's items[] become one n8n item each, shaped as a webhook item,
+// {body: …}, so the two Execute Workflow nodes, Run once with all items, claim and report them in one
+// sub-execution each), and one whose write is n8n's Send Email node (as emailWorkflow does to guarded-write).
+func writeSubWorkflowVariants(dir string, s blueprints.Settings) error {
 	var tpl blueprints.Template
 	for _, t := range blueprints.Templates() {
 		if t.Sub == blueprints.SubCaller {
@@ -39,28 +43,48 @@ func writeSubMultiWorkflow(dir string, s blueprints.Settings) error {
 		}
 	}
 	tpl.WebhookPath = subMultiPath
-	wf := blueprints.RenderN8n(tpl, s)
-	wf.Name = "companion: guarded write with the sub-workflows, several items (e2e)"
-	for i, n := range wf.Nodes {
-		if n.Name == "Webhook" {
-			wf.Nodes[i].WebhookID = "e2e-sub-items-webhook-0001"
-		}
-	}
-	wf.Nodes = append(wf.Nodes, blueprints.N8nNode{
+	multi := blueprints.RenderN8n(tpl, s)
+	multi.Name = "companion: guarded write with the sub-workflows, several items (e2e)"
+	setWebhookID(multi, "e2e-sub-items-webhook-0001")
+	multi.Nodes = append(multi.Nodes, blueprints.N8nNode{
 		ID: "e2e-sub-items-split-0001", Name: "Split items", Type: "n8n-nodes-base.code", TypeVersion: 2, Position: [2]int{110, 500},
 		Parameters: blueprints.CodeParams{Mode: "runOnceForAllItems", JSCode: "return $input.first().json.body.items.map((body) => ({ json: { body } }));"},
 	})
-	wf.Connections["Split items"] = wf.Connections["Webhook"]
-	wf.Connections["Webhook"] = blueprints.N8nConnections{Main: [][]blueprints.N8nConnection{{{Node: "Split items", Type: "main"}}}}
-	b, err := json.Marshal(wf)
-	if err != nil {
-		return err
+	multi.Connections["Split items"] = multi.Connections["Webhook"]
+	multi.Connections["Webhook"] = blueprints.N8nConnections{Main: [][]blueprints.N8nConnection{{{Node: "Split items", Type: "main"}}}}
+
+	tpl.WebhookPath = subEmailPath
+	email := blueprints.RenderN8n(tpl, s)
+	email.Name = "companion: guarded write with the sub-workflows and Send Email (e2e)"
+	setWebhookID(email, "e2e-sub-email-webhook-0001")
+	useSendEmail(email)
+
+	for _, v := range []struct {
+		wf   blueprints.N8nWorkflow
+		id   string
+		file string
+	}{{multi, subMultiWorkflowID, "sub-items.json"}, {email, subEmailWorkflowID, "sub-email.json"}} {
+		b, err := json.Marshal(v.wf)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		m["id"] = v.id
+		b, _ = json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dir, v.file), b, 0o644); err != nil {
+			return err
+		}
 	}
-	var m map[string]any
-	_ = json.Unmarshal(b, &m)
-	m["id"] = subMultiWorkflowID
-	b, _ = json.Marshal(m)
-	return os.WriteFile(filepath.Join(dir, "sub-items.json"), b, 0o644)
+	return nil
+}
+
+func setWebhookID(wf blueprints.N8nWorkflow, id string) {
+	for i, n := range wf.Nodes {
+		if n.Name == "Webhook" {
+			wf.Nodes[i].WebhookID = id
+		}
+	}
 }
 
 // runSub delivers body to the caller and checks the answer's status, and that only a 503 carries a
@@ -332,4 +356,76 @@ func (e *env) expectItems(keys, refs []string) error {
 		}
 	}
 	return nil
+}
+
+// scenarioSubEmail runs the caller with Send Email in the write slot: companion: report records the
+// Message-ID of a success without statusCode; a message kept and then dropped before the reply is unknown
+// and its re-run (dedupe none) sends nothing; a 451 keeps nothing and the re-run sends the one message.
+func scenarioSubEmail(ctx context.Context, e *env) error {
+	run := func(body any, want int) (map[string]any, error) {
+		code, h, out, err := e.triggerHeader(subEmailPath, body)
+		if err == nil && (code != want || (code == 503) != (h.Get("Retry-After") != "")) {
+			err = fmt.Errorf("webhook answered %d (Retry-After %q), want %d: %v", code, h.Get("Retry-After"), want, out)
+		}
+		return out, err
+	}
+	body, key, _ := reminder(8201)
+	if _, err := run(body, 200); err != nil {
+		return fmt.Errorf("clean: %w", err)
+	}
+	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
+		return err
+	}
+	if _, id, _ := e.mailFor(key); id == "" {
+		return fmt.Errorf("the sink holds no Message-ID for %s", key)
+	} else if it, _ := e.item(key); it.ExternalID != id {
+		return fmt.Errorf("external_id %q, the sink's Message-ID %q", it.ExternalID, id)
+	}
+
+	body, key, _ = reminder(8202)
+	if err := e.mailFault("drop_after_data"); err != nil {
+		return err
+	}
+	if _, err := run(body, 503); err != nil {
+		return fmt.Errorf("drop: %w", err)
+	}
+	if err := e.expectMail(key, "unknown", 1, 1); err != nil {
+		return err
+	}
+	if out, err := run(body, 503); err != nil || out["reason"] != "awaiting_owner" {
+		return fmt.Errorf("drop, re-run: %v, answered %v; want awaiting_owner", err, out)
+	}
+	if err := e.expectMail(key, "unknown", 1, 1); err != nil {
+		return err
+	}
+
+	body, key, _ = reminder(8203)
+	if err := e.mailFault("reject_451"); err != nil {
+		return err
+	}
+	if _, err := run(body, 503); err != nil {
+		return fmt.Errorf("451: %w", err)
+	}
+	if err := e.expectMail(key, "failed", 1, 0); err != nil {
+		return err
+	}
+	if it, _ := e.item(key); it.FailureClass != "connection_refused" {
+		return fmt.Errorf("ledger %s: failure class %q, want connection_refused (smtp_451)", key, it.FailureClass)
+	}
+	// The default backoff after attempt 1 is about a second.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, out, err := e.triggerHeader(subEmailPath, body)
+		if err != nil {
+			return err
+		}
+		if code == 200 {
+			break
+		}
+		if code != 503 || time.Now().After(deadline) {
+			return fmt.Errorf("451, re-run answered %d: %v", code, out)
+		}
+		time.Sleep(time.Second)
+	}
+	return e.expectMail(key, "succeeded", 2, 1)
 }
