@@ -191,8 +191,8 @@ const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes
 let status = 503;
 let retryAfter = r.retry_after ?? ev.retry_after ?? null;
 if (r.delivery === 'incomplete') status = 400;
+else if (r.decision === 'conflict') status = 409; // its state is the stored one, often succeeded
 else if (r.state === 'succeeded') status = 200;
-else if (r.decision === 'conflict') status = 409;
 else if (r.surface) status = 500;
 else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
 else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
