@@ -225,7 +225,7 @@ func TestBatchWebhookAnswers(t *testing.T) {
 		a := got[0]
 		body := a["body"].(map[string]any)
 		if a["status"] != 400.0 || a["retry_after"] != nil || a["end"] != "done" || a["later"] != "now" ||
-			body["error"] != "missing_fields" || fmt.Sprint(body["missing"]) != "[items[3].invoice]" || !strings.Contains(body["message"].(string), "nothing was claimed") {
+			body["error"] != "missing_fields" || body["execution_id"] != "7" || fmt.Sprint(body["missing"]) != "[items[3].invoice]" || !strings.Contains(body["message"].(string), "nothing was claimed") {
 			t.Errorf("answer %v", a)
 		}
 	})

@@ -88,7 +88,8 @@ const nothingClaimed = all.length === 1 && all[0].delivery === 'incomplete';
 if (nothingClaimed) {
   const d = all[0];
   const more = d.missing_total > d.missing.length ? ' and ' + (d.missing_total - d.missing.length) + ' more' : '';
-  const body = { error: 'missing_fields', status: 400, message: 'the delivery lacks ' + d.missing.join(', ') + more + '; nothing was claimed', missing: d.missing, missing_total: d.missing_total };
+  // execution_id finds the run in n8n's executions; no item of it was claimed.
+  const body = { error: 'missing_fields', status: 400, message: 'the delivery lacks ' + d.missing.join(', ') + more + '; nothing was claimed', missing: d.missing, missing_total: d.missing_total, execution_id: String($execution.id) };
   return [{ json: { status: 400, retry_after: null, later: 'now', end: 'done', body } }];
 }
 const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
