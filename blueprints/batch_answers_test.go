@@ -229,6 +229,17 @@ func TestBatchWebhookAnswers(t *testing.T) {
 			t.Errorf("answer %v", a)
 		}
 	})
+	t.Run("Done continues with each item, and with none after a 400", func(t *testing.T) {
+		t.Parallel()
+		ok := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"batch_id": "b", "counts": {}}]`)})
+		if got := runBatchCode(t, "Done", []any{ok[0]}, nil); len(got) != 2 || got[0]["key"] != "k0" {
+			t.Errorf("Done after a 200 gave %v, want the two items in order", got)
+		}
+		refused := runBatchCode(t, "Answer", decode(t, `[{"delivery": "incomplete", "missing": ["items"], "missing_total": 1}]`), nil)
+		if got := runBatchCode(t, "Done", []any{refused[0]}, nil); len(got) != 0 {
+			t.Errorf("Done after a 400 gave %v, want nothing", got)
+		}
+	})
 	t.Run("the written item's external id reaches the sender", func(t *testing.T) {
 		t.Parallel()
 		got := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"batch_id": "b", "counts": {}}]`)})

@@ -139,4 +139,5 @@ return [{ json: { status, retry_after: retryAfter === null ? null : String(retry
 
 // batchDoneJS continues the workflow with one item per delivered item.
 const batchDoneJS = `// Continue your workflow from here: one item per delivered item, in order (key, state, external_id).
-return $input.first().json.body.items.map((it) => ({ json: it }));`
+// A delivery refused before any key (400) has none.
+return ($input.first().json.body.items || []).map((it) => ({ json: it }));`
