@@ -246,7 +246,7 @@ func scenarioBatchMissingFields(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	body := batchBody(4001, 4002, 4003)
+	body := batchBody(2101, 2102, 2103)
 	delete(body["items"].([]any)[1].(map[string]any), "invoice")
 	out, err := e.deliverBatch(400, body, 3)
 	if err != nil {
@@ -267,7 +267,7 @@ func scenarioBatchMissingFields(ctx context.Context, e *env) error {
 			return fmt.Errorf("GET /v1/items?%s: %d %v, %d items; want none (nothing claimed)", q, code, err, len(list.Items))
 		}
 	}
-	for _, key := range []string{"invoice-4001:reminder:2", "invoice-4003:reminder:2", "invoice-undefined:reminder:2"} {
+	for _, key := range []string{"invoice-2101:reminder:2", "invoice-2103:reminder:2", "invoice-undefined:reminder:2"} {
 		if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, nil); err != nil || code != 404 {
 			return fmt.Errorf("GET item %s: %d %v, want 404 (nothing claimed)", key, code, err)
 		}
@@ -286,19 +286,19 @@ func scenarioBatchMissingFields(ctx context.Context, e *env) error {
 // one. The new one is written; the changed one is a conflict, so the delivery is answered 409 (a person
 // decides; delivering it again cannot help) and nothing is sent for it.
 func scenarioBatchConflict(ctx context.Context, e *env) error {
-	if _, err := e.runBatch(200, 5001); err != nil {
+	if _, err := e.runBatch(200, 2201); err != nil {
 		return fmt.Errorf("first delivery: %w", err)
 	}
-	body := batchBody(5001, 5002)
+	body := batchBody(2201, 2202)
 	body["items"].([]any)[0].(map[string]any)["amount"] = 99.0
 	out, err := e.deliverBatch(409, body, 2)
 	if err != nil {
 		return err
 	}
 	if a := answerItems(out); a[0].Decision != "conflict" || a[0].Answer != 409 || a[1].State != "succeeded" || a[1].Answer != 200 {
-		return fmt.Errorf("answer items %+v, want 5001 conflict (409) and 5002 written (200)", a)
+		return fmt.Errorf("answer items %+v, want 2201 conflict (409) and 2202 written (200)", a)
 	}
-	for _, inv := range []int{5001, 5002} {
+	for _, inv := range []int{2201, 2202} {
 		_, key, ref := reminder(inv)
 		if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
 			return err
@@ -311,11 +311,11 @@ func scenarioBatchConflict(ctx context.Context, e *env) error {
 // answered 503 with Retry-After 2 (that item's, the soonest); delivered again after it, every item's
 // effect exists once and the answer is 200.
 func scenarioBatchRetryLater(ctx context.Context, e *env) error {
-	_, _, ref := reminder(6002)
+	_, _, ref := reminder(2302)
 	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 2}); err != nil {
 		return err
 	}
-	code, h, out, err := e.triggerHeader(batchPath, batchBody(6001, 6002))
+	code, h, out, err := e.triggerHeader(batchPath, batchBody(2301, 2302))
 	if err != nil {
 		return err
 	}
@@ -323,10 +323,10 @@ func scenarioBatchRetryLater(ctx context.Context, e *env) error {
 		return fmt.Errorf("webhook answered %d with Retry-After %q, want 503 with 2: %v", code, h.Get("Retry-After"), out)
 	}
 	time.Sleep(3 * time.Second)
-	if _, err := e.runBatch(200, 6001, 6002); err != nil {
+	if _, err := e.runBatch(200, 2301, 2302); err != nil {
 		return fmt.Errorf("delivered again after Retry-After: %w", err)
 	}
-	for inv, attempt := range map[int]int{6001: 1, 6002: 2} {
+	for inv, attempt := range map[int]int{2301: 1, 2302: 2} {
 		_, key, ref := reminder(inv)
 		if err := e.expect(key, "succeeded", attempt, ref, 1); err != nil {
 			return err

@@ -86,6 +86,7 @@ func run() int {
 		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
 		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
 		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
+		{"single: the same invoice with another amount after it was written is answered 409 and sends nothing", scenarioConflict},
 		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
 		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
 		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},

@@ -222,3 +222,23 @@ func scenarioTriggerRetryLater(ctx context.Context, e *env) error {
 	_, err = e.expectState(key+":trigger", "succeeded", 2)
 	return err
 }
+
+// scenarioConflict: the same invoice again with another amount after it was written. Its trigger claim
+// answers conflict while its state is still succeeded (the earlier payload's): the webhook answers 409
+// and the execution fails for a person, not 200 as before the Answer checked conflict first; nothing is
+// sent again.
+func scenarioConflict(ctx context.Context, e *env) error {
+	body, key, ref := reminder(1007)
+	if _, err := e.runSingle(body, 200); err != nil {
+		return fmt.Errorf("first delivery: %w", err)
+	}
+	body["amount"] = 99.0
+	out, err := e.runSingle(body, 409)
+	if err != nil {
+		return err
+	}
+	if out["decision"] != "conflict" {
+		return fmt.Errorf("answered %v, want the conflict", out)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
+}
