@@ -201,6 +201,11 @@ else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reas
 const body = r.delivery === 'incomplete'
   ? { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing }
   : Object.assign({}, r, { status });
+// The sender sees the evidence, never the claim (a claim lets a caller report the write's outcome).
+if (body.evidence && body.evidence.claim !== undefined) {
+  body.evidence = Object.assign({}, body.evidence);
+  delete body.evidence.claim;
+}
 // A run that ends in anything but its effect (or a harmless duplicate, or a malformed delivery) fails the
 // execution after answering, so it shows in n8n's failed executions and the error workflow runs.
 const end = status === 200 || status === 400 || r.duplicate ? 'done' : 'surface';
