@@ -152,12 +152,13 @@ The single-item webhooks answer so that senders redeliver exactly when that can 
 (**Check delivery**: nothing is claimed); 409 for a conflict; 422 when the destination refused for good; 503 with
 ` + "`Retry-After`" + ` for in progress, retry later, a write that failed retryably or is unknown, or an item waiting for its owner.
 A run that ended in anything but its effect (or a harmless duplicate) then fails the execution, so the error workflow runs.
+A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
+execution on purpose so it shows up in n8n's failed executions.
+
 The batch webhook answers once for the whole delivery, by its items, first match wins: 400 naming each item and field
 (` + "`items[3].invoice`" + `) when any item lacks one (**Check delivery**, before any key: nothing is claimed); 409 when any item got
 ` + "`conflict`" + `; 503 with the soonest ` + "`Retry-After`" + ` of the items a later delivery can still finish; 422 when items were refused for
 good and none can still finish; 200 when every item's effect exists. The body lists each item's key, state, external id and answer.
-A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
-execution on purpose so it shows up in n8n's failed executions.
 
 ## What NOT to turn on
 
