@@ -133,12 +133,13 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 		retryAfter any
 		end        string
 	}{
-		{"written", `{"key": "k", "decision": "proceed", "state": "succeeded", "evidence": {"outcome": "succeeded"}}`, 200, nil, "done"},
+		{"written", `{"key": "k", "decision": "proceed", "state": "succeeded", "evidence": {"key": "k", "claim": "c_1", "outcome": "succeeded"}}`, 200, nil, "done"},
 		{"stored result", `{"key": "k", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
 		{"duplicate of a finished delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
 		{"duplicate of a running delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "in_progress", "state": "in_flight", "retry_after": 12}`, 503, "12", "done"},
 		{"missing fields", `{"delivery": "incomplete", "missing": ["amount", "invoice"]}`, 400, nil, "done"},
 		{"conflict", `{"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "surface": true, "message": "m"}`, 409, nil, "surface"},
+		{"conflict with an item that succeeded", `{"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "state": "succeeded", "surface": true, "message": "m"}`, 409, nil, "surface"},
 		{"retry later", `{"key": "k", "decision": "skip", "reason": "retry_later", "state": "failed", "retry_after": 40}`, 503, "40", "surface"},
 		{"awaiting owner", `{"key": "k", "decision": "skip", "reason": "awaiting_owner", "state": "unknown"}`, 503, "60", "surface"},
 		{"failed for good before", `{"key": "k", "decision": "skip", "reason": "failed_permanent", "state": "failed"}`, 422, nil, "surface"},
@@ -152,6 +153,9 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 			got := runCode(t, "Answer", c.in, `{}`)
 			if got["status"] != c.status || got["retry_after"] != c.retryAfter || got["end"] != c.end {
 				t.Errorf("answer status %v retry_after %v end %v, want %v %v %s", got["status"], got["retry_after"], got["end"], c.status, c.retryAfter, c.end)
+			}
+			if b, _ := json.Marshal(got["body"]); strings.Contains(string(b), `"claim"`) {
+				t.Errorf("the answer shows the sender the claim: %s", b)
 			}
 			if later := got["later"] == "later"; later != (c.status == 503) {
 				t.Errorf("later = %v for status %v", got["later"], c.status)
