@@ -51,3 +51,19 @@ func TestDecodeStrictTrickyBodies(t *testing.T) {
 		t.Errorf("decoded %+v", r)
 	}
 }
+
+// TestCheckContentType: the common headers, answered without parsing, and the others, parsed.
+func TestCheckContentType(t *testing.T) {
+	for header, ok := range map[string]bool{
+		"application/json": true, "application/json; charset=utf-8": true, "Application/JSON; Charset=UTF8": true,
+		"application/problem+json": true, "application/json;charset=latin1": false, "text/plain": false, "": false,
+		"application/json; charset=": false, "application/jsonx": false,
+	} {
+		if got := checkContentType(header); (got == "") != ok {
+			t.Errorf("checkContentType(%q) = %q; want accepted %v", header, got, ok)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { checkContentType("application/json") }); n != 0 {
+		t.Errorf("checkContentType(application/json) allocates %.0f times", n)
+	}
+}
