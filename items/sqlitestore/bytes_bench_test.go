@@ -68,7 +68,7 @@ func loadServiceItems(b testing.TB, dir string, n int) {
 		for i := start; i < min(start+500, n); i++ {
 			index := i - start
 			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("invoices:inv-%07d:send:1", i),
-				Canonical: []byte(fmt.Sprintf(`{"amount":%d,"customer":"cus_%07d"}`, 1000+i%5000, i)),
+				Canonical:   []byte(fmt.Sprintf(`{"amount":%d,"customer":"cus_%07d"}`, 1000+i%5000, i)),
 				Destination: "billing", Reference: fmt.Sprintf("INV-2026-%07d", i), BatchID: batch, BatchIndex: &index,
 				ExecutionID: exec})
 		}
