@@ -51,6 +51,10 @@ func (s *Store) convert(ctx context.Context) (bool, error) {
 	if err := s.migrateExecutionID(ctx); err != nil {
 		return false, err
 	}
+	// A larger page cache for the copy, the indexes and the rewrite (migrate sets it back).
+	if _, err := s.w.ExecContext(ctx, `PRAGMA cache_size = -65536`); err != nil {
+		return false, err
+	}
 	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+convertingTable+` (`+itemsTable+`)`); err != nil {
 		return false, err
 	}
@@ -84,7 +88,9 @@ func (s *Store) convert(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, `DROP TABLE items; ALTER TABLE `+convertingTable+` RENAME TO items`); err != nil {
+	if _, err := tx.ExecContext(ctx, `DROP TABLE items; ALTER TABLE `+convertingTable+` RENAME TO items;
+		CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+		INSERT INTO meta (name, value) VALUES ('`+spacePending+`', 1) ON CONFLICT DO NOTHING`); err != nil {
 		return false, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -172,33 +178,35 @@ func (s *Store) convertBatch(ctx context.Context) (int, error) {
 	return len(batch), nil
 }
 
-// giveBackSpace returns the pages the old table of a conversion left free to the file system: at once
-// where the ledger has incremental auto-vacuum, else by rewriting the file once (VACUUM), which also
-// turns incremental auto-vacuum on, so that retention gives space back from then on.
+// spacePending marks, in meta, a ledger whose conversion is done but whose file still holds the old
+// layout's pages (giveBackSpace removes it).
+const spacePending = "converted_space_pending"
+
+// giveBackSpace returns the pages the old table of a conversion left free to the file system, if a
+// conversion left them (spacePending). The new table and its indexes were written after the old table's
+// pages, at the end of the file, so the file is rewritten once (VACUUM: faster than moving the new pages
+// one by one, as an incremental vacuum would); the rewrite also turns incremental auto-vacuum on where an
+// older ledger lacked it, so that retention gives space back from then on. Interrupted, it is done again
+// at the next start.
 func (s *Store) giveBackSpace(ctx context.Context) error {
-	var mode, free int64
-	if err := s.w.QueryRowContext(ctx, `PRAGMA auto_vacuum`).Scan(&mode); err != nil {
+	var pending int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE name = ?`, spacePending).Scan(&pending); err != nil || pending == 0 {
 		return err
 	}
+	var free int64
 	if err := s.w.QueryRowContext(ctx, `PRAGMA freelist_count`).Scan(&free); err != nil {
 		return err
 	}
-	if free == 0 {
-		return nil
-	}
 	start := time.Now()
-	if mode == 2 {
-		if _, err := s.w.ExecContext(ctx, `PRAGMA incremental_vacuum`); err != nil {
-			return err
-		}
-	} else {
-		// The copy VACUUM makes goes to a temporary file, not to memory (temp_store): it is the ledger's size.
-		if _, err := s.w.ExecContext(ctx, `PRAGMA temp_store = FILE; PRAGMA auto_vacuum = INCREMENTAL; VACUUM; PRAGMA temp_store = MEMORY`); err != nil {
-			return err
-		}
+	s.log.Info("giving the space of the old layout back to the file system (VACUUM)", "free_pages", free)
+	// The copy VACUUM makes goes to a temporary file, not to memory (temp_store): it is the ledger's size.
+	if _, err := s.w.ExecContext(ctx, `PRAGMA temp_store = FILE; PRAGMA auto_vacuum = INCREMENTAL; VACUUM; PRAGMA temp_store = MEMORY`); err != nil {
+		return err
 	}
-	_, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
+	if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE); DELETE FROM meta WHERE name = ?`, spacePending); err != nil {
+		return err
+	}
 	s.log.Info("gave the space of the old layout back to the file system", "pages", free,
 		"took", time.Since(start).Round(time.Millisecond).String())
-	return err
+	return nil
 }

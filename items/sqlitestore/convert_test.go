@@ -78,7 +78,7 @@ func writeOldLedger(t *testing.T, dir string, its []*items.Item, broken []string
 			t.Fatal(err)
 		}
 		args := appendColumns(nil, it, nil)
-		args[docAt] = string(doc)
+		args[docAt], args[3] = string(doc), it.Workflow
 		if _, err := db.Exec(insert, args...); err != nil {
 			t.Fatal(err)
 		}
@@ -214,6 +214,15 @@ func TestConvertKeepsEveryItem(t *testing.T) {
 	}
 	defer s.Close()
 	checkConverted(t, s, want)
+	var free, vacuum, pending int
+	if err := s.r.QueryRowContext(ctx, `SELECT (SELECT freelist_count FROM pragma_freelist_count), (SELECT auto_vacuum FROM pragma_auto_vacuum),
+		(SELECT count(*) FROM meta WHERE name = ?)`, spacePending).Scan(&free, &vacuum, &pending); err != nil {
+		t.Fatal(err)
+	}
+	if free != 0 || vacuum != 2 || pending != 0 {
+		t.Errorf("after the conversion the file has %d free pages, auto_vacuum %d, %d marks of space to give back; want 0, 2 (incremental), 0",
+			free, vacuum, pending)
+	}
 	if !strings.Contains(log.String(), "converted the ledger to the compact layout") {
 		t.Errorf("the log does not say the ledger was converted:\n%s", log.String())
 	}

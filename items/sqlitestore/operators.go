@@ -480,7 +480,8 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		add("destination = ?", p.Destination)
 	}
 	if p.Workflow != "" {
-		add("workflow = ?", p.Workflow)
+		// NULL: the key's workflow (keyWorkflow), its first part: the keys from "workflow:" up to "workflow;".
+		add("(workflow = ? OR (workflow IS NULL AND key >= ? AND key < ?))", p.Workflow, p.Workflow+":", p.Workflow+";")
 	}
 	if p.BatchID != "" {
 		add("batch_id = ? AND batch_id != ''", p.BatchID) // the literal lets the partial index items_batch serve

@@ -220,7 +220,7 @@ const itemsTable = `
 	version            INTEGER NOT NULL,
 	state              TEXT NOT NULL,
 	destination        TEXT NOT NULL,
-	workflow           TEXT NOT NULL DEFAULT '',
+	workflow           TEXT,
 	owner              TEXT NOT NULL DEFAULT '',
 	reference          TEXT NOT NULL DEFAULT '',
 	batch_id           TEXT NOT NULL DEFAULT '',
@@ -246,13 +246,18 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("sqlitestore: convert %s to the compact layout: %w", s.path, err)
 	}
+	start := time.Now()
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	if converted {
-		if err := s.giveBackSpace(ctx); err != nil {
-			return fmt.Errorf("sqlitestore: give back the space of %s's old layout: %w", s.path, err)
-		}
+		s.log.Info("built the indexes of the converted ledger", "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	if err := s.giveBackSpace(ctx); err != nil {
+		return fmt.Errorf("sqlitestore: give back the space of %s's old layout: %w", s.path, err)
+	}
+	if _, err := s.w.ExecContext(ctx, `PRAGMA cache_size = -2000`); err != nil { // SQLite's default, after convert's
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	if err := s.migrateOperators(ctx); err != nil {
 		return err
@@ -308,10 +313,15 @@ type rowScanner interface {
 // its document cannot be read. A failure to read the row itself is returned as scanErr.
 func scanItem(sc rowScanner) (it *items.Item, r row, decodeErr, scanErr error) {
 	var batchIndex sql.NullInt64
+	var workflow sql.NullString
 	var doc sql.RawBytes
-	if err := sc.Scan(&r.tenant, &r.key, &r.version, &r.state, &r.destination, &r.workflow, &r.owner, &r.reference,
+	if err := sc.Scan(&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
 		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc); err != nil {
 		return nil, r, nil, err
+	}
+	r.workflow = workflow.String
+	if !workflow.Valid {
+		r.workflow = keyWorkflow(r.key)
 	}
 	if batchIndex.Valid {
 		i := int(batchIndex.Int64)
@@ -517,10 +527,21 @@ func appendColumns(args []any, it *items.Item, doc []byte) []any {
 	if f.NeedsPersonSince != nil {
 		needsPersonSince = f.NeedsPersonSince.UnixNano()
 	}
-	return append(args, it.Version, string(it.State), it.Destination, it.Workflow, it.Owner, it.Reference,
+	var workflow any = it.Workflow
+	if it.Workflow != "" && keyWorkflow(it.Key) == it.Workflow {
+		workflow = nil // the key's: scanItem derives it
+	}
+	return append(args, it.Version, string(it.State), it.Destination, workflow, it.Owner, it.Reference,
 		it.BatchID, batchIndex, it.ExecutionID, boolInt(it.NeedsPerson), lease, it.CreatedAt.UnixNano(), it.UpdatedAt.UnixNano(),
 		f.Attempt, boolInt(f.SameKeyRecovered), f.Resolutions, boolInt(f.DuplicateEffect), boolInt(f.EnteredUnknown),
 		needsPersonSince, boolInt(f.SweepCandidate), boolInt(f.AlertPending), doc, it.Tenant, it.Key)
+}
+
+// keyWorkflow returns the workflow part of a key of four parts (items.SplitKey), else "". The workflow
+// column is NULL where the item's workflow is its key's: most items' keys are derived from their parts.
+func keyWorkflow(key string) string {
+	parts, _ := items.SplitKey(key)
+	return parts.Workflow
 }
 
 // injected returns the failure a test's fault hook gives for op.

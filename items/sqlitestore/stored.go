@@ -24,9 +24,9 @@ import (
 //
 // Layout: a format byte (storedFormat), then the item: a mask (uvarint) of its fields present, then those
 // fields in the mask's bit order. Attempts, events and a resolution are the same: a mask, then fields.
-// Integers are zigzag varints; a time is its seconds from the item's creation (zigzag varint) and
-// nanoseconds<<1 | has-offset (uvarint), then the zone offset in seconds when it has one; bytes are a
-// uvarint length and the bytes. A string is a uvarint v:
+// Integers are zigzag varints; a time is 0 (the item's creation) or 1 (its last change) or 2 + its
+// seconds from the creation (zigzag), then nanoseconds<<1 | has-offset (uvarint) and the zone offset in
+// seconds when it has one; bytes are a uvarint length and the bytes. A string is a uvarint v:
 //
 //	0            the empty string
 //	4n+1         a literal: n bytes follow
@@ -175,10 +175,11 @@ func exactInColumn(t time.Time) bool {
 
 // encoder writes one stored document.
 type encoder struct {
-	b     []byte
-	table []string
-	base  int64 // the item's creation, Unix seconds
-	err   error
+	b                []byte
+	table            []string
+	created, updated time.Time
+	base             int64 // the item's creation, Unix seconds
+	err              error
 }
 
 // appendStored appends the stored form of it to dst. It fails where it.AppendJSON fails (a time outside
@@ -186,7 +187,8 @@ type encoder struct {
 // stored can always be shown.
 func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string, error) {
 	r := rowOf(it)
-	e := encoder{b: append(dst, storedFormat), table: r.strings(table[:0]), base: it.CreatedAt.Unix()}
+	e := encoder{b: append(dst, storedFormat), table: r.strings(table[:0]), created: it.CreatedAt, updated: it.UpdatedAt,
+		base: it.CreatedAt.Unix()}
 	var mask uint64
 	set := func(bit uint64, on bool) {
 		if on {
@@ -228,9 +230,12 @@ func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string,
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.checkTime(it.CreatedAt)
 	e.checkTime(it.UpdatedAt)
+	// The item's two times come first, whatever their bits: every other time may name them.
 	if mask&itemCreatedAt != 0 {
-		// First, whatever its bit: every other time is relative to it.
 		e.absoluteTime(it.CreatedAt)
+	}
+	if mask&itemUpdatedAt != 0 {
+		e.absoluteTime(it.UpdatedAt)
 	}
 	for m := mask; m != 0; m &= m - 1 {
 		switch m & -m {
@@ -291,9 +296,7 @@ func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string,
 			e.string(it.Action)
 		case itemSequence:
 			e.string(it.Sequence)
-		case itemCreatedAt:
-		case itemUpdatedAt:
-			e.absoluteTime(it.UpdatedAt)
+		case itemCreatedAt, itemUpdatedAt:
 		}
 	}
 	if e.err != nil {
@@ -439,9 +442,41 @@ func (e *encoder) checkTime(t time.Time) {
 	}
 }
 
+// time writes t: 0 if it is the item's creation, 1 if its last change (the same instant, shown the same:
+// a claim's event and attempt start at the creation, a report's end at the change), else 2 + its
+// seconds from the creation (zigzag) and then its nanoseconds and offset as explicitTime.
 func (e *encoder) time(t time.Time) {
 	e.checkTime(t)
-	e.b = binary.AppendVarint(e.b, t.Unix()-e.base)
+	switch {
+	case sameTime(t, e.created):
+		e.b = append(e.b, 0)
+	case sameTime(t, e.updated):
+		e.b = append(e.b, 1)
+	default:
+		d := t.Unix() - e.base
+		e.b = binary.AppendUvarint(e.b, 2+(uint64(d<<1)^uint64(d>>63)))
+		e.nanosAndOffset(t)
+	}
+}
+
+// sameTime reports whether a and b are the same instant, shown the same in JSON.
+func sameTime(a, b time.Time) bool {
+	if !a.Equal(b) {
+		return false
+	}
+	_, oa := a.Zone()
+	_, ob := b.Zone()
+	return oa == ob
+}
+
+// absoluteTime writes t's Unix seconds (zigzag varint), then its nanoseconds and offset.
+func (e *encoder) absoluteTime(t time.Time) {
+	e.b = binary.AppendVarint(e.b, t.Unix())
+	e.nanosAndOffset(t)
+}
+
+// nanosAndOffset writes t's nanoseconds<<1 | has-offset, then the zone offset in seconds if it has one.
+func (e *encoder) nanosAndOffset(t time.Time) {
 	_, off := t.Zone()
 	flag := uint64(0)
 	if off != 0 {
@@ -451,14 +486,6 @@ func (e *encoder) time(t time.Time) {
 	if off != 0 {
 		e.b = binary.AppendVarint(e.b, int64(off))
 	}
-}
-
-// absoluteTime writes a time relative to the Unix epoch instead of to the item's creation.
-func (e *encoder) absoluteTime(t time.Time) {
-	base := e.base
-	e.base = 0
-	e.time(t)
-	e.base = base
 }
 
 func (e *encoder) string(s string) {
@@ -510,10 +537,11 @@ var errCorrupt = errors.New("sqlitestore: corrupt item document")
 
 // decoder reads one stored document.
 type decoder struct {
-	b     []byte
-	table []string
-	base  int64
-	err   error
+	b                []byte
+	table            []string
+	created, updated time.Time
+	base             int64
+	err              error
 }
 
 // decodeStored reads the stored document doc of the row r: the compact form, or the JSON of earlier
@@ -532,11 +560,14 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 		Version: r.version, BatchIndex: r.batchIndex, NeedsPerson: r.needsPerson,
 		CreatedAt: time.Unix(0, r.createdAt).UTC(), UpdatedAt: time.Unix(0, r.updatedAt).UTC()}
 	mask := d.uvarint()
+	// The item's two times come first, whatever their bits: every other time may name them.
 	if mask&itemCreatedAt != 0 {
-		// First, whatever its bit: every other time is relative to it.
-		it.CreatedAt = d.time()
+		it.CreatedAt = d.absoluteTime()
 	}
-	d.base = it.CreatedAt.Unix()
+	if mask&itemUpdatedAt != 0 {
+		it.UpdatedAt = d.absoluteTime()
+	}
+	d.created, d.updated, d.base = it.CreatedAt, it.UpdatedAt, it.CreatedAt.Unix()
 	if mask&itemPartsDerived != 0 {
 		if parts, ok := items.SplitKey(it.Key); ok {
 			it.Object, it.Action, it.Sequence = parts.Object, parts.Action, parts.Sequence
@@ -608,12 +639,7 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 			it.Action = d.string()
 		case itemSequence:
 			it.Sequence = d.string()
-		case itemCreatedAt:
-		case itemUpdatedAt:
-			base := d.base
-			d.base = 0
-			it.UpdatedAt = d.time()
-			d.base = base
+		case itemCreatedAt, itemUpdatedAt:
 		default:
 			d.fail() // a field of a later format
 		}
@@ -724,7 +750,21 @@ func (d *decoder) string() string {
 }
 
 func (d *decoder) time() time.Time {
-	sec := d.varint() + d.base
+	switch v := d.uvarint(); v {
+	case 0:
+		return d.created
+	case 1:
+		return d.updated
+	default:
+		z := v - 2
+		return d.nanosAndOffset(d.base + (int64(z>>1) ^ -int64(z&1)))
+	}
+}
+
+func (d *decoder) absoluteTime() time.Time { return d.nanosAndOffset(d.varint()) }
+
+// nanosAndOffset reads what encoder.nanosAndOffset wrote and returns the time at sec.
+func (d *decoder) nanosAndOffset(sec int64) time.Time {
 	ns := d.uvarint()
 	if ns>>1 >= 1e9 {
 		d.fail()

@@ -68,6 +68,25 @@ func storedSample(r *rand.Rand) *items.Item {
 	if r.IntN(4) == 0 {
 		it.CreatedAt, it.UpdatedAt = time.Date(2026, 12, 1, 8, 0, 0, r.IntN(1e9), time.UTC), time.Now()
 	}
+	// Times of the item's creation and last change, some of them the same instant in another zone.
+	same := func() time.Time {
+		t := []time.Time{it.CreatedAt, it.UpdatedAt}[r.IntN(2)]
+		if r.IntN(4) == 0 {
+			t = t.In(time.FixedZone("", 3600))
+		}
+		return t
+	}
+	for i := range it.Attempts {
+		if r.IntN(2) == 0 {
+			t, e := same(), same()
+			it.Attempts[i].StartedAt, it.Attempts[i].EndedAt = t, &e
+		}
+	}
+	for i := range it.History {
+		if r.IntN(2) == 0 {
+			it.History[i].At = same()
+		}
+	}
 	return it
 }
 
