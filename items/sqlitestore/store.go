@@ -162,7 +162,8 @@ func (s *Store) Path() string { return s.path }
 // Beside the document (doc, the stored form: stored.go), a row holds the columns the queries select by,
 // and the item's facts (items.Item.Facts), computed in Go as write stores the item, so that no query
 // parses documents. The document does not repeat what the columns hold. The columns come before doc so
-// that reading them never touches the document's bytes.
+// that reading them never touches the document's bytes. The workflow column is NULL where the item's
+// workflow is its key's first part (keyWorkflow), as it is for every key derived from its parts.
 //
 // Every index below is written by every claim, so each one is here for a query (TestQueryPlans checks
 // with EXPLAIN QUERY PLAN that it serves it). The lists want the newest change first, yet their indexes

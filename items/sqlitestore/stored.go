@@ -12,7 +12,7 @@ import (
 )
 
 // The stored form of an item (the doc column). The API form (items.Item.AppendJSON) is for people and
-// clients; this one is for the disk, and holds the same item in a quarter of the bytes. What the row's
+// clients; this one is for the disk, and holds the same item in a tenth of the bytes. What the row's
 // own columns hold is not stored again (tenant, key, state, destination, workflow, owner, reference,
 // batch, execution, version, needs_person, and the two times where the column keeps them exactly), nor
 // what can be derived (the object, action and sequence of a key of four parts). Every string of the
