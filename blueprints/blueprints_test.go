@@ -382,7 +382,7 @@ func checkMakeBlueprint(raw []byte) []string {
 		}
 	}
 	walk(bp.Flow, map[int]bool{}, nil, 0)
-	return errs
+	return append(errs, checkMakeJSONBodies(raw)...)
 }
 
 var badQuoteRE = regexp.MustCompile(`\{\{[^}]*\\"`)
@@ -589,12 +589,7 @@ func TestMakeTriggerGuardFallsThrough(t *testing.T) {
 			t.Fatal(err)
 		}
 		trig := makeModuleID(t, raw, "Claim trigger event")
-		var guard *MakeModule
-		for i := range bp.Flow {
-			if bp.Flow[i].Metadata.Designer.Name == "First delivery?" {
-				guard = &bp.Flow[i]
-			}
-		}
+		guard := findMakeModule(bp.Flow, "First delivery?")
 		if guard == nil || len(guard.Routes) != 2 {
 			t.Fatalf("%s: no two-route First delivery? router", tpl.Slug)
 		}
@@ -671,9 +666,10 @@ func TestMakeBatchRoutesEveryDecision(t *testing.T) {
 	}
 	each := makeModuleID(t, raw, "One bundle per decision")
 	var router *MakeModule
-	for i, m := range bp.Flow {
-		if m.ID == each && i+1 < len(bp.Flow) && bp.Flow[i+1].Module == "builtin:BasicRouter" {
-			router = &bp.Flow[i+1]
+	flow := makeFlowOf(bp.Flow, each)
+	for i, m := range flow {
+		if m.ID == each && i+1 < len(flow) && flow[i+1].Module == "builtin:BasicRouter" {
+			router = &flow[i+1]
 		}
 	}
 	if router == nil {

@@ -19,6 +19,10 @@ var MakeModuleVersions = map[string]int{
 	"builtin:Ignore":          1,
 	"util:ComposeTransformer": 1,
 	"util:SetVariable2":       1,
+	// JSON → Transform to JSON: serializes one value as JSON (a text becomes a quoted, escaped string,
+	// a number stays a number). Not in the reference set; its name, version, parameters {"space": ""},
+	// mapper {"object": …} and output {{N.json}} are from public exports (blueprints/README.md).
+	"json:TransformToJSON": 1,
 }
 
 // MakeBlueprint is a Make scenario blueprint as Make exports and imports it.
@@ -221,6 +225,138 @@ func transportExpr(id int, outcome bool) string {
 	return "{{" + expr + "}}"
 }
 
+// transportCodeExpr names the transport code found in a Make error message (ECONNREFUSED, …), else
+// make_error. Like transportExpr it can only give one of its own words, so it may stand inside a JSON
+// string; the message itself goes through a json:TransformToJSON module.
+func transportCodeExpr(id int) string {
+	expr := `"make_error"`
+	for i := len(TransportErrors) - 1; i >= 0; i-- {
+		e := TransportErrors[i]
+		expr = fmt.Sprintf(`if(contains(%d.error.message; "%s"); "%s"; %s)`, id, e.Code, e.Code, expr)
+	}
+	return "{{" + expr + "}}"
+}
+
+// toJSON is a JSON → Transform to JSON module (json:TransformToJSON) serializing object: a mapping, or
+// a text with mappings. Its output {{N.json}} is the value as JSON: a text quoted and escaped, a number
+// as it is. A JSON body maps it bare ("key": {{N.json}}), so a quote, a newline or a backslash in the
+// value cannot break the body; no body pastes a value between quotes.
+func (f *makeFlow) toJSON(name, object string, x, y int) MakeModule {
+	m := f.module(name, "json:TransformToJSON", x, y)
+	m.Parameters = map[string]string{"space": ""}
+	m.Mapper = map[string]string{"object": object}
+	return m
+}
+
+// jsonOf maps module id's JSON output bare, for a value the run has checked is there.
+func jsonOf(id int) string { return fmt.Sprintf("{{%d.json}}", id) }
+
+// jsonOrNull maps module id's JSON output bare, or null when the value was empty (an answer without an
+// id or a header): whether Make gives "" or nothing for an empty value, the body stays JSON.
+func jsonOrNull(id int) string { return fmt.Sprintf(`{{ifempty(%d.json; "null")}}`, id) }
+
+// makeValues are the JSON bodies' values taken from a delivery, each the bare mapping of a
+// json:TransformToJSON module's output.
+type makeValues struct {
+	key, ref, trigKey string
+	fields            []payloadField // the payload's fields, in the example's order
+}
+
+type payloadField struct{ name, json string }
+
+// payload is the payload object built from its fields' JSON.
+func (v makeValues) payload() string {
+	parts := make([]string, len(v.fields))
+	for i, p := range v.fields {
+		parts[i] = fmt.Sprintf(`"%s": %s`, p.name, p.json)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+var (
+	payloadFieldRE = regexp.MustCompile(`"(\w+)": "?\{\{1\.(\w+)\}\}"?`)
+	deliveredRE    = regexp.MustCompile(`\{\{1\.(\w+)\}\}`)
+)
+
+// deliveryFields are the delivered fields the key, the reference and the payload are built from.
+func deliveryFields(ex Example) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, m := range deliveredRE.FindAllStringSubmatch(ex.KeyMake+ex.RefMake+ex.PayloadMake, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			out = append(out, m[1])
+		}
+	}
+	return out
+}
+
+// deliveryJSON renders one json:TransformToJSON module per value the JSON bodies take from the
+// delivery (module src's fields): the key, the trigger claim's key (with trigger), the reference and
+// each payload field. A value used twice (the quote's reference is also a payload field) is
+// serialized once.
+func (f *makeFlow) deliveryJSON(ex Example, src int, trigger bool, x, y int) ([]MakeModule, makeValues) {
+	var mods []MakeModule
+	byObject := map[string]string{}
+	add := func(name, object string) string {
+		object = strings.ReplaceAll(object, "{{1.", fmt.Sprintf("{{%d.", src))
+		if j, ok := byObject[object]; ok {
+			return j
+		}
+		m := f.toJSON("JSON: "+name, object, x+150*len(mods), y)
+		mods = append(mods, m)
+		byObject[object] = jsonOf(m.ID)
+		return jsonOf(m.ID)
+	}
+	var v makeValues
+	v.key = add("key", ex.KeyMake)
+	if trigger {
+		v.trigKey = add("trigger key", ex.KeyMake+":trigger")
+	}
+	v.ref = add("reference", ex.RefMake)
+	for _, m := range payloadFieldRE.FindAllStringSubmatch(ex.PayloadMake, -1) {
+		v.fields = append(v.fields, payloadField{m[1], add(m[2], "{{1."+m[2]+"}}")})
+	}
+	return mods, v
+}
+
+// present is a filter operand that is 0 when module src's field is missing, null or empty.
+func present(src int, field string) string {
+	return fmt.Sprintf(`{{length(toString(ifempty(%d.%s; "")))}}`, src, field)
+}
+
+// lacksExpr names field (" invoice") when module src's field is missing, null or empty, else gives "".
+// It can only give its own words, so it may stand inside a JSON string.
+func lacksExpr(src int, field string) string {
+	return fmt.Sprintf(`{{if(length(toString(ifempty(%d.%s; ""))) = 0; " %s"; "")}}`, src, field, field)
+}
+
+// checkDelivery is the router that stops a delivery missing a field the key, the reference or the
+// payload is built from, before any key is built: without it every malformed delivery would share one
+// key (invoice-:reminder:2). Its first route (the rest of the scenario, from the first module of
+// rest on) takes a complete delivery; its second answers 400 naming the missing fields, nothing claimed.
+func (f *makeFlow) checkDelivery(ex Example, x, y int, rest func() []MakeModule) MakeModule {
+	r := f.module("Check delivery", "builtin:BasicRouter", x, y)
+	r.Mapper = json.RawMessage("null")
+	fields := deliveryFields(ex)
+	complete := &MakeFilter{Name: "delivery complete", Conditions: [][]MakeCondition{{}}}
+	incomplete := &MakeFilter{Name: "a field is missing"}
+	var lacks, quoted []string
+	for _, fd := range fields {
+		complete.Conditions[0] = append(complete.Conditions[0], MakeCondition{A: present(1, fd), O: "number:greater", B: "0"})
+		incomplete.Conditions = append(incomplete.Conditions, []MakeCondition{{A: present(1, fd), O: "number:equal", B: "0"}})
+		lacks = append(lacks, lacksExpr(1, fd))
+		quoted = append(quoted, `"`+fd+`"`)
+	}
+	flow := rest()
+	flow[0].Filter = complete
+	refuse := f.respond("Answer: delivery incomplete", "400", fmt.Sprintf(`{"error": "missing_fields", "message": "the delivery lacks:%s; nothing was claimed", "required": [%s]}`,
+		strings.Join(lacks, ""), strings.Join(quoted, ", ")), x+300, y+600)
+	refuse.Filter = incomplete
+	r.Routes = []MakeRoute{{Flow: flow}, {Flow: []MakeModule{refuse}}}
+	return r
+}
+
 // writeModule is the slot: the user's write, with the claim's idempotency key.
 func (f *makeFlow) writeModule(claimID int, filter *MakeFilter, body string, x, y int) MakeModule {
 	m := f.http("YOUR WRITE: create the record", "post", f.s.WriteURL, body, false, x, y)
@@ -234,8 +370,13 @@ func (f *makeFlow) writeModule(claimID int, filter *MakeFilter, body string, x, 
 
 // writeBody is the example write's body: the payload plus the business reference, the same bytes
 // on every attempt so a receiver that dedupes by key sees an identical repeat.
-func writeBody(ex Example) string {
-	return strings.TrimSuffix(ex.PayloadMake, "}") + `, "reference": "` + ex.RefMake + `"}`
+func writeBody(v makeValues) string {
+	for _, p := range v.fields {
+		if p.name == "reference" {
+			return v.payload()
+		}
+	}
+	return strings.TrimSuffix(v.payload(), "}") + `, "reference": ` + v.ref + "}"
 }
 
 func withBody(m MakeModule, body string) MakeModule {
@@ -245,56 +386,83 @@ func withBody(m MakeModule, body string) MakeModule {
 	return m
 }
 
-// evidence bodies for /v1/after-write, from the write module w and the claim module c.
-func statusEvidence(c, w int, succeeded bool) string {
+// writeOut is what the evidence takes from write module w, each the bare mapping of a
+// json:TransformToJSON module: its external id and request id (success route), its error message
+// (error handler), or a stored external id (a skip).
+type writeOut struct {
+	w                         int
+	extID, requestID, message string
+}
+
+// claimRef names the claim an after-write reports: mappings of the companion answer's key and claim
+// (tokens API.md limits to [A-Za-z0-9._:@+=~-], so they may stand inside a JSON string).
+type claimRef struct{ key, claim string }
+
+func claimOf(c int) claimRef { return claimRef{ref(c, "data.key"), ref(c, "data.claim")} }
+
+// evidence bodies for /v1/after-write, from the write's outputs o and the claim c.
+func statusEvidence(c claimRef, o writeOut, succeeded bool) string {
+	w := o.w
 	if succeeded {
-		return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s"}`,
-			ref(c, "data.key"), ref(c, "data.claim"), ref(w, "statusCode"), ref(w, "data.id"), ref(w, "headers.`x-request-id`"))
+		return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "http_status": %s, "external_id": %s, "receiver_request_id": %s}`,
+			c.key, c.claim, ref(w, "statusCode"), o.extID, o.requestID)
 	}
 	// A 3xx (redirects are not followed) proves nothing: unknown. 4xx and 5xx are failed, and the service
 	// decides what a 5xx means.
 	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 400; "unknown"; "failed")}}", "http_status": %s, "retry_after": %s, "error": {"class": "http", "code": "%s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), w, ref(w, "statusCode"), retryAfterSeconds(w, `"null"`), ref(w, "statusCode"))
+		c.key, c.claim, w, ref(w, "statusCode"), retryAfterSeconds(w, `"null"`), ref(w, "statusCode"))
 }
 
 // retryAfterSeconds is a formula giving module w's Retry-After answer header in whole seconds, as
-// API.md wants retry_after: a number of seconds passes as it is; an HTTP-date (RFC 9110, always "GMT")
-// becomes the seconds from now until then, rounded up and at least 0; no header gives fallback (a formula
-// value: "null" in quotes, the text null Make pastes into the body, or a number). The result is a bare JSON number or null, never a quoted or
-// unquoted date.
+// API.md wants retry_after: an HTTP-date (RFC 9110, always "GMT") becomes the seconds from now until
+// then, rounded up and at least 0; any other value keeps only its digits (Make's replace with a regular
+// expression), so seconds pass as they are and a malformed value ("soon") counts as no header; no header
+// gives fallback (a formula value: "null" in quotes, the text null Make pastes into the body, or a
+// number). The result is a bare JSON number or null, never a text, so a body maps it bare.
 func retryAfterSeconds(w int, fallback string) string {
 	h := fmt.Sprintf("%d.headers.`retry-after`", w)
-	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(%s; %s))}}`,
+	return fmt.Sprintf(`{{if(contains(ifempty(%s; ""); "GMT"); max(0; ceil(parseNumber(formatDate(parseDate(replace(%s; " GMT"; ""); "ddd, DD MMM YYYY HH:mm:ss"; "UTC"); "X"); ".") - parseNumber(formatDate(now; "X"); "."))); ifempty(replace(%s; /[^0-9]/g; ""); %s))}}`,
 		h, h, h, fallback)
 }
 
-func transportEvidence(c, w int) string {
-	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "%s", "error": {"class": "%s", "code": "%s", "message": "Make %s"}}`,
-		ref(c, "data.key"), ref(c, "data.claim"), transportExpr(w, true), transportExpr(w, false), ref(w, "error.type"), ref(w, "error.type"))
+func transportEvidence(c claimRef, o writeOut) string {
+	return fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "%s", "error": {"class": "%s", "code": "%s", "message": %s}}`,
+		c.key, c.claim, transportExpr(o.w, true), transportExpr(o.w, false), transportCodeExpr(o.w), o.message)
+}
+
+// errorMessage serializes module w's error (Make's error type and message) for the evidence.
+func (f *makeFlow) errorMessage(w int, x, y int) MakeModule {
+	return f.toJSON("JSON: error message", fmt.Sprintf("Make {{%d.error.type}}: {{%d.error.message}}", w, w), x, y)
 }
 
 // writeTail renders write → status router → after-write, with the transport error handler.
 // extra(kind) adds modules after each after-write (the trigger guard's report).
-func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y int, extra func(kind string, w int, x, y int) []MakeModule) []MakeModule {
+func (f *makeFlow) writeTail(claimID int, filter *MakeFilter, body string, x, y int, extra func(kind string, o writeOut, x, y int) []MakeModule) []MakeModule {
 	w := f.writeModule(claimID, filter, body, x, y)
-	onerr := []MakeModule{withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimID, w.ID))}
+	msg := f.errorMessage(w.ID, x+150, y+300)
+	eo := writeOut{w: w.ID, message: jsonOf(msg.ID)}
+	onerr := []MakeModule{msg, withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", x+300, y+300), transportEvidence(claimOf(claimID), eo))}
 	// The webhook's answer first, then the trigger claim's report: that report is filtered to runs that
 	// hold the trigger claim, and a filtered-out module must not keep the answer from being sent.
-	onerr = append(onerr, extra("answer transport", w.ID, x+600, y+300)...)
-	onerr = append(onerr, extra("transport", w.ID, x+750, y+300)...)
+	onerr = append(onerr, extra("answer transport", eo, x+600, y+300)...)
+	onerr = append(onerr, extra("transport", eo, x+750, y+300)...)
 	ign := f.module("End the item here", "builtin:Ignore", x+900, y+300)
 	onerr = append(onerr, ign)
 	w.OnError = onerr
+	ext := f.toJSON("JSON: external id", ref(w.ID, "data.id"), x+450, y-300)
+	ext.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
+	rid := f.toJSON("JSON: receiver request id", ref(w.ID, "headers.`x-request-id`"), x+600, y-300)
+	so := writeOut{w: w.ID, extID: jsonOrNull(ext.ID), requestID: jsonOrNull(rid.ID)}
 	ok := f.companion("After-write: succeeded", PathAfterWrite, "", x+600, y-150)
-	ok = withBody(ok, statusEvidence(claimID, w.ID, true))
-	ok.Filter = &MakeFilter{Name: "2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:less", B: "300"}}}}
-	okRoute := append([]MakeModule{ok}, extra("answer succeeded", w.ID, x+900, y-150)...)
-	okRoute = append(okRoute, extra("succeeded", w.ID, x+1200, y-150)...)
+	ok = withBody(ok, statusEvidence(claimOf(claimID), so, true))
+	okRoute := append([]MakeModule{ext, rid, ok}, extra("answer succeeded", so, x+900, y-150)...)
+	okRoute = append(okRoute, extra("succeeded", so, x+1200, y-150)...)
+	bo := writeOut{w: w.ID}
 	bad := f.companion("After-write: HTTP failure", PathAfterWrite, "", x+600, y+150)
-	bad = withBody(bad, statusEvidence(claimID, w.ID, false))
+	bad = withBody(bad, statusEvidence(claimOf(claimID), bo, false))
 	bad.Filter = &MakeFilter{Name: "not 2xx", Conditions: [][]MakeCondition{{{A: ref(w.ID, "statusCode"), O: "number:greaterorequal", B: "300"}}}}
-	badRoute := append([]MakeModule{bad}, extra("answer failed", w.ID, x+900, y+150)...)
-	badRoute = append(badRoute, extra("failed", w.ID, x+1200, y+150)...)
+	badRoute := append([]MakeModule{bad}, extra("answer failed", bo, x+900, y+150)...)
+	badRoute = append(badRoute, extra("failed", bo, x+1200, y+150)...)
 	r := f.router("Classify the answer", x+300, y, okRoute, badRoute)
 	return []MakeModule{w, r}
 }
@@ -307,10 +475,9 @@ func scenario() MakeMetadata {
 	}
 }
 
-func makeBeforeWriteBody(t Template, batchIndex bool) string {
-	ex := t.Example
-	return fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s", "execution_id": "{{var.scenario.executionId}}"}`,
-		ex.KeyMake, ex.PayloadMake, t.Destination, t.Dedupe, ex.RefMake)
+func makeBeforeWriteBody(t Template, v makeValues) string {
+	return fmt.Sprintf(`{"key": %s, "payload": %s, "destination": "%s", "dedupe": "%s", "reference": %s, "execution_id": "{{var.scenario.executionId}}"}`,
+		v.key, v.payload(), t.Destination, t.Dedupe, v.ref)
 }
 
 // RenderMake renders one template as a Make blueprint.
@@ -347,29 +514,36 @@ func (f *makeFlow) single(t Template) []MakeModule {
 	hook.Parameters = map[string]string{}
 	hook.Mapper = map[string]string{}
 	flow := append([]MakeModule{hook}, f.settings(150, 0)...)
-	ex := t.Example
-	x := 300
+	check := f.checkDelivery(t.Example, 450, 0, func() []MakeModule { return f.singleChecked(t, 600) })
+	return append(flow, check)
+}
+
+// singleChecked is the single-item scenario after Check delivery, from x on.
+func (f *makeFlow) singleChecked(t Template, x int) []MakeModule {
+	jsonMods, v := f.deliveryJSON(t.Example, 1, t.TriggerGuard, x, 0)
+	flow := jsonMods
+	x += 150 * len(jsonMods)
 	trig := 0
 	if t.TriggerGuard {
-		tm := f.companion("Claim trigger event", PathBeforeWrite, fmt.Sprintf(`{"key": "%s:trigger", "payload": %s, "destination": "n8n-triggers", "dedupe": "key", "reference": "%s", "execution_id": "{{var.scenario.executionId}}"}`,
-			ex.KeyMake, ex.PayloadMake, ex.RefMake), x, 0)
-		// Make has no n8n execution id; the destination name is shared with the n8n templates.
-		tm = withBody(tm, strings.Replace(tm.Mapper.(MakeHTTPMapper).JSONStringBodyContent, "n8n-triggers", "make-triggers", 1))
+		// Make has no n8n execution id; the trigger claims have a destination of their own.
+		tm := f.companion("Claim trigger event", PathBeforeWrite, fmt.Sprintf(`{"key": %s, "payload": %s, "destination": "make-triggers", "dedupe": "key", "reference": %s, "execution_id": "{{var.scenario.executionId}}"}`,
+			v.trigKey, v.payload(), v.ref), x, 0)
 		trig = tm.ID
 		flow = append(flow, tm)
 		x += 300
 	}
-	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, false), x+300, 0)
+	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, v), x+300, 0)
 	c := bw.ID
 	holdsTrigger := func() *MakeFilter {
 		return equal("this run holds the trigger claim", ref(trig, "data.decision"), "proceed")
 	}
-	report := func(kind string, w int, x, y int) []MakeModule {
+	report := func(kind string, o writeOut, x, y int) []MakeModule {
+		w := o.w
 		// The webhook's answer after the write: 200 when it exists, else 503 with Retry-After so that the
 		// sender delivers again (a 4xx is refused for good: 422).
 		switch kind {
 		case "answer succeeded":
-			return []MakeModule{f.respond("Answer: written", "200", fmt.Sprintf(`{"key": "%s", "state": "succeeded", "external_id": "%s"}`, ref(c, "data.key"), ref(w, "data.id")), x, y)}
+			return []MakeModule{f.respond("Answer: written", "200", fmt.Sprintf(`{"key": "%s", "state": "succeeded", "external_id": %s}`, ref(c, "data.key"), o.extID), x, y)}
 		case "answer failed":
 			return []MakeModule{f.respondLater("Answer: deliver again later",
 				fmt.Sprintf(`{{if(%d.statusCode >= 400; if(%d.statusCode < 500; if(%d.statusCode = 429; 503; 422); 503); 503)}}`, w, w, w),
@@ -383,14 +557,12 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		}
 		var body string
 		switch kind {
-		case "succeeded":
-			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "external_id": "%s"}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(w, "data.id"))
+		case "succeeded", "stored":
+			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "external_id": %s}`, ref(trig, "data.key"), ref(trig, "data.claim"), o.extID)
 		case "failed":
-			body = statusEvidence(trig, w, false)
+			body = statusEvidence(claimOf(trig), o, false)
 		case "transport":
-			body = transportEvidence(trig, w)
-		case "stored":
-			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "succeeded", "external_id": "%s"}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.external_id"))
+			body = transportEvidence(claimOf(trig), o)
 		case "nothing":
 			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "%s/%s", "message": "this run sent nothing"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.decision"), ref(c, "data.reason"))
 		}
@@ -400,18 +572,21 @@ func (f *makeFlow) single(t Template) []MakeModule {
 		m.Filter = holdsTrigger()
 		return []MakeModule{m}
 	}
-	proceed := f.writeTail(c, equal("proceed", ref(c, "data.decision"), "proceed"), writeBody(ex), x+900, -300, report)
+	proceed := f.writeTail(c, equal("proceed", ref(c, "data.decision"), "proceed"), writeBody(v), x+900, -300, report)
+	// A skip carries the stored external id (whatever the destination answered): serialized like any text.
+	st := f.toJSON("JSON: stored external id", ref(c, "data.external_id"), x+900, 150)
+	so := writeOut{extID: jsonOrNull(st.ID)}
 	var stored []MakeModule
 	if trig != 0 {
-		ans := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.external_id")), x+900, 150)
-		ans.Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
+		st.Filter = &MakeFilter{Name: "skip: already succeeded", Conditions: [][]MakeCondition{{
 			{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:equal", B: "succeeded"},
 		}}}
-		stored = append([]MakeModule{ans}, report("stored", 0, x+1200, 150)...)
+		ans := f.respond("Answer: stored result", "200", fmt.Sprintf(`{"key": "%s", "decision": "skip", "external_id": %s}`, ref(c, "data.key"), so.extID), x+1050, 150)
+		stored = append([]MakeModule{st, ans}, report("stored", so, x+1200, 150)...)
 	} else {
-		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), ref(c, "data.external_id")), x+900, 150)
-		r.Filter = equal("skip", ref(c, "data.decision"), "skip")
-		stored = []MakeModule{r}
+		st.Filter = equal("skip", ref(c, "data.decision"), "skip")
+		r := f.respondLater("Answer: stored result", skipStatus(c), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(c, "data.key"), ref(c, "data.decision"), ref(c, "data.reason"), so.extID), x+1050, 150)
+		stored = []MakeModule{st, r}
 	}
 	routes := [][]MakeModule{proceed, stored}
 	if trig != 0 {
@@ -421,14 +596,14 @@ func (f *makeFlow) single(t Template) []MakeModule {
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(c, "data.reason"), O: "text:notequal", B: "succeeded"}},
 			{{A: ref(c, "data.decision"), O: "text:equal", B: "conflict"}},
 		}}
-		routes = append(routes, append([]MakeModule{ans}, report("nothing", 0, x+1200, 450)...))
+		routes = append(routes, append([]MakeModule{ans}, report("nothing", writeOut{}, x+1200, 450)...))
 	} else {
 		cf := f.respond("Answer: conflict, needs a person", "409", fmt.Sprintf(`{"key": "%s", "decision": "conflict", "reason": "%s"}`, ref(c, "data.key"), ref(c, "data.reason")), x+900, 450)
 		cf.Filter = equal("conflict", ref(c, "data.decision"), "conflict")
 		routes = append(routes, []MakeModule{cf})
 	}
 	if t.Dedupe == DedupeLookup {
-		routes = append(routes, f.reconcileRoute(t, c, x+900, 750))
+		routes = append(routes, f.reconcileRoute(t, v, c, x+900, 750))
 	}
 	decision := f.router("Decision", x+600, 0, routes...)
 	if trig == 0 {
@@ -458,8 +633,9 @@ func skipStatus(c int) string {
 }
 
 // reconcileRoute: look the reference up, report the finding, ask before-write again and write
-// once more only if it now says proceed (the lookup proved the record absent).
-func (f *makeFlow) reconcileRoute(t Template, c int, x, y int) []MakeModule {
+// once more only if it now says proceed (the lookup proved the record absent). Each evidence text
+// and the found record's id go through a json:TransformToJSON module.
+func (f *makeFlow) reconcileRoute(t Template, v makeValues, c int, x, y int) []MakeModule {
 	lk := f.http("YOUR LOOKUP: find by reference", "get", f.s.LookupURL, "", false, x, y)
 	mp := lk.Mapper.(MakeHTTPMapper)
 	mp.Headers = []MakeHeader{}
@@ -467,21 +643,28 @@ func (f *makeFlow) reconcileRoute(t Template, c int, x, y int) []MakeModule {
 	mp.Timeout = (f.s.WriteTimeoutMillis + 999) / 1000
 	lk.Mapper = mp
 	lk.Filter = equal("reconcile", ref(c, "data.decision"), "reconcile")
-	failed := withBody(f.companion("Reconcile: lookup failed", PathReconcile, "", x+300, y+300),
-		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s failed: Make %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "error.type")))
-	lk.OnError = []MakeModule{failed, f.module("End the item here", "builtin:Ignore", x+600, y+300)}
-	found := withBody(f.companion("Reconcile: found", PathReconcile, "", x+600, y-150),
-		fmt.Sprintf(`{"key": "%s", "finding": "found", "external_id": "{{get(map(%d.data.records; "id"); 1)}}", "evidence": "lookup by reference %s found {{join(map(%d.data.records; "id"); ", ")}}"}`, ref(c, "data.key"), lk.ID, ref(c, "data.reference"), lk.ID))
-	found.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
-	absent := withBody(f.companion("Reconcile: absent", PathReconcile, "", x+600, y+150),
-		fmt.Sprintf(`{"key": "%s", "finding": "absent", "evidence": "lookup by reference %s found no record (HTTP 200, empty list)"}`, ref(c, "data.key"), ref(c, "data.reference")))
-	absent.Filter = &MakeFilter{Name: "absent", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:equal", B: "0"}}}}
-	again := f.companion("Before-write again", PathBeforeWrite, makeBeforeWriteBody(t, false), x+900, y+150)
-	replay := f.writeTail(again.ID, equal("proceed", ref(again.ID, "data.decision"), "proceed"), writeBody(t.Example), x+1200, y+150, func(string, int, int, int) []MakeModule { return nil })
-	lfail := withBody(f.companion("Reconcile: lookup failed", PathReconcile, "", x+600, y+450),
-		fmt.Sprintf(`{"key": "%s", "finding": "lookup_failed", "evidence": "lookup by reference %s answered HTTP %s"}`, ref(c, "data.key"), ref(c, "data.reference"), ref(lk.ID, "statusCode")))
-	lfail.Filter = &MakeFilter{Name: "lookup did not work", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:notequal", B: "200"}}}}
-	r := f.router("Finding", x+300, y, []MakeModule{found}, append([]MakeModule{absent, again}, replay...), []MakeModule{lfail})
+	finding := func(name, finding string, extID string, evidence int, x, y int) MakeModule {
+		body := fmt.Sprintf(`{"key": "%s", "finding": "%s", "evidence": %s}`, ref(c, "data.key"), finding, jsonOf(evidence))
+		if extID != "" {
+			body = fmt.Sprintf(`{"key": "%s", "finding": "%s", "external_id": %s, "evidence": %s}`, ref(c, "data.key"), finding, extID, jsonOf(evidence))
+		}
+		return withBody(f.companion(name, PathReconcile, "", x, y), body)
+	}
+	failedEv := f.toJSON("JSON: evidence (lookup failed)", fmt.Sprintf("lookup by reference {{%d.data.reference}} failed: Make {{%d.error.type}}: {{%d.error.message}}", c, lk.ID, lk.ID), x+150, y+300)
+	lk.OnError = []MakeModule{failedEv, finding("Reconcile: lookup failed", "lookup_failed", "", failedEv.ID, x+300, y+300), f.module("End the item here", "builtin:Ignore", x+600, y+300)}
+	foundExt := f.toJSON("JSON: found external id", fmt.Sprintf(`{{get(map(%d.data.records; "id"); 1)}}`, lk.ID), x+450, y-300)
+	foundExt.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
+	foundEv := f.toJSON("JSON: evidence (found)", fmt.Sprintf(`lookup by reference {{%d.data.reference}} found {{join(map(%d.data.records; "id"); ", ")}}`, c, lk.ID), x+600, y-300)
+	found := finding("Reconcile: found", "found", jsonOrNull(foundExt.ID), foundEv.ID, x+600, y-150)
+	absentEv := f.toJSON("JSON: evidence (absent)", fmt.Sprintf("lookup by reference {{%d.data.reference}} found no record (HTTP 200, empty list)", c), x+450, y+150)
+	absentEv.Filter = &MakeFilter{Name: "absent", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:equal", B: "0"}}}}
+	absent := finding("Reconcile: absent", "absent", "", absentEv.ID, x+600, y+150)
+	again := f.companion("Before-write again", PathBeforeWrite, makeBeforeWriteBody(t, v), x+900, y+150)
+	replay := f.writeTail(again.ID, equal("proceed", ref(again.ID, "data.decision"), "proceed"), writeBody(v), x+1200, y+150, func(string, writeOut, int, int) []MakeModule { return nil })
+	lfailEv := f.toJSON("JSON: evidence (lookup answered)", fmt.Sprintf("lookup by reference {{%d.data.reference}} answered HTTP {{%d.statusCode}}", c, lk.ID), x+450, y+450)
+	lfailEv.Filter = &MakeFilter{Name: "lookup did not work", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:notequal", B: "200"}}}}
+	lfail := finding("Reconcile: lookup failed", "lookup_failed", "", lfailEv.ID, x+600, y+450)
+	r := f.router("Finding", x+300, y, []MakeModule{foundExt, foundEv, found}, append([]MakeModule{absentEv, absent, again}, replay...), []MakeModule{lfailEv, lfail})
 	return []MakeModule{lk, r}
 }
 
@@ -494,43 +677,72 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	items.Parameters = map[string]string{}
 	items.Mapper = map[string]string{"array": "{{1.items}}"}
 	ex := t.Example
-	one := func(s string) string { return strings.ReplaceAll(s, "{{1.", fmt.Sprintf("{{%d.", items.ID)) }
+	// Inside the loop each value the bodies need is serialized once per bundle.
+	jsonMods, v := f.deliveryJSON(ex, items.ID, false, 450, 150)
 	compose := f.module("One batch item", "util:ComposeTransformer", 600, 0)
 	compose.Parameters = map[string]string{}
-	compose.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "payload": %s, "destination": "%s", "dedupe": "%s", "reference": "%s"}`, one(ex.KeyMake), one(ex.PayloadMake), t.Destination, t.Dedupe, one(ex.RefMake))}
-	// The aggregator keeps, beside each batch item's JSON, the key and the fields the write sends: once
-	// it has closed the loop, the feeder's bundles are gone, and the write finds its values here by key.
+	compose.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": %s, "payload": %s, "destination": "%s", "dedupe": "%s", "reference": %s}`, v.key, v.payload(), t.Destination, t.Dedupe, v.ref)}
+	// The aggregator keeps, beside each batch item's JSON, the key and the JSON of the values the write
+	// sends: once it has closed the loop, the feeder's bundles are gone, and the write finds its values
+	// here by key.
 	agg := f.module("All items", "builtin:BasicAggregator", 900, 0)
 	agg.Parameters = map[string]int{"feeder": items.ID}
-	aggFields := map[string]string{"value": ref(compose.ID, "value"), "key": one(ex.KeyMake)}
-	for field := range ex.Fields {
-		aggFields[field] = ref(items.ID, field)
+	aggFields := map[string]string{"value": ref(compose.ID, "value"), "key": strings.ReplaceAll(ex.KeyMake, "{{1.", fmt.Sprintf("{{%d.", items.ID)), "reference": v.ref}
+	for _, p := range v.fields {
+		aggFields[p.name] = p.json
 	}
+	// Each item also keeps the fields it lacks (" invoice amount", or nothing): an item missing a field
+	// its key, reference or payload is built from would build a key every such item shares.
+	var lacks []string
+	for _, fd := range deliveryFields(ex) {
+		lacks = append(lacks, lacksExpr(items.ID, fd))
+	}
+	aggFields["missing"] = strings.Join(lacks, "")
 	agg.Mapper = aggFields
+	check := f.module("Check delivery", "builtin:BasicRouter", 1050, 0)
+	check.Mapper = json.RawMessage("null")
+	missing := fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID)
 	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
 	// An empty aggregation (no items, or a re-run where the trigger sent none) stops here instead of
-	// sending {"items": []}, which the service refuses.
-	claim.Filter = &MakeFilter{Name: "at least one item", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"}}}}
+	// sending {"items": []}, which the service refuses; so does a batch with an incomplete item (below).
+	claim.Filter = &MakeFilter{Name: "at least one item, none incomplete", Conditions: [][]MakeCondition{{
+		{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"},
+		{A: missing, O: "number:equal", B: "0"},
+	}}}
+	// A batch with an incomplete item claims nothing and answers 400 with, per item in delivery order,
+	// the fields it lacks.
+	lacking := f.toJSON("JSON: fields each item lacks", fmt.Sprintf(`{{map(%d.array; "missing")}}`, agg.ID), 1200, 300)
+	lacking.Filter = &MakeFilter{Name: "an item lacks a field", Conditions: [][]MakeCondition{{{A: missing, O: "number:greater", B: "0"}}}}
+	refuse := f.respond("Answer: delivery incomplete", "400", fmt.Sprintf(`{"error": "missing_fields", "message": "an item lacks a field its key, reference or payload is built from; nothing was claimed", "missing": %s}`, jsonOf(lacking.ID)), 1350, 300)
 	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
 	each.Parameters = map[string]string{}
 	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
-	// The write: only proceeding items pass its filter; skip and conflict items end here (their
-	// stored result is in the decision bundle for anything that follows).
-	// Each write's values come from its decision: the aggregated item with the decision's key.
-	fromDecision := regexp.MustCompile(`\{\{1\.(\w+)\}\}`).ReplaceAllString(writeBody(ex), fmt.Sprintf(`{{first(map(%d.array; "$1"; "key"; %d.key))}}`, agg.ID, each.ID))
-	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), fromDecision, 1800, 0)
+	// The write: only proceeding items pass its filter. Each write's values come from its decision: the
+	// JSON the aggregator kept for the item with the decision's key.
+	byKey := func(field string) string {
+		return fmt.Sprintf(`{{first(map(%d.array; "%s"; "key"; %d.key))}}`, agg.ID, field, each.ID)
+	}
+	wv := makeValues{ref: byKey("reference")}
+	for _, p := range v.fields {
+		wv.fields = append(wv.fields, payloadField{p.name, byKey(p.name)})
+	}
+	w := f.writeModule(each.ID, equal("proceed", ref(each.ID, "decision"), "proceed"), writeBody(wv), 1800, 0)
 	mp := w.Mapper.(MakeHTTPMapper)
 	mp.Headers = []MakeHeader{{Name: "Idempotency-Key", Value: ref(each.ID, "idempotency_key")}}
 	w.Mapper = mp
-	tev := strings.NewReplacer(ref(each.ID, "data.key"), ref(each.ID, "key"), ref(each.ID, "data.claim"), ref(each.ID, "claim")).Replace(transportEvidence(each.ID, w.ID))
+	decided := claimRef{ref(each.ID, "key"), ref(each.ID, "claim")}
+	msg := f.errorMessage(w.ID, 1950, 300)
 	w.OnError = []MakeModule{
-		withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", 2100, 300), tev),
+		msg,
+		withBody(f.companion("After-write: transport failure (never a blind retry)", PathAfterWrite, "", 2100, 300), transportEvidence(decided, writeOut{w: w.ID, message: jsonOf(msg.ID)})),
 		f.module("End the item here", "builtin:Ignore", 2400, 300),
 	}
+	ext := f.toJSON("JSON: external id", ref(w.ID, "data.id"), 1950, -150)
+	rid := f.toJSON("JSON: receiver request id", ref(w.ID, "headers.`x-request-id`"), 2100, -150)
 	ev := f.module("Evidence", "util:ComposeTransformer", 2100, 0)
 	ev.Parameters = map[string]string{}
-	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": "%s", "receiver_request_id": "%s", "retry_after": %s}`,
-		ref(each.ID, "key"), ref(each.ID, "claim"), w.ID, w.ID, ref(w.ID, "statusCode"), ref(w.ID, "data.id"), ref(w.ID, "headers.`x-request-id`"), retryAfterSeconds(w.ID, `"null"`))}
+	ev.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "{{if(%d.statusCode < 300; "succeeded"; if(%d.statusCode < 400; "unknown"; "failed"))}}", "http_status": %s, "external_id": %s, "receiver_request_id": %s, "retry_after": %s}`,
+		decided.key, decided.claim, w.ID, w.ID, ref(w.ID, "statusCode"), jsonOrNull(ext.ID), jsonOrNull(rid.ID), retryAfterSeconds(w.ID, `"null"`))}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
 	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
@@ -540,10 +752,14 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	report.Filter = &MakeFilter{Name: "at least one write", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", all.ID), O: "number:greater", B: "0"}}}}
 	// Skip and conflict bundles take their own route: nothing is written for them, and the bundle names
 	// the stored result or the conflict (a person decides) for whatever the builder adds after it.
-	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1800, 300)
+	st := f.toJSON("JSON: stored external id", ref(each.ID, "external_id"), 1800, 300)
+	st.Filter = &MakeFilter{Name: "not proceed", Conditions: [][]MakeCondition{{{A: ref(each.ID, "decision"), O: "text:notequal", B: "proceed"}}}}
+	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1950, 300)
 	rest.Parameters = map[string]string{}
-	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": "%s"}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), ref(each.ID, "external_id"))}
-	rest.Filter = &MakeFilter{Name: "not proceed", Conditions: [][]MakeCondition{{{A: ref(each.ID, "decision"), O: "text:notequal", B: "proceed"}}}}
-	route := f.router("Decision", 1650, 0, []MakeModule{w, ev, all, report}, []MakeModule{rest})
-	return append(append([]MakeModule{hook}, settings...), items, compose, agg, claim, each, route)
+	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), jsonOrNull(st.ID))}
+	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, report}, []MakeModule{st, rest})
+	check.Routes = []MakeRoute{{Flow: []MakeModule{claim, each, route}}, {Flow: []MakeModule{lacking, refuse}}}
+	flow := append(append([]MakeModule{hook}, settings...), items)
+	flow = append(flow, jsonMods...)
+	return append(flow, compose, agg, check)
 }

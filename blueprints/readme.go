@@ -172,7 +172,7 @@ Make scenario blueprints in the format of Make's own exports (` + "`gateway:Cust
 ` + "`http:MakeRequest`" + ` v4, ` + "`builtin:BasicRouter`" + ` v1 with filters on ` + "`decision`" + `, ` + "`onerror`" + ` error-handler routes).
 Make cannot run on the project's machines, so these are checked structurally by ` + "`go test ./blueprints`" + `
 (known modules and versions, unique ids, every ` + "`{{N.field}}`" + ` pointing at a module that runs before it,
-well-formed filters) — not executed. The n8n templates are the ones proven end to end.
+well-formed filters, JSON bodies built rather than pasted) — not executed. The n8n templates are the ones proven end to end.
 
 LIST
 Make has no Error Trigger workflow: an execution that stops with a claim in flight is marked ` + "`unknown`" + ` by
@@ -197,6 +197,16 @@ and keep: the header ` + "`Idempotency-Key`" + ` = the claim's ` + "`idempotency
 (transport failures → after-write). The key, payload and reference are mapped in the before-write body; change
 them to your data (the key must be the same on every re-run of the same intent).
 
+**JSON bodies are built, never pasted.** Every value a body takes from the delivery, from an answer (external id,
+request id, a stored result) or from an error reaches it through a **JSON: …** module (Make's *JSON → Transform to
+JSON*, ` + "`json:TransformToJSON`" + `), mapped bare: ` + "`\"recipient\": {{9.json}}`" + `, not ` + "`\"recipient\": \"{{1.recipient}}\"`" + `. A text
+becomes a quoted, escaped JSON string and a number stays a number, so a quote, a newline or a backslash in a
+delivered field cannot break the body; a value that may be empty is mapped ` + "`{{ifempty(N.json; \"null\")}}`" + `. When you map
+your own data, add one such module per value and map its ` + "`json`" + ` bare; ` + "`go test ./blueprints`" + ` fails a body that
+pastes a mapping between quotes. **Check delivery** comes first: a delivery missing a field the key, reference
+or payload is built from (missing, null or empty) is answered ` + "`400`" + ` naming it, and nothing is claimed (the
+batch: every item is checked, the answer lists per item what it lacks). Change its conditions with your fields.
+
 Set ` + "`dedupe`" + ` in the before-write body to what your write can do about a repeat; a module that cannot
 send an idempotency key must not use ` + "`key`" + ` unless the write is idempotent by itself:
 
@@ -207,7 +217,7 @@ DECISIONS
 After the write, the **Classify the answer** router reports 2xx as ` + "`succeeded`" + `, 3xx as ` + "`unknown`" + ` (a
 redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (parsed to seconds, an HTTP-date too; the
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
-the aggregated item with the decision's key (` + "`first(map(6.array; \"invoice\"; \"key\"; 8.key))`" + `), since Make
+the JSON the aggregator kept for the item with the decision's key (` + "`first(map(12.array; \"invoice\"; \"key\"; 17.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
 the batch call. Its **Decision** router sends each ` + "`proceed`" + ` bundle to the write and every other decision (skip,
 conflict) to **Not written: stored result, retry later or conflict**; a batch where nothing proceeded reports nothing. The error handler route

@@ -120,6 +120,8 @@ type RetentionCounts struct {
 	// LongestCall is the longest RemoveSettled call: how long the run held the store's writer at most
 	// (on SQLite every other write waits that long).
 	LongestCall time.Duration
+	// Took is how long the whole run took.
+	Took time.Duration
 }
 
 // RunOnce removes, destination by destination, the settled items past their retention, a call of up to
@@ -127,8 +129,10 @@ type RetentionCounts struct {
 // the other destinations after one).
 func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 	var c RetentionCounts
+	began := time.Now()
 	dests, err := r.cfg.Store.SettledDestinations(ctx)
 	if err != nil {
+		c.Took = time.Since(began)
 		return c, err
 	}
 	now := r.cfg.Config.Now()
@@ -153,9 +157,10 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 			}
 		}
 	}
+	c.Took = time.Since(began)
 	if c.Removed > 0 {
-		r.cfg.Logger.Info(fmt.Sprintf("retention removed %d settled items", c.Removed), slog.Int("removed", c.Removed),
-			slog.Duration("longest_call", c.LongestCall))
+		r.cfg.Logger.Info(fmt.Sprintf("retention removed %d settled items in %s", c.Removed, c.Took.Round(time.Millisecond)),
+			slog.Int("removed", c.Removed), slog.Duration("took", c.Took), slog.Duration("longest_call", c.LongestCall))
 	}
 	if len(errs) > 0 {
 		r.cfg.Logger.Error("retention failed", slog.Any("error", errors.Join(errs...)))

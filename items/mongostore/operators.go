@@ -500,11 +500,49 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 			bson.D{{Key: "updated_at", Value: c.UpdatedAt}, {Key: "key", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
 		}}})
 	}
-	found, err := s.findItems(ctx, and(conds...), bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, limit+1)
+	return s.listPage(ctx, and(conds...), limit)
+}
+
+// listPage reads up to limit+1 items of a list, newest change first, and makes its page. A document that
+// cannot be decoded into an item does not fail the list (one corrupt item would hide every other from the
+// operator): it is named in the page's Unreadable and keeps its place, so the cursor goes on past it, also
+// when it is the page's last; its top-level key and updated_at, read on their own, give that place. Only a
+// document without even those fails the list.
+func (s *Store) listPage(ctx context.Context, filter bson.D, limit int) (items.ItemPage, error) {
+	cur, err := s.items.Find(ctx, filter, options.Find().
+		SetSort(bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}).SetLimit(int64(limit+1)))
 	if err != nil {
-		return items.ItemPage{}, err
+		return items.ItemPage{}, unavailable("list items", err)
 	}
-	return items.PageOf(found, limit), nil
+	defer cur.Close(ctx)
+	page := items.ItemPage{Items: []*items.Item{}}
+	n := 0
+	var last items.ListCursor
+	for cur.Next(ctx) {
+		if n == limit {
+			page.NextCursor = last.Encode()
+			break
+		}
+		n++
+		var d itemDoc
+		if err := cur.Decode(&d); err != nil {
+			key, okKey := cur.Current.Lookup("key").StringValueOK()
+			at, okAt := cur.Current.Lookup("updated_at").DateTimeOK()
+			if !okKey || !okAt {
+				return items.ItemPage{}, unavailable("list items", err)
+			}
+			page.Unreadable = append(page.Unreadable, key)
+			last = items.ListCursor{UpdatedAt: time.UnixMilli(at).UTC(), Key: key}
+			continue
+		}
+		it := d.item()
+		page.Items = append(page.Items, it)
+		last = items.ListCursor{UpdatedAt: it.UpdatedAt, Key: it.Key}
+	}
+	if err := cur.Err(); err != nil {
+		return items.ItemPage{}, unavailable("list items", err)
+	}
+	return page, nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.

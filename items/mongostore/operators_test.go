@@ -1,9 +1,15 @@
 package mongostore_test
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
 
@@ -17,4 +23,47 @@ func TestOperatorsConformance(t *testing.T) {
 			"does not apply concurrent conditional updates atomically"
 	}
 	itemstest.ExerciseOperators(t, func(t *testing.T) itemstest.OperatorStore { return newEnv(t).open() }, opts)
+}
+
+// TestListSkipsACorruptItem lists a ledger holding one document that no longer decodes into an item:
+// the list names it in unreadable instead of failing, keeps every other item, and its pages go on past
+// it, also when it ends a page (as on SQLite: sqlitestore's TestListSkipsACorruptItem).
+func TestListSkipsACorruptItem(t *testing.T) {
+	e := newEnv(t)
+	store := e.open()
+	for _, k := range []string{"k-1", "k-2", "k-3", "k-4"} {
+		create(t, store, k)
+		time.Sleep(2 * time.Millisecond) // MongoDB keeps milliseconds: one change per millisecond keeps the order
+	}
+	if _, err := e.collection(mongostore.ItemsCollection).UpdateOne(t.Context(),
+		bson.D{{Key: "tenant", Value: "acme"}, {Key: "key", Value: "k-3"}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "attempts", Value: "not a list of attempts"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(t.Context(), "acme", "k-3"); err == nil {
+		t.Fatal("the corrupted item still reads: the test corrupts nothing")
+	}
+	var keys, unreadable []string
+	pages := 0
+	for p := (items.ListParams{Tenant: "acme", Limit: 1}); ; pages++ {
+		page, err := store.ListItems(t.Context(), p)
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		for _, it := range page.Items {
+			keys = append(keys, it.Key)
+		}
+		unreadable = append(unreadable, page.Unreadable...)
+		if page.NextCursor == "" {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	if fmt.Sprint(keys) != "[k-4 k-2 k-1]" || fmt.Sprint(unreadable) != "[k-3]" || pages != 3 {
+		t.Errorf("pages of 1 list %v and unreadable %v in %d pages, want [k-4 k-2 k-1], [k-3], 4 pages", keys, unreadable, pages+1)
+	}
+	page, err := store.ListItems(t.Context(), items.ListParams{Tenant: "acme"})
+	if err != nil || len(page.Items) != 3 || fmt.Sprint(page.Unreadable) != "[k-3]" || page.NextCursor != "" {
+		t.Errorf("one page: %d items, unreadable %v, next %q, %v", len(page.Items), page.Unreadable, page.NextCursor, err)
+	}
 }

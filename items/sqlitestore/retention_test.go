@@ -55,8 +55,11 @@ func TestRetentionGivesTheSpaceBack(t *testing.T) {
 	if err != nil || c.Removed != 2900 {
 		t.Fatalf("RunOnce = %+v, %v; want 2900 removed", c, err)
 	}
+	if c.Took < c.LongestCall || c.LongestCall <= 0 {
+		t.Errorf("took %s, longest call %s: the run's time must cover its longest call", c.Took, c.LongestCall)
+	}
 	after, free := pages(t, s)
-	t.Logf("pages %d -> %d (%d free); longest call %s", before, after, free, c.LongestCall)
+	t.Logf("pages %d -> %d (%d free); took %s, longest call %s", before, after, free, c.Took, c.LongestCall)
 	if after > before/3 || free > 64 {
 		t.Errorf("pages %d -> %d, %d free: the space was not given back", before, after, free)
 	}

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -199,11 +200,7 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 			cfg.MaxClockSkew = v
 		}
 	}
-	names := make([]string, 0, len(fc.Destinations))
-	for name := range fc.Destinations {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(fc.Destinations))
 	for _, name := range names {
 		dc := fc.Destinations[name]
 		cfg.Destinations[name] = dc.destination("destinations."+name, probs)
