@@ -169,10 +169,13 @@ func (s *Store) Path() string { return s.path }
 // with EXPLAIN QUERY PLAN that it serves it). The lists want the newest change first, yet their indexes
 // ascend by updated_at and are read backwards: a new change then lands at the right-hand end of the
 // b-tree, where SQLite appends to the last page, instead of at the left-hand end of a descending index,
-// where every full page is split in two. The lists break ties of updated_at by key, which the indexes do
-// not hold: SQLite sorts only the items of one change time (USE TEMP B-TREE FOR RIGHT PART OF ORDER BY),
-// which are at most a batch. The indexes of a column most items leave empty (reference, execution, batch)
-// are partial: an item without one is not in them.
+// where every full page is split in two. The lists break ties of updated_at by key, which the large
+// indexes do not hold: SQLite sorts the items of one change time (USE TEMP B-TREE FOR LAST TERM OF ORDER
+// BY), usually a batch. (A sweep that marks thousands of items at one moment makes a page of the whole
+// list cost a sort of those: 23 ms for 10,000, BenchmarkOperatorQueries/List100AllAtOneTime. The list of
+// the items needing a person, where such a crowd lands, keeps the key in its small partial index.) The
+// indexes of a column most items leave empty (reference, execution, batch) are partial: an item without
+// one is not in them.
 //
 //	items_key                (tenant, key)  UNIQUE: get, readMany, and the UPDATE guarded by version
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
@@ -181,7 +184,8 @@ func (s *Store) Path() string { return s.path }
 //	                                         change first, filtering as it walks (needs_person = 0, …)
 //	items_state_changed      (tenant, state, updated_at)
 //	                                         ListItems with a state filter, read backwards; retention
-//	items_needs_person_changed partial       ListItems with needs_person = 1 (the operator's own list):
+//	items_needs_person_changed partial (tenant, updated_at, key)
+//	                                         ListItems with needs_person = 1 (the operator's own list):
 //	                                         only the few items that need a person are in it
 //	items_batch              partial (tenant, batch_id, batch_index)
 //	                                         BatchItems, BatchCounts
@@ -205,7 +209,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items (tenant, key);
 CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state = 'in_flight';
 CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at);
 CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at);
-CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
 CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at) WHERE reference != '';
 CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at) WHERE execution_id != '';
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index) WHERE batch_id != '';
