@@ -13,7 +13,8 @@ import (
 // convertBatchSize, one transaction each, in the order of the old table's rowids, which the new table keeps
 // as its ids; then, in one transaction, it drops the old table and gives the new one its name, and the
 // indexes are built. A conversion interrupted (a crash, a kill) resumes where its last committed batch
-// ended: the new table's largest id says where that is. Until the rename, the old table is intact; after
+// ended: the new table's largest id says where that is; if an earlier build ran on the ledger in between
+// and changed an item already copied, it starts again. Until the rename, the old table is intact; after
 // it, the old table is gone. An item whose document cannot be read (or is stored under another key) is
 // copied as it was, JSON, and stays listed as unreadable, as before.
 
@@ -57,6 +58,21 @@ func (s *Store) convert(ctx context.Context) (bool, error) {
 	}
 	if _, err := s.w.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+convertingTable+` (`+itemsTable+`)`); err != nil {
 		return false, err
+	}
+	// An earlier build that opened the ledger between two attempts at converting it (a rollback) may have
+	// changed or removed items already copied: then the copy starts again. Every change of an item moves
+	// its version, and a removed item leaves its copy without its row.
+	var stale int64
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM `+convertingTable+` AS n LEFT JOIN items AS o ON o.rowid = n.id
+		WHERE o.rowid IS NULL OR o.tenant != n.tenant OR o.key != n.key OR o.version != n.version`).Scan(&stale); err != nil {
+		return false, err
+	}
+	if stale > 0 {
+		s.log.Warn("the ledger changed since its conversion was interrupted (an earlier build ran on it): converting it from the start",
+			"changed_items", stale)
+		if _, err := s.w.ExecContext(ctx, `DELETE FROM `+convertingTable); err != nil {
+			return false, err
+		}
 	}
 	var total, done int64
 	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM items`).Scan(&total); err != nil {

@@ -327,6 +327,61 @@ func TestConvertResumesAfterACrash(t *testing.T) {
 	checkConverted(t, s, want)
 }
 
+// TestConvertStartsAgainAfterAnOldBuildRan converts two batches of an old ledger and stops; then an
+// earlier build runs on it (as after a rollback) and changes an item already copied and removes another;
+// then this build opens it: the copy starts again, and the ledger holds the items as the earlier build
+// left them.
+func TestConvertStartsAgainAfterAnOldBuildRan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	want := ledgerItems(t)
+	writeOldLedger(t, dir, want, []string{"broken"})
+	w, err := sql.Open("sqlite", "file:"+filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetMaxOpenConns(1)
+	crashed := &Store{w: w, path: dir, log: slog.Default(), convertBatchSize: 4}
+	if _, err := w.Exec(`CREATE TABLE ` + convertingTable + ` (` + itemsTable + `)`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := crashed.convertBatch(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The earlier build: the first item gets a new owner (and version), the second is removed.
+	changed := want[0].Clone()
+	changed.Owner, changed.Version = "U999", changed.Version+1
+	doc, err := changed.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Exec(`UPDATE items SET owner = ?, version = ?, doc = ? WHERE tenant = ? AND key = ?`,
+		changed.Owner, changed.Version, string(doc), changed.Tenant, changed.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Exec(`DELETE FROM items WHERE tenant = ? AND key = ?`, want[1].Tenant, want[1].Key); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	var log bytes.Buffer
+	s, err := Open(ctx, dir, WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !strings.Contains(log.String(), "converting it from the start") || !strings.Contains(log.String(), "changed_items=2") {
+		t.Errorf("the log does not say the conversion starts again for 2 items:\n%s", log.String())
+	}
+	if _, err := s.Get(ctx, want[1].Tenant, want[1].Key); !errors.Is(err, items.ErrNotFound) {
+		t.Errorf("the removed item reads as %v, want ErrNotFound", err)
+	}
+	checkConverted(t, s, append([]*items.Item{changed}, want[2:]...))
+}
+
 // TestConvertFillsExecutionIDs opens a ledger of the old layout written by a build without the
 // execution_id column: the column and the item's field are filled from each item's last attempt, so the
 // operator list finds a run's items claimed before the upgrade.
