@@ -113,8 +113,8 @@ func TestCommandRendersWithOwnURL(t *testing.T) {
 	if !bytes.Contains(b, []byte(`"value": "https://companion.example.com"`)) || !bytes.Contains(b, []byte(`"errorWorkflow": "wf-err"`)) {
 		t.Errorf("rendered workflow does not carry the given url and error workflow")
 	}
-	if strings.Count(out.String(), "\n") != 9 {
-		t.Errorf("want 9 files listed, got:\n%s", out.String())
+	if strings.Count(out.String(), "\n") != 12 {
+		t.Errorf("want 12 files listed, got:\n%s", out.String())
 	}
 	readme, err := os.ReadFile(filepath.Join(dir, N8nDir, "README.md"))
 	if err != nil {

@@ -139,6 +139,7 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 		{"duplicate of a running delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "in_progress", "state": "in_flight", "retry_after": 12}`, 503, "12", "done"},
 		{"missing fields", `{"delivery": "incomplete", "missing": ["amount", "invoice"]}`, 400, nil, "done"},
 		{"conflict", `{"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "surface": true, "message": "m"}`, 409, nil, "surface"},
+		{"conflict with an item that succeeded", `{"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "state": "succeeded", "surface": true, "message": "m"}`, 409, nil, "surface"},
 		{"retry later", `{"key": "k", "decision": "skip", "reason": "retry_later", "state": "failed", "retry_after": 40}`, 503, "40", "surface"},
 		{"awaiting owner", `{"key": "k", "decision": "skip", "reason": "awaiting_owner", "state": "unknown"}`, 503, "60", "surface"},
 		{"failed for good before", `{"key": "k", "decision": "skip", "reason": "failed_permanent", "state": "failed"}`, 422, nil, "surface"},

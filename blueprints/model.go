@@ -140,6 +140,9 @@ type Settings struct {
 	WriteTimeoutMillis int
 	// ErrorWorkflowID is set as the n8n workflows' error workflow when not empty.
 	ErrorWorkflowID string
+	// ClaimWorkflowID and ReportWorkflowID are the ids of the imported sub-workflows companion: claim and
+	// companion: report, which guarded-write-subworkflows calls; empty lets the builder pick them after import.
+	ClaimWorkflowID, ReportWorkflowID string
 }
 
 // DefaultSettings are the settings of the committed templates.
@@ -226,6 +229,8 @@ type Template struct {
 	N8nOnly bool
 	// ErrorWorkflow marks the n8n error workflow.
 	ErrorWorkflow bool
+	// Sub is the template's part in the reusable n8n sub-workflows (n8n_sub.go).
+	Sub SubWorkflow
 }
 
 // invoiceReminder is seed 000's running example: "send invoice reminder for invoice 742, reminder
@@ -305,6 +310,34 @@ func Templates() []Template {
 			Description:   "Set as the error workflow of the guarded-write workflows. When one of their executions fails, it reports every claim that execution still held as unknown, so the next run reconciles or retries with the same key at once instead of waiting for the lease to expire.",
 			N8nOnly:       true,
 			ErrorWorkflow: true,
+		},
+		{
+			Slug:        "companion-claim",
+			Title:       SubClaimName,
+			Description: "Sub-workflow (Execute Workflow Trigger): claims one write per item with before-write and returns the decision to route on with a Switch (`decision`, `reason`), with the idempotency key, the claim, the stored external id and `retry_after`.",
+			Dedupe:      DedupeKey,
+			N8nOnly:     true,
+			Sub:         SubClaim,
+		},
+		{
+			Slug:        "companion-report",
+			Title:       SubReportName,
+			Description: "Sub-workflow (Execute Workflow Trigger): takes the claim and the write node's output (success or error output), judges the evidence as the templates do (HTTP status, transport codes, SMTP replies, else unknown) and returns the after-write answer.",
+			Dedupe:      DedupeKey,
+			N8nOnly:     true,
+			Sub:         SubReport,
+		},
+		{
+			Slug:        "guarded-write-subworkflows",
+			Title:       "companion: guarded write with the claim and report sub-workflows",
+			Description: "The single-item guarded write of a webhook built from the two sub-workflows: Settings → Execute Workflow *companion: claim* → Switch → your write → Execute Workflow *companion: report* → the webhook's answer (200, 400, 409, 422, 503 + Retry-After).",
+			Shape:       Single,
+			Dedupe:      DedupeKey,
+			Destination: "billing",
+			WebhookPath: "companion/guarded-write-subworkflows",
+			Example:     invoiceReminder,
+			N8nOnly:     true,
+			Sub:         SubCaller,
 		},
 	}
 }

@@ -37,6 +37,9 @@ var N8nNodeVersions = map[string]float64{
 	n8nErrorTrigger: 1,
 	n8nStickyNote:   1,
 	n8nRespond:      1.1,
+	// The reusable sub-workflows (n8n_sub.go).
+	n8nExecuteWorkflow:        1.4,
+	n8nExecuteWorkflowTrigger: 1.2,
 }
 
 // N8nWorkflow is an n8n workflow as `n8n import:workflow` and the editor's import read it.

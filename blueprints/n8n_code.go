@@ -36,8 +36,12 @@ func preDispatchClassesJS() string {
 // node whose item carries the claim (key, claim). It serves any write node run with On Error →
 // Continue (using error output): an HTTP Request node's full response is judged by its status; any
 // other node's success output is the effect itself; an error is judged from what the node says about it.
-func evidenceJS(claimNode string) string {
-	return strings.NewReplacer("CLAIM_NODE", claimNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
+func evidenceJS(claimNode string) string { return evidenceJSFrom(claimNode, "Settings") }
+
+// evidenceJSFrom is evidenceJS reading Settings → external_id_fields from settingsNode (the report
+// sub-workflow has no Settings node).
+func evidenceJSFrom(claimNode, settingsNode string) string {
+	return strings.NewReplacer("CLAIM_NODE", claimNode, "SETTINGS_NODE", settingsNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
 // On Error → Continue (using error output), so every item it returns arrives here:
 // - an HTTP Request node (Never Error, Include Response Headers and Status) gives {statusCode, headers,
 //   body}: it is judged by the status;
@@ -70,7 +74,7 @@ const byStatus = (status, headers, body) => {
 };
 const externalId = (out) => {
   // YOUR DESTINATION: Settings → external_id_fields lists where the node puts the id of what it wrote.
-  const fields = String($('Settings').first().json.external_id_fields || 'id').split(',').map((f) => f.trim()).filter(Boolean);
+  const fields = String($('SETTINGS_NODE').first().json.external_id_fields || 'id').split(',').map((f) => f.trim()).filter(Boolean);
   for (const f of fields) {
     const v = f.split('.').reduce((o, k) => (o != null && typeof o === 'object' ? o[k] : undefined), out);
     if (v !== undefined && v !== null && v !== '') return String(v);
@@ -191,8 +195,9 @@ const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes
 let status = 503;
 let retryAfter = r.retry_after ?? ev.retry_after ?? null;
 if (r.delivery === 'incomplete') status = 400;
-else if (r.state === 'succeeded') status = 200;
+// A conflict leaves the item as it was, often succeeded: the new payload is what the answer is about.
 else if (r.decision === 'conflict') status = 409;
+else if (r.state === 'succeeded') status = 200;
 else if (r.surface) status = 500;
 else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
 else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;

@@ -161,6 +161,8 @@ func RenderN8n(t Template, s Settings) N8nWorkflow {
 	switch {
 	case t.ErrorWorkflow:
 		return n8nErrorWorkflow(t, s)
+	case t.Sub != NotSub:
+		return n8nSub(t, s)
 	case t.Shape == Batch:
 		return n8nBatch(t, s)
 	default:

@@ -61,7 +61,7 @@ func templateList(n8n bool) string {
 // are the ones the files use.
 func n8nReadme(s Settings) string {
 	d := DefaultSettings()
-	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", d.ServiceURL, "WRITE", d.WriteURL, "OPCRED", s.OperatorCredentialName, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields).Replace(n8nReadmeText)
+	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", d.ServiceURL, "WRITE", d.WriteURL, "OPCRED", s.OperatorCredentialName, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields, "SUBWORKFLOWS", subWorkflowReadme()).Replace(n8nReadmeText)
 }
 
 func makeReadme(s Settings) string {
@@ -154,6 +154,7 @@ A run that ended in anything but its effect (or a harmless duplicate) then fails
 A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
 execution on purpose so it shows up in n8n's failed executions.
 
+SUBWORKFLOWS
 ## What NOT to turn on
 
 - **Retry On Fail on the write node.** n8n's node-level retry re-sends requests that already succeeded when

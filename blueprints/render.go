@@ -89,7 +89,7 @@ func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
 //
 //	companion templates render --url http://companion:8080 --out DIR [--write-url …] [--lookup-url …]
 //	    [--credential companion] [--credential-id ID] [--token …] [--write-timeout-ms 10000]
-//	    [--error-workflow-id ID]
+//	    [--error-workflow-id ID] [--claim-workflow-id ID] [--report-workflow-id ID]
 //
 // args may start with "templates" (the word the main binary dispatched on) or with "render". Help
 // (-h, --help, no subcommand, or "help") goes to stdout and is not an error.
@@ -119,6 +119,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&s.Token, "token", d.Token, "what the Make blueprints put after \"Bearer \" (a placeholder by default)")
 	fs.IntVar(&s.WriteTimeoutMillis, "write-timeout-ms", d.WriteTimeoutMillis, "how long the write may take before it counts as a timeout (unknown)")
 	fs.StringVar(&s.ErrorWorkflowID, "error-workflow-id", d.ErrorWorkflowID, "id of the imported error workflow, set as the n8n workflows' error workflow")
+	fs.StringVar(&s.ClaimWorkflowID, "claim-workflow-id", d.ClaimWorkflowID, "id of the imported sub-workflow companion: claim, called by guarded-write-subworkflows")
+	fs.StringVar(&s.ReportWorkflowID, "report-workflow-id", d.ReportWorkflowID, "id of the imported sub-workflow companion: report, called by guarded-write-subworkflows")
 	if err := fs.Parse(args[1:]); errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(stdout, commandSynopsis+"\nflags:\n")
 		fs.SetOutput(stdout)

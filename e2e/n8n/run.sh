@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Proves the n8n templates in a real n8n 2.41.1: installs n8n if needed (idempotent), then runs the
-# scenarios of issues 7, 12 and 16 (16: the community node of n8n-node/, built here if needed) against
+# scenarios of issues 7, 12 (sub-workflows: E2E_ONLY=sub:) and 16 (16: the community node of n8n-node/,
+# built here if needed) against
 # `companion serve` and `companion receiver` on free loopback ports.
 # Prints one line per scenario and ends with "N passed, M failed" (also when the install or the build
 # fails, so CI always ends on that line); exits non-zero on failure.

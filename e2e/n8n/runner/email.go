@@ -33,10 +33,17 @@ func emailWorkflow(s blueprints.Settings) blueprints.N8nWorkflow {
 	tpl.WebhookPath = emailPath
 	wf := blueprints.RenderN8n(tpl, s)
 	wf.Name = "companion: guarded write with Send Email (e2e)"
+	setWebhookID(wf, "e2e-email-webhook-0001")
+	useSendEmail(wf)
+	return wf
+}
+
+// useSendEmail swaps the write slot of a rendered single-item workflow for a Send Email node (v2.1) as a
+// builder would: On Error → Continue (using error output) and both outputs kept, destination `mail`
+// (dedupe none: an email cannot be deduplicated or searched).
+func useSendEmail(wf blueprints.N8nWorkflow) {
 	for i, n := range wf.Nodes {
 		switch n.Name {
-		case "Webhook":
-			wf.Nodes[i].WebhookID = "e2e-email-webhook-0001"
 		case "Settings":
 			p := n.Parameters.(blueprints.SetParams)
 			for j, a := range p.Assignments.Assignments {
@@ -63,7 +70,6 @@ func emailWorkflow(s blueprints.Settings) blueprints.N8nWorkflow {
 			wf.Nodes[i].Credentials = map[string]blueprints.N8nCredentialRef{"smtp": {ID: smtpCredID, Name: smtpCredName}}
 		}
 	}
-	return wf
 }
 
 // mailFor returns how many messages the SMTP sink holds for key (the subject) and the first one's id.

@@ -41,6 +41,10 @@ var workflowIDs = map[string]string{
 	"batch-guarded-write": "e2eBatchWrite001",
 	"lookup-reconcile":    "e2eLookupRecon01",
 	"error-workflow":      "e2eErrorWorkflow",
+	// The reusable sub-workflows and their example caller (subworkflow.go).
+	"companion-claim":            "e2eSubClaim00001",
+	"companion-report":           "e2eSubReport0001",
+	"guarded-write-subworkflows": "e2eSubCaller0001",
 }
 
 type env struct {
@@ -86,6 +90,7 @@ func run() int {
 		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
 		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
 		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
+		{"single: the same event with another payload is a conflict, answered 409; nothing written", scenarioConflict},
 		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
 		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
 		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
@@ -105,6 +110,16 @@ func run() int {
 		{"node: the same trigger twice writes once (Already done)", scenarioNodeTwice},
 		{"node: the same trigger twice at once writes once (one Wait)", scenarioNodeTwiceAtOnce},
 		{"node: Send Email in the write slot sends one message: clean, twice, twice at once", scenarioNodeEmail},
+		{"sub: clean run through companion: claim and companion: report writes once; the claim names the calling execution", scenarioSubClean},
+		{"sub: the same delivery twice in a row writes once; the second is answered 200 from the stored result", scenarioSubTwice},
+		{"sub: the same delivery twice at once writes once; the other is answered 503 (in progress)", scenarioSubTwiceAtOnce},
+		{"sub: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioSub429},
+		{"sub: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioSubDrop},
+		{"sub: the same key with another payload is a conflict, answered 409; nothing written", scenarioSubConflict},
+		{"sub: a delivery missing its fields is answered 400 and claims nothing", scenarioSubMissingFields},
+		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
+		{"sub: three items through one call of each sub-workflow keep their own claims; a dropped one alone is unknown", scenarioSubItems},
+		{"sub: Send Email in the write slot: Message-ID recorded, kept-then-dropped unknown and not re-sent, 451 then one message", scenarioSubEmail},
 	}
 	passed, failed := 0, 0
 	only := os.Getenv("E2E_ONLY") // a name prefix ("node:"): runs only those scenarios
@@ -315,6 +330,8 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.CredentialID = "e2eCompanionCred"
 	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
+	// What a builder does after importing the sub-workflows (companion templates render --claim-workflow-id …).
+	s.ClaimWorkflowID, s.ReportWorkflowID = workflowIDs["companion-claim"], workflowIDs["companion-report"]
 	dir := filepath.Join(e.work, "workflows")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -365,6 +382,9 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := os.WriteFile(filepath.Join(dir, "remove-duplicates.json"), nwf, 0o644); err != nil {
 		return err
 	}
+	if err := writeSubWorkflowVariants(dir, s); err != nil {
+		return err
+	}
 	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
 		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}},%s]`,
 		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
@@ -382,7 +402,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
-	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID}
+	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID}
 	for _, t := range blueprints.Templates() {
 		ids = append(ids, workflowIDs[t.Slug])
 	}

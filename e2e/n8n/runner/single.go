@@ -222,3 +222,26 @@ func scenarioTriggerRetryLater(ctx context.Context, e *env) error {
 	_, err = e.expectState(key+":trigger", "succeeded", 2)
 	return err
 }
+
+// scenarioConflict: the same event with another amount after the write is a conflict: answered 409 (before
+// issue 12's sub-workflow e2e it was answered 200, since the conflicting item's state is succeeded), nothing
+// written, the item and the trigger claim stay as they were.
+func scenarioConflict(ctx context.Context, e *env) error {
+	body, key, ref := reminder(1007)
+	if _, err := e.runSingle(body, 200); err != nil {
+		return err
+	}
+	body["amount"] = 99.5
+	out, err := e.runSingle(body, 409)
+	if err != nil {
+		return err
+	}
+	if out["decision"] != "conflict" {
+		return fmt.Errorf("answered %v, want the conflict", out)
+	}
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	_, err = e.expectState(key+":trigger", "succeeded", 1)
+	return err
+}
