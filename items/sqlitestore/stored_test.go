@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"math/rand/v2"
 	"strings"
@@ -263,4 +264,59 @@ func BenchmarkStoredForm(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty: the workflow column is NULL where the workflow is
+// the key's first part; the list's workflow filter finds those items by their key, and the items whose
+// workflow is their own (another, or none, though the key has four parts) by the column.
+func TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	put := func(key, workflow string) {
+		t.Helper()
+		it := &items.Item{Tenant: "acme", Key: key, Workflow: workflow, State: items.StatePrepared, Destination: "billing",
+			CreatedAt: now, UpdatedAt: now}
+		if _, err := s.Transition(ctx, "acme", key, func(*items.Item) (*items.Item, error) { return it, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("wf1:inv-1:send:0", "wf1")   // the key's: NULL in the column
+	put("wf1:inv-2:send:0", "other") // its own, though the key says wf1
+	put("wf1:inv-3:send:0", "")      // none
+	put("inv-4", "wf1")              // its own, the key has no parts
+	put("wf1x:inv-5:send:0", "wf1x") // another workflow that starts the same
+	put("wf1:inv-6", "wf1")          // a key of two parts: its own
+	var nulls int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE workflow IS NULL`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 2 {
+		t.Errorf("%d items have a NULL workflow column, want 2 (wf1:inv-1:send:0, wf1x:inv-5:send:0)", nulls)
+	}
+	for workflow, want := range map[string][]string{
+		"wf1":   {"wf1:inv-6", "wf1:inv-1:send:0", "inv-4"},
+		"other": {"wf1:inv-2:send:0"},
+		"wf1x":  {"wf1x:inv-5:send:0"},
+	} {
+		page, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", Workflow: workflow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range page.Items {
+			got = append(got, it.Key)
+			if it.Workflow != workflow {
+				t.Errorf("%s reads back with workflow %q, want %q", it.Key, it.Workflow, workflow)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("workflow %s lists %v, want %v", workflow, got, want)
+		}
+	}
 }
