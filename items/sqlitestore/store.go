@@ -509,8 +509,7 @@ func document(buf []byte, next *items.Item) (doc, _ []byte, err error) {
 			doc, err = nil, fmt.Errorf("sqlitestore: encode item: panicked: %v", r)
 		}
 	}()
-	var table [16]string
-	buf, _, err = appendStored(buf[:0], next, table[:0])
+	buf, err = appendStored(buf[:0], next)
 	if err != nil {
 		return nil, buf, err
 	}
@@ -545,7 +544,7 @@ func appendColumns(args []any, it *items.Item, doc []byte) []any {
 // keyWorkflow returns the workflow part of a key of four parts (items.SplitKey), else "". The workflow
 // column is NULL where the item's workflow is its key's: most items' keys are derived from their parts.
 func keyWorkflow(key string) string {
-	parts, _ := items.SplitKey(key)
+	parts, _ := splitKey(key)
 	return parts.Workflow
 }
 

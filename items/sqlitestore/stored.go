@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/companion/items"
@@ -64,16 +65,18 @@ var storedWords = []string{
 	"pending", "sent", "default",
 }
 
-// storedWordNumbers maps a word to its number in storedWords.
-var storedWordNumbers = func() map[string]int {
+// storedWordNumbers maps a word to its number in storedWords; longestWord is the longest word's length.
+var storedWordNumbers, longestWord = func() (map[string]int, int) {
 	m := make(map[string]int, len(storedWords))
+	longest := 0
 	for i, w := range storedWords {
 		if _, dup := m[w]; dup {
 			panic("sqlitestore: storedWords repeats " + w)
 		}
 		m[w] = i
+		longest = max(longest, len(w))
 	}
-	return m
+	return m, longest
 }()
 
 // Item fields present, in the order they follow the mask.
@@ -185,8 +188,9 @@ type encoder struct {
 // appendStored appends the stored form of it to dst. It fails where it.AppendJSON fails (a time outside
 // the years 0 to 9999 or with an offset of a day or more, a Result that is not JSON), so that what is
 // stored can always be shown.
-func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string, error) {
+func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 	r := rowOf(it)
+	var table [16]string
 	e := encoder{b: append(dst, storedFormat), table: r.strings(table[:0]), created: it.CreatedAt, updated: it.UpdatedAt,
 		base: it.CreatedAt.Unix()}
 	var mask uint64
@@ -195,7 +199,7 @@ func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string,
 			mask |= bit
 		}
 	}
-	parts, derived := items.SplitKey(it.Key)
+	parts, derived := splitKey(it.Key)
 	derived = derived && parts.Workflow == it.Workflow && parts.Object == it.Object && parts.Action == it.Action &&
 		parts.Sequence == it.Sequence
 	set(itemPartsDerived, derived)
@@ -300,9 +304,30 @@ func appendStored(dst []byte, it *items.Item, table []string) ([]byte, []string,
 		}
 	}
 	if e.err != nil {
-		return dst, e.table, fmt.Errorf("sqlitestore: encode item: %w", e.err)
+		return dst, fmt.Errorf("sqlitestore: encode item: %w", e.err)
 	}
-	return e.b, e.table, nil
+	return e.b, nil
+}
+
+// splitKey is items.SplitKey without its allocation: every item written and read asks it.
+func splitKey(key string) (items.KeyParts, bool) {
+	var p items.KeyParts
+	var ok bool
+	if p.Workflow, key, ok = strings.Cut(key, ":"); !ok {
+		return items.KeyParts{}, false
+	}
+	if p.Object, key, ok = strings.Cut(key, ":"); !ok {
+		return items.KeyParts{}, false
+	}
+	if p.Action, p.Sequence, ok = strings.Cut(key, ":"); !ok || strings.IndexByte(p.Sequence, ':') >= 0 {
+		return items.KeyParts{}, false
+	}
+	for _, part := range []string{p.Workflow, p.Object, p.Action, p.Sequence} {
+		if !items.ValidKeyPart(part) {
+			return items.KeyParts{}, false
+		}
+	}
+	return p, true
 }
 
 func (e *encoder) fail(err error) {
@@ -499,9 +524,11 @@ func (e *encoder) string(s string) {
 			return
 		}
 	}
-	if n, ok := storedWordNumbers[s]; ok {
-		e.b = binary.AppendUvarint(e.b, uint64(n+1)<<2)
-		return
+	if len(s) <= longestWord {
+		if n, ok := storedWordNumbers[s]; ok {
+			e.b = binary.AppendUvarint(e.b, uint64(n+1)<<2)
+			return
+		}
 	}
 	e.table = append(e.table, s)
 	if p := hexPrefix(s); p >= 0 {
@@ -520,7 +547,7 @@ func (e *encoder) string(s string) {
 // digits (a fingerprint, a claim, a digest), keeping an even number of them; else -1.
 func hexPrefix(s string) int {
 	i := len(s)
-	for i > 0 && (s[i-1] >= '0' && s[i-1] <= '9' || s[i-1] >= 'a' && s[i-1] <= 'f') {
+	for i > 0 && lowerHex[s[i-1]] {
 		i--
 	}
 	if (len(s)-i)%2 == 1 {
@@ -531,6 +558,14 @@ func hexPrefix(s string) int {
 	}
 	return i
 }
+
+// lowerHex holds the bytes of lowercase hex digits.
+var lowerHex = func() (t [256]bool) {
+	for _, c := range "0123456789abcdef" {
+		t[c] = true
+	}
+	return t
+}()
 
 // errCorrupt is a stored document that cannot be read.
 var errCorrupt = errors.New("sqlitestore: corrupt item document")
@@ -569,7 +604,7 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 	}
 	d.created, d.updated, d.base = it.CreatedAt, it.UpdatedAt, it.CreatedAt.Unix()
 	if mask&itemPartsDerived != 0 {
-		if parts, ok := items.SplitKey(it.Key); ok {
+		if parts, ok := splitKey(it.Key); ok {
 			it.Object, it.Action, it.Sequence = parts.Object, parts.Action, parts.Sequence
 		} else {
 			d.fail()

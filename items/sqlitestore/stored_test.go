@@ -234,8 +234,7 @@ func BenchmarkStoredForm(b *testing.B) {
 	b.Run("Encode", func(b *testing.B) {
 		var buf []byte
 		for b.Loop() {
-			var table [16]string
-			if buf, _, err = appendStored(buf[:0], it, table[:0]); err != nil {
+			if buf, err = appendStored(buf[:0], it); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -317,6 +316,24 @@ func TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty(t *testing.T) {
 		}
 		if strings.Join(got, " ") != strings.Join(want, " ") {
 			t.Errorf("workflow %s lists %v, want %v", workflow, got, want)
+		}
+	}
+}
+
+// TestSplitKeyIsItemsSplitKey: the store's splitKey, which does not allocate, answers as items.SplitKey.
+func TestSplitKeyIsItemsSplitKey(t *testing.T) {
+	t.Parallel()
+	keys := []string{"", ":", ":::", "a:b:c:d", "a:b:c", "a:b:c:d:e", ":b:c:d", "a::c:d", "a:b:c:", "..:b:c:d", "a:b:c:.",
+		"a:b:c:d\x00", "a b:c:d:e", "wf:inv-1:send:0", "wf:inv-1:send:reminder-2", strings.Repeat("x", 201) + ":b:c:d"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		keys = append(keys, storedSample(r).Key)
+	}
+	for _, k := range keys {
+		got, gotOK := splitKey(k)
+		want, wantOK := items.SplitKey(k)
+		if got != want || gotOK != wantOK {
+			t.Errorf("splitKey(%q) = %+v, %v; items.SplitKey gives %+v, %v", k, got, gotOK, want, wantOK)
 		}
 	}
 }
