@@ -2,7 +2,9 @@ package blueprints
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -149,5 +151,128 @@ func TestCommunityNodeTransportClassesMatch(t *testing.T) {
 	slices.Sort(wantPre)
 	if !slices.Equal(gotPre, wantPre) {
 		t.Errorf("PRE_DISPATCH_CLASSES %v, want %v", gotPre, wantPre)
+	}
+}
+
+// TestCommunityNodeTemplateAnswers: the community-node template answers its webhook as guarded-write
+// does: the same Check delivery before Before write (a missing field answers 400 with nothing
+// claimed), every output of Before write and After write ending at an Answer whose decision is the
+// single template's, Respond nodes (Retry-After on the 503 one), and a stop only after answering.
+// The Answer's code is run in Node.js on each end a run can reach.
+func TestCommunityNodeTemplateAnswers(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(HandWritten[0])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wf struct {
+		Nodes []struct {
+			Name       string         `json:"name"`
+			Type       string         `json:"type"`
+			Parameters map[string]any `json:"parameters"`
+		} `json:"nodes"`
+		Connections map[string]struct {
+			Main [][]struct {
+				Node string `json:"node"`
+			} `json:"main"`
+		} `json:"connections"`
+	}
+	if err := json.Unmarshal(raw, &wf); err != nil {
+		t.Fatal(err)
+	}
+	params := map[string]map[string]any{}
+	for _, n := range wf.Nodes {
+		params[n.Name] = n.Parameters
+	}
+	single := map[string]string{}
+	for _, n := range RenderN8n(Templates()[0], DefaultSettings()).Nodes {
+		if p, ok := n.Parameters.(CodeParams); ok {
+			single[n.Name] = p.JSCode
+		}
+	}
+	if params["Webhook"]["responseMode"] != "responseNode" {
+		t.Errorf("the webhook answers by %v, want responseNode (the Respond nodes)", params["Webhook"]["responseMode"])
+	}
+	if params[NodeCheckDelivery]["jsCode"] != single[NodeCheckDelivery] {
+		t.Errorf("Check delivery differs from guarded-write's:\n%v", params[NodeCheckDelivery]["jsCode"])
+	}
+	answer, _ := params["Answer"]["jsCode"].(string)
+	tail := single["Answer"][strings.Index(single["Answer"], "const ev = r.evidence || {};"):]
+	if !strings.HasSuffix(answer, tail) {
+		t.Errorf("the Answer does not decide as guarded-write's Answer does (its code from %q on must be the same)", "const ev = r.evidence")
+	}
+	to := func(from string, out int) string {
+		c := wf.Connections[from].Main
+		if out >= len(c) || len(c[out]) != 1 {
+			return fmt.Sprintf("%d edges", len(c))
+		}
+		return c[out][0].Node
+	}
+	for _, e := range []struct {
+		from string
+		out  int
+		to   string
+	}{
+		{"Webhook", 0, NodeCheckDelivery}, {NodeCheckDelivery, 0, "Delivery complete?"},
+		{"Delivery complete?", 0, "Before write"}, {"Delivery complete?", 1, "Answer"},
+		{"After write", 0, "Answer"}, {"Already done: stored result", 0, "Answer"}, {"Wait: in progress or retry later", 0, "Answer"},
+		{"Before write", 3, "Answer"}, {"Answer", 0, "Redeliver later?"},
+		{"Redeliver later?", 0, "Respond"}, {"Redeliver later?", 1, "Respond: redeliver later"},
+		{"Respond", 0, "Needs a person?"}, {"Respond: redeliver later", 0, "Needs a person?"},
+		{"Needs a person?", 0, "Done"}, {"Needs a person?", 1, "Stop: needs a person"},
+	} {
+		if got := to(e.from, e.out); got != e.to {
+			t.Errorf("%s output %d goes to %s, want %s", e.from, e.out, got, e.to)
+		}
+	}
+	if h, _ := json.Marshal(params["Respond: redeliver later"]); !strings.Contains(string(h), `"name":"Retry-After","value":"={{ $json.retry_after }}"`) {
+		t.Errorf("Respond: redeliver later sends no Retry-After: %s", h)
+	}
+
+	bin, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node (Node.js) is not on PATH: the Answer's code cannot be run here")
+	}
+	for _, c := range []struct {
+		name, in   string
+		status     float64
+		retryAfter any
+		end        string
+	}{
+		{"written (After write)", `{"key": "k", "state": "succeeded", "reason": "recorded", "attempt": 1, "evidence": {"outcome": "succeeded", "http_status": 201, "external_id": "rec-1"}}`, 200, nil, "done"},
+		{"Already done", `{"body": {}, "companion": {"key": "k", "decision": "skip", "reason": "succeeded", "state": "succeeded", "external_id": "rec-1"}}`, 200, nil, "done"},
+		{"Check delivery refused", `{"body": {}, "delivery": "incomplete", "missing": ["amount", "invoice"]}`, 400, nil, "done"},
+		{"conflict (Needs attention)", `{"body": {}, "companion": {"key": "k", "decision": "conflict", "reason": "fingerprint_mismatch", "state": "succeeded"}}`, 409, nil, "surface"},
+		{"Wait: in progress", `{"body": {}, "companion": {"key": "k", "decision": "skip", "reason": "in_progress", "state": "in_flight"}}`, 503, "30", "surface"},
+		{"Wait: retry later", `{"body": {}, "companion": {"key": "k", "decision": "skip", "reason": "retry_later", "state": "failed", "retry_after": 12}}`, 503, "12", "surface"},
+		{"awaiting owner (Needs attention)", `{"body": {}, "companion": {"key": "k", "decision": "skip", "reason": "awaiting_owner", "state": "unknown"}}`, 503, "60", "surface"},
+		{"lookup required (Needs attention)", `{"body": {}, "companion": {"key": "k", "decision": "reconcile", "reason": "lookup_required", "state": "unknown"}}`, 503, "60", "surface"},
+		{"failed for good before (Needs attention)", `{"body": {}, "companion": {"key": "k", "decision": "skip", "reason": "failed_permanent", "state": "failed"}}`, 422, nil, "surface"},
+		{"written and unknown", `{"key": "k", "state": "unknown", "reason": "recorded", "evidence": {"outcome": "unknown", "error": {"class": "connection_reset"}}}`, 503, "60", "surface"},
+		{"written and 429", `{"key": "k", "state": "failed", "reason": "recorded", "evidence": {"outcome": "failed", "http_status": 429, "retry_after": 3}}`, 503, "3", "surface"},
+		{"written and refused for good", `{"key": "k", "state": "failed", "reason": "recorded", "evidence": {"outcome": "failed", "http_status": 422}}`, 422, nil, "surface"},
+		{"a report the ledger could not take", `{"key": "k", "evidence": {"outcome": "succeeded"}, "error": "companion answered 503"}`, 503, "60", "surface"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			code, _ := json.Marshal(answer)
+			prog := `const $json = ` + c.in + `;
+const out = eval('(() => {' + ` + string(code) + ` + '\n})()');
+process.stdout.write(JSON.stringify(out.json));`
+			b, err := exec.Command(bin, "-e", prog).CombinedOutput()
+			if err != nil {
+				t.Fatalf("node: %v\n%s", err, b)
+			}
+			var got map[string]any
+			if err := json.Unmarshal(b, &got); err != nil {
+				t.Fatalf("output %s: %v", b, err)
+			}
+			if got["status"] != c.status || got["retry_after"] != c.retryAfter || got["end"] != c.end || (got["later"] == "later") != (c.status == 503) {
+				t.Errorf("answer status %v retry_after %v end %v later %v, want %v %v %s", got["status"], got["retry_after"], got["end"], got["later"], c.status, c.retryAfter, c.end)
+			}
+			body, _ := got["body"].(map[string]any)
+			if msg, _ := body["message"].(string); msg == "" || strings.Contains(string(b), `"claim"`) {
+				t.Errorf("body %v: wants a message for the stop, and never the claim", body)
+			}
+		})
 	}
 }

@@ -133,7 +133,7 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 		retryAfter any
 		end        string
 	}{
-		{"written", `{"key": "k", "decision": "proceed", "state": "succeeded", "evidence": {"outcome": "succeeded"}}`, 200, nil, "done"},
+		{"written", `{"key": "k", "decision": "proceed", "state": "succeeded", "evidence": {"key": "k", "claim": "c_1", "outcome": "succeeded"}}`, 200, nil, "done"},
 		{"stored result", `{"key": "k", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
 		{"duplicate of a finished delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "succeeded", "state": "succeeded"}`, 200, nil, "done"},
 		{"duplicate of a running delivery", `{"duplicate": true, "key": "k:trigger", "decision": "skip", "reason": "in_progress", "state": "in_flight", "retry_after": 12}`, 503, "12", "done"},
@@ -153,6 +153,9 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 			got := runCode(t, "Answer", c.in, `{}`)
 			if got["status"] != c.status || got["retry_after"] != c.retryAfter || got["end"] != c.end {
 				t.Errorf("answer status %v retry_after %v end %v, want %v %v %s", got["status"], got["retry_after"], got["end"], c.status, c.retryAfter, c.end)
+			}
+			if b, _ := json.Marshal(got["body"]); strings.Contains(string(b), `"claim"`) {
+				t.Errorf("the answer shows the sender the claim: %s", b)
 			}
 			if later := got["later"] == "later"; later != (c.status == 503) {
 				t.Errorf("later = %v for status %v", got["later"], c.status)

@@ -309,8 +309,11 @@ type SplitOutParams struct {
 	Options         struct{} `json:"options"`
 }
 
-// MergeParams append the items of both inputs (typeVersion 3.2, mode append is the default).
-type MergeParams struct{}
+// MergeParams append the items of all inputs (typeVersion 3.2, mode append is the default), two
+// unless NumberInputs says more.
+type MergeParams struct {
+	NumberInputs int `json:"numberInputs,omitempty"`
+}
 
 // EmptyParams are the parameters of nodes that take none.
 type EmptyParams struct{}
@@ -484,10 +487,19 @@ func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
 	}
 }
 
-// addAnswer adds the end of a webhook run at x: the answer (status, Retry-After), then Done, or a stop
-// with an error when the run ended in anything but its effect.
+// addAnswer adds the end of a single-item webhook run at x: the answer (status, Retry-After), then Done,
+// or a stop with an error when the run ended in anything but its effect.
 func (g *n8nGraph) addAnswer(slug string, x, y int) {
-	g.add(codeNode("Answer", "runOnceForEachItem", answerJS, [2]int{x, y}))
+	g.addAnswerWith(slug, codeNode("Answer", "runOnceForEachItem", answerJS, [2]int{x, y}),
+		codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json.body };", [2]int{x + 880, y - 100}))
+}
+
+// addAnswerWith adds the end of a webhook run around its Answer node (at x, y), which gives one item
+// {status, retry_after, later, end, body}: a Respond node answers with it, then done goes on to the
+// Done node and surface stops the execution with body.message.
+func (g *n8nGraph) addAnswerWith(slug string, answer, done N8nNode) {
+	x, y := answer.Position[0], answer.Position[1]
+	g.add(answer)
 	g.add(switchOn(slug, "Redeliver later?", "later", []string{"now", "later"}, [2]int{x + 220, y}))
 	g.connect("Answer", 0, "Redeliver later?")
 	respond := func(name string, headers *RespondHeaders, pos [2]int) {
@@ -504,7 +516,7 @@ func (g *n8nGraph) addAnswer(slug string, x, y int) {
 	g.add(switchOn(slug, "Needs a person?", "end", []string{"done", "surface"}, [2]int{x + 660, y}))
 	g.connect("Respond", 0, "Needs a person?")
 	g.connect("Respond: redeliver later", 0, "Needs a person?")
-	g.add(codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json.body };", [2]int{x + 880, y - 100}))
+	g.add(done)
 	g.connect("Needs a person?", 0, "Done")
 	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{x + 880, y + 100},
 		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.body.message }}"}})
@@ -606,6 +618,17 @@ return { json: {
 	return NodeWrite, "Write outcome"
 }
 
+// requiredFieldsJS is the JS array of the delivery's fields that the key, reference and payload are
+// built from, sorted.
+func requiredFieldsJS(t Template) string {
+	var required []string
+	for f := range t.Example.Fields {
+		required = append(required, "'"+f+"'")
+	}
+	sort.Strings(required)
+	return "[" + strings.Join(required, ", ") + "]"
+}
+
 // n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup).
 func n8nSingle(t Template, s Settings) N8nWorkflow {
 	g := newN8nGraph(t.Slug)
@@ -615,12 +638,7 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "responseNode"},
 		Notes:      "Trigger. Example body: " + t.Example.Event + ". Answered by the Respond nodes at the end (200, 400, 409, 422, 503 + Retry-After).",
 	})
-	var required []string
-	for f := range t.Example.Fields {
-		required = append(required, "'"+f+"'")
-	}
-	sort.Strings(required)
-	g.add(codeNode(NodeCheckDelivery, "runOnceForEachItem", strings.Replace(checkDeliveryJS, "REQUIRED", "["+strings.Join(required, ", ")+"]", 1), [2]int{220, y}))
+	g.add(codeNode(NodeCheckDelivery, "runOnceForEachItem", strings.Replace(checkDeliveryJS, "REQUIRED", requiredFieldsJS(t), 1), [2]int{220, y}))
 	g.connect("Webhook", 0, NodeCheckDelivery)
 	g.add(switchOn(t.Slug, "Delivery complete?", "delivery", []string{"complete", "incomplete"}, [2]int{440, y}))
 	g.connect(NodeCheckDelivery, 0, "Delivery complete?")

@@ -195,8 +195,7 @@ const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes
 let status = 503;
 let retryAfter = r.retry_after ?? ev.retry_after ?? null;
 if (r.delivery === 'incomplete') status = 400;
-// A conflict leaves the item as it was, often succeeded: the new payload is what the answer is about.
-else if (r.decision === 'conflict') status = 409;
+else if (r.decision === 'conflict') status = 409; // its state is the stored one, often succeeded
 else if (r.state === 'succeeded') status = 200;
 else if (r.surface) status = 500;
 else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
@@ -206,6 +205,11 @@ else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reas
 const body = r.delivery === 'incomplete'
   ? { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing }
   : Object.assign({}, r, { status });
+// The sender sees the evidence, never the claim (a claim lets a caller report the write's outcome).
+if (body.evidence && body.evidence.claim !== undefined) {
+  body.evidence = Object.assign({}, body.evidence);
+  delete body.evidence.claim;
+}
 // A run that ends in anything but its effect (or a harmless duplicate, or a malformed delivery) fails the
 // execution after answering, so it shows in n8n's failed executions and the error workflow runs.
 const end = status === 200 || status === 400 || r.duplicate ? 'done' : 'surface';

@@ -1,22 +1,31 @@
 package blueprints
 
-// n8nBatch renders the batch template: one batch before-write for all items of a node, the
-// proceeding items written one by one, one batch after-write with all evidence.
+import "strings"
+
+// n8nBatch renders the batch template: the delivery checked before any key is built, one batch
+// before-write for all items of a node, the proceeding items written one by one, one batch after-write
+// with all evidence, and one answer to the webhook for the whole delivery.
 func n8nBatch(t Template, s Settings) N8nWorkflow {
 	g := newN8nGraph(t.Slug)
 	y := 300
 	g.add(N8nNode{
 		Name: "Webhook", Type: n8nWebhook, Position: [2]int{0, y}, WebhookID: stableID(t.Slug, "webhook"),
-		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "lastNode"},
-		Notes:      `Trigger. Example body: {"items": [` + t.Example.Event + `, …]}. Any trigger works (Schedule, a sheet, a queue).`,
+		Parameters: WebhookParams{HTTPMethod: "POST", Path: t.WebhookPath, ResponseMode: "responseNode"},
+		Notes: `Trigger. Example body: {"items": [` + t.Example.Event + `, …]}. Answered by the Respond nodes at the end, for the whole delivery (200, 400, 409, 422, 503 + Retry-After). ` +
+			"Any trigger works (Schedule, a sheet, a queue): without a webhook, remove Check delivery and the Respond nodes.",
 	})
+	g.add(codeNode(NodeCheckDelivery, "runOnceForEachItem", strings.Replace(batchCheckDeliveryJS, "REQUIRED", requiredFieldsJS(t), 1), [2]int{220, y}))
+	g.connect("Webhook", 0, NodeCheckDelivery)
+	g.add(switchOn(t.Slug, "Delivery complete?", "delivery", []string{"complete", "incomplete"}, [2]int{440, y}))
+	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
 	g.add(N8nNode{
-		Name: "YOUR ITEMS: one item per write", Type: n8nSplitOut, Position: [2]int{220, y},
+		Name: "YOUR ITEMS: one item per write", Type: n8nSplitOut, Position: [2]int{660, y},
 		Parameters: SplitOutParams{FieldToSplitOut: "body.items"},
 		Notes:      "THE ITEMS SLOT: replace with whatever produces one n8n item per business effect (rows of a sheet, records of a query).",
 	})
-	g.connect("Webhook", 0, "YOUR ITEMS: one item per write")
-	g.add(settingsNode(t, s, "$json", [2]int{440, y}))
+	g.connect("Delivery complete?", 0, "YOUR ITEMS: one item per write")
+	g.connect("Delivery complete?", 1, "Answer")
+	g.add(settingsNode(t, s, "$json", [2]int{880, y}))
 	g.connect("YOUR ITEMS: one item per write", 0, "Settings")
 	g.add(codeNode("Batch request", "runOnceForAllItems", `// All items of the node, in order, 500 to a POST /v1/batches/before-write (the most one call takes):
 // each keeps its own key and its position in the node as batch_index.
@@ -34,9 +43,9 @@ for (let start = 0; start < all.length; start += 500) {
   }));
   calls.push({ json: { batch_id: all[0].json.batch_id, items } });
 }
-return calls;`, [2]int{660, y}))
+return calls;`, [2]int{1100, y}))
 	g.connect("Settings", 0, "Batch request")
-	g.add(companionHTTP(s, "Batch before-write", "POST", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
+	g.add(companionHTTP(s, "Batch before-write", "POST", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y}))
 	g.connect("Batch request", 0, "Batch before-write")
 	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the node's items (the calls answer in order), with what the
 // write needs.
@@ -48,12 +57,12 @@ return $input.all().flatMap((call) => call.json.items).map((d, i) => ({
     reference: settings[i].json.reference,
     companion_url: settings[i].json.companion_url,
   }),
-}));`, [2]int{1100, y}))
+}));`, [2]int{1540, y}))
 	g.connect("Batch before-write", 0, "One item per decision")
-	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1320, y}))
+	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1760, y}))
 	g.connect("One item per decision", 0, "Decision")
-	g.add(sticky("Slot note", slotNote(true), [2]int{1480, y - 440}, 520, 380, 5))
-	_, last := g.guardedWriteTail(s, "One item per decision", true, 1540, y)
+	g.add(sticky("Slot note", slotNote(true), [2]int{1920, y - 440}, 520, 380, 5))
+	_, last := g.guardedWriteTail(s, "One item per decision", true, 1980, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Batch report", "runOnceForAllItems", `// All evidence, 500 reports to a POST /v1/batches/after-write.
 const all = $input.all().map((it) => it.json);
@@ -61,9 +70,9 @@ const calls = [];
 for (let start = 0; start < all.length; start += 500) {
   calls.push({ json: { items: all.slice(start, start + 500) } });
 }
-return calls;`, [2]int{2420, y}))
+return calls;`, [2]int{2860, y}))
 	g.connect(last, 0, "Batch report")
-	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{2640, y})
+	n := reportHTTP(s, "Batch after-write", PathBatchAfterWrite, "={{ JSON.stringify($json) }}", [2]int{3080, y})
 	n.Parameters = func() HTTPParams {
 		p := n.Parameters.(HTTPParams)
 		p.URL = "={{ $('Settings').first().json.companion_url }}" + PathBatchAfterWrite
@@ -71,23 +80,24 @@ return calls;`, [2]int{2420, y}))
 	}()
 	g.add(n)
 	g.connect("Batch report", 0, "Batch after-write")
-	g.add(codeNode("Outcome", "runOnceForAllItems", `// The batch as the ledger recorded it; the webhook answers with it.
-const calls = $('Batch before-write').all().map((call) => call.json);
-const counts = {};
-for (const call of calls) {
-  for (const [decision, n] of Object.entries(call.counts)) counts[decision] = (counts[decision] || 0) + n;
-}
-return [{ json: { batch_id: calls[0].batch_id, counts, written: $input.all().flatMap((call) => call.json.items) } }];`, [2]int{2860, y}))
-	g.connect("Batch after-write", 0, "Outcome")
-	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{1760, y + 300}))
+	g.add(codeNode("Written", "runOnceForAllItems", batchWrittenJS, [2]int{3300, y}))
+	g.connect("Batch after-write", 0, "Written")
+	g.add(codeNode("Stored result", "runOnceForEachItem", batchNotWrittenJS, [2]int{1980, y + 300}))
 	g.connect("Decision", 1, "Stored result")
-	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{1760, y + 480}))
+	g.add(codeNode("Surface", "runOnceForEachItem", batchNotWrittenJS, [2]int{1980, y + 480}))
 	g.connect("Decision", 2, "Surface")
 	g.connect("Decision", 3, "Surface")
-	g.add(N8nNode{Name: "Stop: needs a person", Type: n8nStopAndError, Position: [2]int{1980, y + 480},
-		Parameters: StopAndErrorParams{ErrorMessage: "={{ $json.message }}"},
-		Notes:      "Runs after the written items were reported (branches run top to bottom), then fails the execution so a person sees the conflict."})
-	g.connect("Surface", 0, "Stop: needs a person")
+	// Every item's end meets in one place, so the delivery gets one answer. In n8n's v1 order the
+	// branches run top to bottom and the merge waits for every branch that has items, so the answer
+	// comes after the written items were reported, and a conflict stops the run only after answering.
+	g.add(N8nNode{Name: "All items", Type: n8nMerge, Position: [2]int{3520, y + 200}, Parameters: MergeParams{NumberInputs: 3},
+		Notes: "Written, stored and not written items meet here, so the webhook answers once for the whole delivery."})
+	g.connectInput("Written", 0, "All items", 0)
+	g.connectInput("Stored result", 0, "All items", 1)
+	g.connectInput("Surface", 0, "All items", 2)
+	g.connect("All items", 0, "Answer")
+	g.addAnswerWith(t.Slug, codeNode("Answer", "runOnceForAllItems", batchAnswerJS, [2]int{3740, y}),
+		codeNode("Done", "runOnceForAllItems", batchDoneJS, [2]int{4620, y - 100}))
 	return g.workflow(t, s)
 }
 

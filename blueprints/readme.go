@@ -78,7 +78,8 @@ replay-safe with companion. They are proven end to end in a real n8n 2.41.1 by `
 
 LIST- **` + "`guarded-write-node.json`" + `** — the single-item guarded write built with the **Companion** community node
   (package ` + "`n8n-nodes-companion`" + `, folder ` + "`n8n-node/`" + ` of the repository) instead of HTTP Request and Code nodes:
-  webhook → Before write → your write → After write. It needs that package installed in n8n and a **Companion API**
+  webhook → Check delivery → Before write → your write → After write → Answer (the same webhook answers as
+  ` + "`guarded-write.json`" + `). It needs that package installed in n8n and a **Companion API**
   credential named ` + "`companion`" + `; install and parameters in ` + "`n8n-node/README.md`" + `. Written by hand, so
   ` + "`companion templates render`" + ` does not write it. Webhook path ` + "`companion/guarded-write-node`" + `.
 
@@ -153,6 +154,11 @@ The single-item webhooks answer so that senders redeliver exactly when that can 
 A run that ended in anything but its effect (or a harmless duplicate) then fails the execution, so the error workflow runs.
 A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
 execution on purpose so it shows up in n8n's failed executions.
+
+The batch webhook answers once for the whole delivery, by its items, first match wins: 400 naming each item and field
+(` + "`items[3].invoice`" + `) when any item lacks one (**Check delivery**, before any key: nothing is claimed); 409 when any item got
+` + "`conflict`" + `; 503 with the soonest ` + "`Retry-After`" + ` of the items a later delivery can still finish; 422 when items were refused for
+good and none can still finish; 200 when every item's effect exists. The body lists each item's key, state, external id and answer.
 
 SUBWORKFLOWS
 ## What NOT to turn on

@@ -10,11 +10,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/replaysafe/companion/blueprints"
 )
 
 const (
@@ -109,32 +113,33 @@ func (e *env) nodeCredential() string {
 		nodeCredID, nodeCredName, e.proxy, token)
 }
 
-// runNode delivers body to path and wants a 200: the node template's Webhook answers with the last
-// node's output (responseMode lastNode) and has no Respond node, so every decision ends in a 200 but
-// a deliberate stop; what a delivery did is read from the ledger and the receiver.
-func (e *env) runNode(path string, body any) (map[string]any, error) {
-	code, out, err := e.trigger(path, body)
+// runNode delivers body to path and wants the template's answer: status want (200 when the effect
+// exists, 503 with a Retry-After when a later delivery can still finish it, 409, 400), a Retry-After
+// exactly on a 503, and the body the Answer node gives (key, decision, reason, state, external_id).
+func (e *env) runNode(path string, body any, want int) (map[string]any, error) {
+	code, h, out, err := e.triggerHeader(path, body)
 	if err != nil {
 		return out, err
 	}
-	if code != 200 {
-		return out, fmt.Errorf("webhook answered %d, want 200: %v", code, out)
+	if code != want {
+		return out, fmt.Errorf("webhook answered %d, want %d: %v", code, want, out)
+	}
+	if ra := h.Get("Retry-After"); (code == 503) != (ra != "") {
+		return out, fmt.Errorf("webhook answered %d with Retry-After %q: only a 503 carries one", code, ra)
 	}
 	return out, nil
 }
 
-// decision reads the Before write's decision from an answer that ended on one of its branches
-// (Already done, Wait): the item carries the node's answer under "companion".
+// decision reads the Before write's decision from an answer (proceed when the run wrote).
 func decision(out map[string]any) string {
-	c, _ := out["companion"].(map[string]any)
-	d, _ := c["decision"].(string)
-	r, _ := c["reason"].(string)
+	d, _ := out["decision"].(string)
+	r, _ := out["reason"].(string)
 	return d + "/" + r
 }
 
 func scenarioNodeClean(ctx context.Context, e *env) error {
 	body, key, ref := reminder(7001)
-	out, err := e.runNode(nodePath, body)
+	out, err := e.runNode(nodePath, body, 200)
 	if err != nil {
 		return err
 	}
@@ -145,9 +150,10 @@ func scenarioNodeClean(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	// After write took the record's id from the response body (body.id) and the ledger stored it.
+	// After write took the record's id from the response body (body.id), the ledger stored it and the
+	// webhook answered with it.
 	it, _ := e.item(key)
-	if len(recs) != 1 || it.ExternalID != recs[0].ID {
+	if len(recs) != 1 || it.ExternalID != recs[0].ID || out["external_id"] != recs[0].ID {
 		return fmt.Errorf("external_id: ledger %q, receiver records %v (answer %v)", it.ExternalID, recs, out)
 	}
 	return nil
@@ -158,7 +164,7 @@ func scenarioNodeDrop(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": ref}); err != nil {
 		return err
 	}
-	if _, err := e.runNode(nodePath, body); err != nil {
+	if _, err := e.runNode(nodePath, body, 503); err != nil {
 		return err
 	}
 	// The write's error output carried the transport error; After write reported unknown, not failed.
@@ -166,7 +172,7 @@ func scenarioNodeDrop(ctx context.Context, e *env) error {
 		return err
 	}
 	// The same event again: Before write gives the same idempotency key, the receiver replays.
-	if _, err := e.runNode(nodePath, body); err != nil {
+	if _, err := e.runNode(nodePath, body, 200); err != nil {
 		return fmt.Errorf("re-send: %w", err)
 	}
 	return e.expect(key, "succeeded", 2, ref, 1)
@@ -177,7 +183,7 @@ func scenarioNode429(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
 		return err
 	}
-	if _, err := e.runNode(nodePath, body); err != nil {
+	if _, err := e.runNode(nodePath, body, 503); err != nil {
 		return err
 	}
 	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
@@ -187,7 +193,7 @@ func scenarioNode429(ctx context.Context, e *env) error {
 		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
 	}
 	time.Sleep(2 * time.Second) // after the recorded Retry-After of 1 s
-	if _, err := e.runNode(nodePath, body); err != nil {
+	if _, err := e.runNode(nodePath, body, 200); err != nil {
 		return fmt.Errorf("re-run: %w", err)
 	}
 	return e.expect(key, "succeeded", 2, ref, 1)
@@ -196,7 +202,7 @@ func scenarioNode429(ctx context.Context, e *env) error {
 func scenarioNodeTwice(ctx context.Context, e *env) error {
 	body, key, ref := reminder(7004)
 	for i := range 2 {
-		out, err := e.runNode(nodePath, body)
+		out, err := e.runNode(nodePath, body, 200)
 		if err != nil {
 			return fmt.Errorf("delivery %d: %w", i+1, err)
 		}
@@ -217,16 +223,28 @@ func scenarioNodeTwiceAtOnce(ctx context.Context, e *env) error {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	outs := make([]map[string]any, 2)
+	codes := make([]int, 2)
+	heads := make([]http.Header, 2)
 	for i := range 2 {
-		wg.Go(func() { outs[i], errs[i] = e.runNode(nodePath, body) })
+		wg.Go(func() { codes[i], heads[i], outs[i], errs[i] = e.triggerHeader(nodePath, body) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	// Exactly one went to Wait (skip/in_progress: the other held the claim).
+	// Exactly one went to Wait (skip/in_progress: the other held the claim), answered 503 with a
+	// Retry-After so its sender comes back; the other wrote and answered 200.
 	if waits := btoi(decision(outs[0]) == "skip/in_progress") + btoi(decision(outs[1]) == "skip/in_progress"); waits != 1 {
 		return fmt.Errorf("%d of the two deliveries were told to wait, want exactly 1: %v", waits, outs)
+	}
+	for i := range 2 {
+		want := 200
+		if decision(outs[i]) == "skip/in_progress" {
+			want = 503
+		}
+		if codes[i] != want || (want == 503) != (heads[i].Get("Retry-After") != "") {
+			return fmt.Errorf("delivery %d answered %d (Retry-After %q), want %d: %v", i+1, codes[i], heads[i].Get("Retry-After"), want, outs[i])
+		}
 	}
 	return e.expect(key, "succeeded", 1, ref, 1)
 }
@@ -235,7 +253,7 @@ func scenarioNodeTwiceAtOnce(ctx context.Context, e *env) error {
 // clean run, for the same trigger twice, and twice at once; the Message-ID is the external id.
 func scenarioNodeEmail(ctx context.Context, e *env) error {
 	body, key, _ := reminder(7101)
-	if _, err := e.runNode(nodeEmailPath, body); err != nil {
+	if _, err := e.runNode(nodeEmailPath, body, 200); err != nil {
 		return err
 	}
 	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
@@ -245,7 +263,7 @@ func scenarioNodeEmail(ctx context.Context, e *env) error {
 	if it, _ := e.item(key); id == "" || it.ExternalID != id {
 		return fmt.Errorf("external_id %q, the sink's Message-ID %q", it.ExternalID, id)
 	}
-	if out, err := e.runNode(nodeEmailPath, body); err != nil || decision(out) != "skip/succeeded" {
+	if out, err := e.runNode(nodeEmailPath, body, 200); err != nil || decision(out) != "skip/succeeded" {
 		return fmt.Errorf("second delivery: %v, answered %v; want skip/succeeded", err, out)
 	}
 	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
@@ -255,11 +273,61 @@ func scenarioNodeEmail(ctx context.Context, e *env) error {
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i := range 2 {
-		wg.Go(func() { _, errs[i] = e.runNode(nodeEmailPath, body) })
+		wg.Go(func() {
+			// One writes (200); the other finds it in progress (503) or, when it comes after, written (200).
+			code, _, out, err := e.triggerHeader(nodeEmailPath, body)
+			if err == nil && code != 200 && !(code == 503 && decision(out) == "skip/in_progress") {
+				err = fmt.Errorf("delivery %d answered %d: %v", i+1, code, out)
+			}
+			errs[i] = err
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	return e.expectMail(key, "succeeded", 1, 1)
+}
+
+// scenarioNodeMissingFields: a delivery without the fields the key is built from is answered 400
+// naming them by Check delivery, before the Companion node runs: nothing is claimed, nothing written.
+func scenarioNodeMissingFields(ctx context.Context, e *env) error {
+	before, err := e.effects()
+	if err != nil {
+		return err
+	}
+	out, err := e.runNode(nodePath, map[string]any{"recipient": "c-19", "reminder": 2}, 400)
+	if err != nil {
+		return err
+	}
+	if fmt.Sprint(out["missing"]) != "[amount invoice]" {
+		return fmt.Errorf("the answer names %v, want [amount invoice]: %v", out["missing"], out)
+	}
+	for _, key := range []string{"invoice-undefined:reminder:2", "invoice-:reminder:2"} {
+		if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, nil); err != nil || code != 404 {
+			return fmt.Errorf("GET item %s: %d %v, want 404 (nothing claimed)", key, code, err)
+		}
+	}
+	if after, err := e.effects(); err != nil || after.Total != before.Total {
+		return fmt.Errorf("the receiver got %d records from a refused delivery (%v)", after.Total-before.Total, err)
+	}
+	return nil
+}
+
+// scenarioNodeConflict: the same invoice again with another amount after it was written is a conflict
+// (Needs attention): answered 409, nothing sent, the first record stays the only one.
+func scenarioNodeConflict(ctx context.Context, e *env) error {
+	body, key, ref := reminder(7007)
+	if _, err := e.runNode(nodePath, body, 200); err != nil {
+		return fmt.Errorf("first delivery: %w", err)
+	}
+	body["amount"] = 99.0
+	out, err := e.runNode(nodePath, body, 409)
+	if err != nil {
+		return err
+	}
+	if decision(out) != "conflict/fingerprint_mismatch" {
+		return fmt.Errorf("answered %v, want conflict/fingerprint_mismatch", out)
+	}
+	return e.expect(key, "succeeded", 1, ref, 1)
 }
