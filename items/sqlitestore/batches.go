@@ -7,12 +7,16 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
+// batchItemsWhere selects a batch's items; the literal batch_id != ” lets the partial index items_batch
+// serve.
+const batchItemsWhere = `WHERE tenant = ? AND batch_id = ? AND batch_id != ''`
+
 // BatchItems returns up to limit items of tenant registered by batch batchID, in (batch_index, key) order,
 // after the position (afterIndex, afterKey) when afterKey is set. Items without a batch index (NULL) sort
 // first, as SQLite sorts NULL first. The items_batch index (tenant, batch_id, batch_index, key) serves both
 // the filter and the order. Returns ErrUnavailable when the store cannot be read.
 func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterIndex *int, afterKey string, limit int) ([]*items.Item, error) {
-	q := `WHERE tenant = ? AND batch_id = ?`
+	q := batchItemsWhere
 	args := []any{tenant, batchID}
 	switch {
 	case afterKey == "":
@@ -33,7 +37,7 @@ func (s *Store) BatchItems(ctx context.Context, tenant, batchID string, afterInd
 // batchCountsSQL counts a batch's items per state. items_batch does not hold state and lease_expires_at,
 // so the rows of the batch are read; a batch is at most a few pages of them.
 const batchCountsSQL = `SELECT CASE WHEN state = ? AND lease_expires_at <= ? THEN ? ELSE state END AS st,
-	count(*) FROM items INDEXED BY items_batch WHERE tenant = ? AND batch_id = ? GROUP BY st`
+	count(*) FROM items INDEXED BY items_batch WHERE tenant = ? AND batch_id = ? AND batch_id != '' GROUP BY st`
 
 // BatchCounts returns the number of tenant's items registered by batch batchID per state, counting an
 // in-flight item whose lease ended at or before now as unknown. Returns ErrUnavailable when the store

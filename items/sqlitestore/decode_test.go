@@ -27,7 +27,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 		if err := json.Unmarshal(doc, &want); err != nil {
 			t.Fatalf("encoding/json cannot read %s: %v", doc, err)
 		}
-		got, err := decode(string(doc))
+		got, err := decodeJSON(doc)
 		if err != nil {
 			t.Fatalf("decode %s: %v", doc, err)
 		}
@@ -38,7 +38,7 @@ func TestDecodeMatchesEncodingJSON(t *testing.T) {
 	for _, bad := range []string{``, `{`, `[]`, `{"key": 5}`, `{"attempt": "one"}`, `{"created_at": "yesterday"}`, `{"result": }`} {
 		var it items.Item
 		stdErr := json.Unmarshal([]byte(bad), &it)
-		_, err := decode(bad)
+		_, err := decodeJSON([]byte(bad))
 		if (err != nil) != (stdErr != nil) {
 			t.Errorf("%q: decode error %v, encoding/json error %v", bad, err, stdErr)
 		}

@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -18,7 +17,7 @@ var readSizes = []int{500, 64, 8, 1}
 
 // readManySQL reads n keys of a tenant.
 func readManySQL(n int) string {
-	return `SELECT key, doc FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", n-1) + `)`
+	return `SELECT ` + storedColumns + ` FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", n-1) + `)`
 }
 
 // readMany returns the stored item of every key (nil for a key without one) in a few queries instead of
@@ -53,14 +52,11 @@ func (s *Store) readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []
 			return nil, nil, unavailable(err)
 		}
 		for rows.Next() {
-			var key, doc string
-			if err := rows.Scan(&key, &doc); err != nil {
+			it, r, err, scanErr := scanItem(rows)
+			key := r.key
+			if scanErr != nil {
 				rows.Close()
-				return nil, nil, unavailable(err)
-			}
-			it, err := decode(doc)
-			if err == nil && it.Key != key {
-				err = fmt.Errorf("sqlitestore: corrupt item document: stored under another key")
+				return nil, nil, unavailable(scanErr)
 			}
 			if err != nil {
 				if bad == nil {

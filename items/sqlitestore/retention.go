@@ -49,7 +49,7 @@ const settledSQL = `SELECT key, version, updated_at FROM items INDEXED BY items_
 	AND needs_person = 0 AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at, key LIMIT ?7`
 
 // removeItemSQL removes one selected item if it has not changed since.
-const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING doc`
+const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING ` + storedColumns
 
 // RemoveSettled implements items.RetentionStore.
 func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *items.RemovePosition, error) {
@@ -102,15 +102,10 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	changes := items.CountChanges{}
 	removed := 0
 	for _, c := range found {
-		var doc string
-		err := remove.QueryRowContext(ctx, p.Tenant, c.key, c.version).Scan(&doc)
-		if errors.Is(err, sql.ErrNoRows) {
+		it, err := removeItem(ctx, remove, p.Tenant, c.key, c.version)
+		if errors.Is(err, items.ErrNotFound) {
 			continue // changed since it was selected
 		}
-		if err != nil {
-			return 0, nil, unavailable(err)
-		}
-		it, err := decode(doc)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -131,4 +126,25 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	// Give the freed pages back; a failure only leaves them for reuse.
 	_, _ = s.w.ExecContext(ctx, `PRAGMA incremental_vacuum(`+strconv.Itoa(vacuumPages)+`)`)
 	return removed, next, nil
+}
+
+// removeItem runs remove (removeItemSQL) and returns the item it removed: ErrNotFound when the item has
+// changed since it was selected, ErrUnavailable, or the stored document's error.
+func removeItem(ctx context.Context, remove *sql.Stmt, tenant, key string, version int64) (*items.Item, error) {
+	rows, err := remove.QueryContext(ctx, tenant, key, version)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, unavailable(err)
+		}
+		return nil, items.ErrNotFound
+	}
+	it, _, decodeErr, err := scanItem(rows)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return it, decodeErr
 }

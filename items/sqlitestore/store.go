@@ -8,11 +8,13 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -33,8 +35,11 @@ const FileName = "companion.db"
 // Store is the SQLite store. It is safe for concurrent use.
 type Store struct {
 	path string
-	w    *sql.DB // one connection: writes serialize here
-	r    *sql.DB // readers
+	log  *slog.Logger
+	// convertBatchSize is how many items a conversion copies per transaction (convert.go).
+	convertBatchSize int
+	w                *sql.DB // one connection: writes serialize here
+	r                *sql.DB // readers
 	// updateItem and inserts (one per insertRows) are prepared once on w's connection: parsing the SQL
 	// anew for every item cost a batch of 500 a quarter of its time.
 	updateItem *sql.Stmt
@@ -60,8 +65,9 @@ type Store struct {
 
 var _ items.Store = (*Store)(nil)
 
-// Open opens (creating if needed) the ledger in dataDir and migrates its schema.
-func Open(ctx context.Context, dataDir string) (*Store, error) {
+// Open opens (creating if needed) the ledger in dataDir and migrates its schema; a ledger of an earlier
+// layout is converted first (convert.go), which takes a while for a large one.
+func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitestore: data dir: %w", err)
 	}
@@ -90,7 +96,10 @@ func Open(ctx context.Context, dataDir string) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	r.SetMaxOpenConns(8)
-	s := &Store{path: path, w: w, r: r}
+	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize}
+	for _, o := range opts {
+		o(s)
+	}
 	if err := s.migrate(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -147,55 +156,78 @@ func estimatedPages(n int) int { return 8 + n/2 }
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// schema keeps items in a rowid table, not WITHOUT ROWID: an item's document (1 KiB and more) does not
-// fit in a b-tree cell, and in a WITHOUT ROWID table every key comparison on the way down the primary key
-// then read the row's overflow pages, which made a lookup cost a dozen preads and a batch of 500 claims
-// three times slower. Here the primary key is a small separate index and the document is read once.
+// schema keeps items in a rowid table keyed by a number (id, the rowid), with a unique index on
+// (tenant, key): every other index then carries the id, a few bytes, where it carried the key, 40 and
+// more. Not WITHOUT ROWID: an item's row is larger than an index entry, and in a WITHOUT ROWID table every
+// key comparison on the way down the primary key read the row's overflow pages.
 //
-// Beside the document, a row holds the columns the queries select by, and the item's facts
-// (items.Item.Facts), computed in Go as write stores the item, so that no query parses documents. They
-// come before doc so that reading them never touches the document's bytes.
+// Beside the document (doc, the stored form: stored.go), a row holds the columns the queries select by,
+// and the item's facts (items.Item.Facts), computed in Go as write stores the item, so that no query
+// parses documents. The document does not repeat what the columns hold. The columns come before doc so
+// that reading them never touches the document's bytes. The workflow column is NULL where the item's
+// workflow is its key's first part (keyWorkflow), as it is for every key derived from its parts.
 //
 // Every index below is written by every claim, so each one is here for a query (TestQueryPlans checks
 // with EXPLAIN QUERY PLAN that it serves it). The lists want the newest change first, yet their indexes
 // ascend by updated_at and are read backwards: a new change then lands at the right-hand end of the
 // b-tree, where SQLite appends to the last page, instead of at the left-hand end of a descending index,
-// where every full page is split in two. The descending indexes cost a batch of 500 claims a third of
-// its time. (The items_… indexes of earlier builds with DESC are dropped at start.)
+// where every full page is split in two. The lists break ties of updated_at by key, which the large
+// indexes do not hold: SQLite sorts the items of one change time (USE TEMP B-TREE FOR LAST TERM OF ORDER
+// BY), usually a batch. (A sweep that marks thousands of items at one moment makes a page of the whole
+// list cost a sort of those: 23 ms for 10,000, BenchmarkOperatorQueries/List100AllAtOneTime. The list of
+// the items needing a person, where such a crowd lands, keeps the key in its small partial index.) The
+// indexes of a column most items leave empty (reference, execution, batch) are partial: an item without
+// one is not in them.
 //
-//	sqlite_autoindex_items_1 (tenant, key)   get, readMany, and the UPDATE guarded by version
+//	items_key                (tenant, key)  UNIQUE: get, readMany, and the UPDATE guarded by version
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
-//	items_changed            (tenant, updated_at, key)
+//	items_changed            (tenant, updated_at)
 //	                                         ListItems without a state filter, read backwards: the newest
 //	                                         change first, filtering as it walks (needs_person = 0, …)
-//	items_state_changed      (tenant, state, updated_at, key)
-//	                                         ListItems with a state filter, read backwards
-//	items_needs_person_changed partial       ListItems with needs_person = 1 (the operator's own list):
+//	items_state_changed      (tenant, state, updated_at)
+//	                                         ListItems with a state filter, read backwards; retention
+//	items_needs_person_changed partial (tenant, updated_at, key)
+//	                                         ListItems with needs_person = 1 (the operator's own list):
 //	                                         only the few items that need a person are in it
-//	items_batch              (tenant, batch_id, batch_index, key)
+//	items_batch              partial (tenant, batch_id, batch_index)
 //	                                         BatchItems, BatchCounts
-//	items_execution          (tenant, execution_id, updated_at, key)
+//	items_execution          partial (tenant, execution_id, updated_at)
 //	                                         ListItems with an execution_id (an error workflow finds its
 //	                                         run's items), read backwards
-//	items_reference          (tenant, reference, updated_at, key)
+//	items_reference          partial (tenant, reference, updated_at)
 //	                                         ListItems with a reference (the console's Find), read backwards
 //	items_sweep              partial         SweepCandidates
 //	items_alert_pending      partial         PendingAlertItems
 //
 // Stats reads the counts kept in item_counts (counts.go), and the partial indexes of the unresolved
-// items; the covering index items_stats that earlier builds scanned at every scrape is dropped at start.
+// items. A ledger of an earlier layout is converted at start (convert.go).
 const schema = `
 CREATE TABLE IF NOT EXISTS meta (
 	name  TEXT PRIMARY KEY,
 	value BLOB NOT NULL
 );
-CREATE TABLE IF NOT EXISTS items (
+CREATE TABLE IF NOT EXISTS items (` + itemsTable + `);
+CREATE UNIQUE INDEX IF NOT EXISTS items_key ON items (tenant, key);
+CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state = 'in_flight';
+CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at);
+CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at);
+CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at) WHERE reference != '';
+CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at) WHERE execution_id != '';
+CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index) WHERE batch_id != '';
+CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
+CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
+`
+
+// itemsTable is the items table's definition (also of the table a conversion fills).
+const itemsTable = `
+	id                 INTEGER PRIMARY KEY,
 	tenant             TEXT NOT NULL,
 	key                TEXT NOT NULL,
 	version            INTEGER NOT NULL,
 	state              TEXT NOT NULL,
 	destination        TEXT NOT NULL,
-	workflow           TEXT NOT NULL DEFAULT '',
+	workflow           TEXT,
 	owner              TEXT NOT NULL DEFAULT '',
 	reference          TEXT NOT NULL DEFAULT '',
 	batch_id           TEXT NOT NULL DEFAULT '',
@@ -213,28 +245,25 @@ CREATE TABLE IF NOT EXISTS items (
 	needs_person_since INTEGER,
 	sweep_candidate    INTEGER NOT NULL DEFAULT 0,
 	alert_pending      INTEGER NOT NULL DEFAULT 0,
-	doc                TEXT NOT NULL,
-	PRIMARY KEY (tenant, key)
-);
-CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state = 'in_flight';
-DROP INDEX IF EXISTS items_updated;
-DROP INDEX IF EXISTS items_list_state;
-DROP INDEX IF EXISTS items_needs_person;
-CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at, key);
-CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at, key);
-CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
-CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at, key);
-CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index, key);
-CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
-CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
-DROP INDEX IF EXISTS items_stats;
+	doc                BLOB NOT NULL
 `
 
 func (s *Store) migrate(ctx context.Context) error {
+	converted, err := s.convert(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: convert %s to the compact layout: %w", s.path, err)
+	}
+	start := time.Now()
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
-	if err := s.migrateExecutionID(ctx); err != nil {
+	if converted {
+		s.log.Info("built the indexes of the converted ledger", "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	if err := s.giveBackSpace(ctx); err != nil {
+		return fmt.Errorf("sqlitestore: give back the space of %s's old layout: %w", s.path, err)
+	}
+	if _, err := s.w.ExecContext(ctx, `PRAGMA cache_size = -2000`); err != nil { // SQLite's default, after convert's
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	if err := s.migrateOperators(ctx); err != nil {
@@ -243,7 +272,7 @@ func (s *Store) migrate(ctx context.Context) error {
 	return s.migrateCounts(ctx)
 }
 
-// migrateExecutionID gives a ledger of an earlier build the execution_id column and its index. An item
+// migrateExecutionID gives a ledger of an earlier layout the execution_id column, before it is converted. An item
 // stored before has the execution of its latest claim only inside its document, in its last attempt: the
 // column (and the document's top-level field) is filled from there, so a run's items are listed also when
 // they were claimed before the upgrade.
@@ -266,12 +295,9 @@ func (s *Store) migrateExecutionID(ctx context.Context) error {
 			WHERE items.rowid = l.id AND latest IS NOT NULL AND latest != ''`); err != nil {
 			return err
 		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
+		return tx.Commit()
 	}
-	_, err := s.w.ExecContext(ctx, `CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at, key)`)
-	return err
+	return nil
 }
 
 // unavailable translates a database error into the domain's ErrUnavailable, keeping the cause for logs.
@@ -282,29 +308,64 @@ func unavailable(err error) error {
 	return fmt.Errorf("%w: sqlite: %v", items.ErrUnavailable, err)
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// storedColumns are the columns an item is read from, in scanItem's order.
+const storedColumns = `tenant, key, version, state, destination, workflow, owner, reference, batch_id, batch_index,
+	execution_id, needs_person, created_at, updated_at, doc`
+
+type rowScanner interface {
+	Scan(dest ...any) error
 }
 
-func get(ctx context.Context, q querier, tenant, key string) (*items.Item, error) {
-	var doc string
-	err := q.QueryRowContext(ctx, `SELECT doc FROM items WHERE tenant = ? AND key = ?`, tenant, key).Scan(&doc)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, items.ErrNotFound
+// scanItem reads a row of storedColumns: the item and the row, or errCorrupt (wrapped) as decodeErr when
+// its document cannot be read. A failure to read the row itself is returned as scanErr.
+func scanItem(sc rowScanner) (it *items.Item, r row, decodeErr, scanErr error) {
+	var batchIndex sql.NullInt64
+	var workflow sql.NullString
+	var doc sql.RawBytes
+	if err := sc.Scan(&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
+		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc); err != nil {
+		return nil, r, nil, err
 	}
+	r.workflow = workflow.String
+	if !workflow.Valid {
+		r.workflow = keyWorkflow(r.key)
+	}
+	if batchIndex.Valid {
+		i := int(batchIndex.Int64)
+		r.batchIndex = &i
+	}
+	it, err := decodeStored(doc, &r)
+	if err == nil && (it.Tenant != r.tenant || it.Key != r.key) {
+		err = fmt.Errorf("%w: stored under another key", errCorrupt)
+	}
+	return it, r, err, nil
+}
+
+func get(ctx context.Context, q *sql.DB, tenant, key string) (*items.Item, error) {
+	rows, err := q.QueryContext(ctx, `SELECT `+storedColumns+` FROM items WHERE tenant = ? AND key = ?`, tenant, key)
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	return decode(doc)
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, unavailable(err)
+		}
+		return nil, items.ErrNotFound
+	}
+	it, _, decodeErr, err := scanItem(rows)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return it, decodeErr
 }
 
-// decode reads a stored document. It uses goccy/go-json, which decodes what encoding/json decodes into
-// the same item (TestDecodeMatchesEncodingJSON) three times as fast: decoding the items a transition
-// reads was a sixth of the process at a batch of 500 reports.
-func decode(doc string) (*items.Item, error) {
+// decodeJSON reads a document of an earlier build, JSON. It uses goccy/go-json, which decodes what
+// encoding/json decodes into the same item (TestDecodeMatchesEncodingJSON) three times as fast.
+func decodeJSON(doc []byte) (*items.Item, error) {
 	var it items.Item
-	if err := gojson.Unmarshal([]byte(doc), &it); err != nil {
-		return nil, fmt.Errorf("sqlitestore: corrupt item document: %w", err)
+	if err := gojson.Unmarshal(doc, &it); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCorrupt, err)
 	}
 	return &it, nil
 }
@@ -365,7 +426,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 	for _, id := range changed {
 		cur, next := found[id], last[id]
 		counts.Move(cur, next)
-		var doc string
+		var doc []byte
 		var err error
 		if doc, buf, err = document(buf, next); err != nil {
 			return &itemFault{id: id, err: err}
@@ -440,25 +501,25 @@ func insertItemsSQL(rows int) string {
 		strings.Repeat(", "+row, rows-1) + " ON CONFLICT DO NOTHING"
 }
 
-// document encodes next for the doc column. buf is reused across a transaction's items, so that a batch
-// leaves one copy of each document (the string bound to the statement) rather than three.
+// document encodes next for the doc column (stored.go), returning a copy the statement may keep. buf is
+// reused across a transaction's items.
 //
 // A state that cannot be encoded (or whose encoding panics) is an error of the transition that made it.
-func document(buf []byte, next *items.Item) (doc string, _ []byte, err error) {
+func document(buf []byte, next *items.Item) (doc, _ []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			doc, err = "", fmt.Errorf("sqlitestore: encode item: panicked: %v", r)
+			doc, err = nil, fmt.Errorf("sqlitestore: encode item: panicked: %v", r)
 		}
 	}()
-	buf, err = next.AppendJSON(buf[:0])
+	buf, err = appendStored(buf[:0], next)
 	if err != nil {
-		return "", buf, fmt.Errorf("sqlitestore: encode item: %w", err)
+		return nil, buf, err
 	}
-	return string(buf), buf, nil
+	return bytes.Clone(buf), buf, nil
 }
 
 // appendColumns appends the values of itemColumns for it, whose document is doc.
-func appendColumns(args []any, it *items.Item, doc string) []any {
+func appendColumns(args []any, it *items.Item, doc []byte) []any {
 	var lease any
 	if it.State == items.StateInFlight && it.LeaseExpiresAt != nil {
 		lease = it.LeaseExpiresAt.UnixMilli()
@@ -472,10 +533,21 @@ func appendColumns(args []any, it *items.Item, doc string) []any {
 	if f.NeedsPersonSince != nil {
 		needsPersonSince = f.NeedsPersonSince.UnixNano()
 	}
-	return append(args, it.Version, string(it.State), it.Destination, it.Workflow, it.Owner, it.Reference,
+	var workflow any = it.Workflow
+	if it.Workflow != "" && keyWorkflow(it.Key) == it.Workflow {
+		workflow = nil // the key's: scanItem derives it
+	}
+	return append(args, it.Version, string(it.State), it.Destination, workflow, it.Owner, it.Reference,
 		it.BatchID, batchIndex, it.ExecutionID, boolInt(it.NeedsPerson), lease, it.CreatedAt.UnixNano(), it.UpdatedAt.UnixNano(),
 		f.Attempt, boolInt(f.SameKeyRecovered), f.Resolutions, boolInt(f.DuplicateEffect), boolInt(f.EnteredUnknown),
 		needsPersonSince, boolInt(f.SweepCandidate), boolInt(f.AlertPending), doc, it.Tenant, it.Key)
+}
+
+// keyWorkflow returns the workflow part of a key of four parts (items.SplitKey), else "". The workflow
+// column is NULL where the item's workflow is its key's: most items' keys are derived from their parts.
+func keyWorkflow(key string) string {
+	parts, _ := splitKey(key)
+	return parts.Workflow
 }
 
 // injected returns the failure a test's fault hook gives for op.

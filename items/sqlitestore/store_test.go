@@ -3,7 +3,6 @@ package sqlitestore_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -211,7 +210,7 @@ func TestWriteAheadLogStaysSmall(t *testing.T) {
 		return fi.Size()
 	}
 	largest := int64(0)
-	for round := range 40 {
+	for round := range 80 {
 		ps := make([]items.BeforeWriteParams, 500)
 		for i := range ps {
 			ps[i] = items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("r%d-item-%d", round, i), Fingerprint: fp}
@@ -225,9 +224,10 @@ func TestWriteAheadLogStaysSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The database file holds what was checkpointed: well past the limit, or the log kept it all.
-	if db.Size() < 2*limit {
-		t.Errorf("the database file holds only %d bytes after 20,000 claims: the log was not copied back", db.Size())
+	// The database file holds what was checkpointed: more than the log may ever hold (40,000 claims are
+	// about 10 MB), or the log kept it all.
+	if db.Size() < limit {
+		t.Errorf("the database file holds only %d bytes after 40,000 claims: the log was not copied back", db.Size())
 	}
 	if largest > limit {
 		t.Errorf("the write-ahead log grew to %d bytes (database %d bytes); want at most %d", largest, db.Size(), limit)
@@ -243,54 +243,5 @@ func TestCloseTwice(t *testing.T) {
 	}
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
-	}
-}
-
-// TestUpgradeFillsExecutionIDs opens a ledger written by a build without the execution_id column (made
-// here by dropping it): the column and the document's field are filled from each item's last attempt,
-// so the operator list finds a run's items claimed before the upgrade.
-func TestUpgradeFillsExecutionIDs(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := openIn(t, dir)
-	l, err := items.NewLedger(ctx, s, items.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := items.Fingerprint([]byte(`{"invoice":"742"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range []string{"a", "b"} {
-		if _, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: k, Fingerprint: fp, ExecutionID: "run-" + k}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitestore.FileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`DROP INDEX items_execution`, `ALTER TABLE items DROP COLUMN execution_id`,
-		`UPDATE items SET doc = json_remove(doc, '$.execution_id')`} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openIn(t, dir)
-	t.Cleanup(func() { s.Close() })
-	page, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", ExecutionID: "run-b"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(page.Items) != 1 || page.Items[0].Key != "b" || page.Items[0].ExecutionID != "run-b" {
-		t.Fatalf("after the upgrade, execution run-b lists %+v, want item b with its execution_id", page.Items)
 	}
 }

@@ -309,7 +309,7 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)
 	}
-	s, err := sqlitestore.Open(ctx, dir)
+	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()))
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}

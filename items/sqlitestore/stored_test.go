@@ -1,0 +1,339 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
+)
+
+// storedSample returns a random item (itemstest.RandomItem) with, now and then, what the stored form
+// treats specially: a key of four parts with its parts (or other ones), strings ending in lowercase hex
+// (of every length, odd ones too, and upper case), strings repeated across fields, contract words.
+func storedSample(r *rand.Rand) *items.Item {
+	it := itemstest.RandomItem(r)
+	hexOf := func(n int) string {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(r.Uint32())
+		}
+		s := hex.EncodeToString(b)
+		switch r.IntN(6) {
+		case 0:
+			return s[1:] // odd
+		case 1:
+			return strings.ToUpper(s)
+		case 2:
+			return "c_" + s
+		case 3:
+			return "f" + s + "x"
+		}
+		return s
+	}
+	if r.IntN(2) == 0 {
+		it.Key = "invoices:inv-" + hexOf(3) + ":send:" + []string{"0", "1", "reminder-2"}[r.IntN(3)]
+		if parts, ok := items.SplitKey(it.Key); ok && r.IntN(4) != 0 {
+			it.Workflow, it.Object, it.Action, it.Sequence = parts.Workflow, parts.Object, parts.Action, parts.Sequence
+			if r.IntN(4) == 0 {
+				it.Sequence = "other"
+			}
+		}
+	}
+	if r.IntN(2) == 0 {
+		it.Fingerprint = hexOf([]int{32, 8, 7, 1}[r.IntN(4)])
+		it.Claim = hexOf(12)
+	}
+	for i := range it.Attempts {
+		a := &it.Attempts[i]
+		if r.IntN(2) == 0 {
+			a.Fingerprint, a.Claim, a.ExecutionID, a.BatchID = it.Fingerprint, it.Claim, it.ExecutionID, it.BatchID
+			a.Number = i + 1
+			for j := range a.Reports {
+				a.Reports[j] = hexOf(16)
+			}
+		}
+	}
+	for i := range it.History {
+		e := &it.History[i]
+		if r.IntN(2) == 0 {
+			e.Fingerprint, e.ExternalID, e.BatchID, e.ExecutionID = it.Fingerprint, it.ExternalID, it.BatchID, it.Tenant
+			e.Outcome = string(items.StateSucceeded)
+		}
+	}
+	if r.IntN(4) == 0 {
+		it.CreatedAt, it.UpdatedAt = time.Date(2026, 12, 1, 8, 0, 0, r.IntN(1e9), time.UTC), time.Now()
+	}
+	// Times of the item's creation and last change, some of them the same instant in another zone.
+	same := func() time.Time {
+		t := []time.Time{it.CreatedAt, it.UpdatedAt}[r.IntN(2)]
+		if r.IntN(4) == 0 {
+			t = t.In(time.FixedZone("", 3600))
+		}
+		return t
+	}
+	for i := range it.Attempts {
+		if r.IntN(2) == 0 {
+			t, e := same(), same()
+			it.Attempts[i].StartedAt, it.Attempts[i].EndedAt = t, &e
+		}
+	}
+	for i := range it.History {
+		if r.IntN(2) == 0 {
+			it.History[i].At = same()
+		}
+	}
+	return it
+}
+
+// TestStoredFormReadsBackTheSameItem encodes random items in the stored form and reads them back with
+// their row's columns: every item shows the same JSON as before (the API's form: what GET
+// /v1/items/{key} answers), encodes to the same stored bytes again, and the stored form refuses exactly
+// the items the JSON form refuses.
+func TestStoredFormReadsBackTheSameItem(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(20261201, 3))
+	encoded := 0
+	for range 20000 {
+		it := storedSample(r)
+		want, wantErr := it.AppendJSON(nil)
+		doc, _, err := document(nil, it)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("stored form error %v, JSON error %v, for %s", err, wantErr, want)
+		}
+		if err != nil {
+			continue
+		}
+		encoded++
+		row := rowOf(it)
+		got, err := decodeStored(doc, &row)
+		if err != nil {
+			t.Fatalf("decode %x: %v\nitem %s", doc, err, want)
+		}
+		gotJSON, err := got.AppendJSON(nil)
+		if err != nil {
+			t.Fatalf("the item read back has no JSON: %v\nitem %s", err, want)
+		}
+		if !bytes.Equal(gotJSON, want) {
+			t.Fatalf("read back differs\ngot:  %s\nwant: %s", gotJSON, want)
+		}
+		again, _, err := document(nil, got)
+		if err != nil || !bytes.Equal(again, doc) {
+			t.Fatalf("the item read back encodes to %x (%v), first %x", again, err, doc)
+		}
+	}
+	if encoded < 10000 {
+		t.Fatalf("only %d of 20000 random items could be encoded", encoded)
+	}
+}
+
+// TestStoredFormRefusesTimesJSONCannotShow: a time outside the years 0 to 9999, or with a zone offset of
+// a day or more, fails the stored form as it fails the JSON form, in every field that holds a time.
+func TestStoredFormRefusesTimesJSONCannotShow(t *testing.T) {
+	t.Parallel()
+	bad := []time.Time{
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 24*3600)), time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -24*3600-60)),
+	}
+	good := []time.Time{
+		time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", 24*3600-1)), time.Date(2026, 1, 1, 0, 0, 0, 0, time.FixedZone("", -24*3600+1)),
+	}
+	fields := []func(it *items.Item, tm time.Time){
+		func(it *items.Item, tm time.Time) { it.CreatedAt = tm },
+		func(it *items.Item, tm time.Time) { it.UpdatedAt = tm },
+		func(it *items.Item, tm time.Time) { it.RetryAt = &tm },
+		func(it *items.Item, tm time.Time) { it.Attempts = []items.Attempt{{Number: 1, StartedAt: tm}} },
+		func(it *items.Item, tm time.Time) { it.History = []items.Event{{At: tm, Kind: items.EventClaimed}} },
+		func(it *items.Item, tm time.Time) { it.Resolution = &items.Resolution{At: tm} },
+	}
+	for _, set := range fields {
+		for i, tm := range append(bad, good...) {
+			it := &items.Item{Tenant: "acme", Key: "k", CreatedAt: time.Unix(1e9, 0).UTC(), UpdatedAt: time.Unix(1e9, 0).UTC()}
+			set(it, tm)
+			_, jsonErr := it.AppendJSON(nil)
+			doc, _, err := document(nil, it)
+			if (err != nil) != (i < len(bad)) || (jsonErr != nil) != (i < len(bad)) {
+				t.Errorf("time %v: stored form error %v, JSON error %v", tm, err, jsonErr)
+				continue
+			}
+			if err == nil {
+				row := rowOf(it)
+				got, err := decodeStored(doc, &row)
+				want, _ := it.AppendJSON(nil)
+				gotJSON, _ := got.AppendJSON(nil)
+				if err != nil || !bytes.Equal(gotJSON, want) {
+					t.Errorf("time %v: read back %s (%v), want %s", tm, gotJSON, err, want)
+				}
+			}
+		}
+	}
+}
+
+// TestStoredFormCorruptIsAnError: a stored document cut short anywhere, or with a byte changed, is read
+// as corrupt or as some item, never with a panic; cut short, it is always an error.
+func TestStoredFormCorruptIsAnError(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(13, 3))
+	for n := 0; n < 300; {
+		it := storedSample(r)
+		doc, _, err := document(nil, it)
+		if err != nil {
+			continue
+		}
+		n++
+		row := rowOf(it)
+		for cut := range len(doc) {
+			if _, err := decodeStored(doc[:cut], &row); err == nil {
+				t.Fatalf("%x cut to %d bytes reads as an item", doc, cut)
+			}
+		}
+		for range 50 {
+			bad := bytes.Clone(doc)
+			bad[r.IntN(len(bad))] ^= byte(1 + r.IntN(255))
+			_, _ = decodeStored(bad, &row)
+		}
+	}
+}
+
+// BenchmarkStoredForm compares the stored form with the JSON of earlier builds for a succeeded item of
+// the ledger: encoding, decoding, and size.
+func BenchmarkStoredForm(b *testing.B) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC)
+	index := 17
+	fp := strings.Repeat("3fa9c2", 10) + "beef"
+	it := &items.Item{Tenant: "acme", Key: "invoices:inv-0004711:send:1", Workflow: "invoices", Object: "inv-0004711",
+		Action: "send", Sequence: "1", Destination: "billing", Dedupe: items.DedupeKey, Reference: "INV-2026-0004711",
+		BatchID: "n8n-48213-send-invoice", BatchIndex: &index, ExecutionID: "48213", Fingerprint: fp, State: items.StateSucceeded,
+		Attempt: 1, Claim: "c_0f1e2d3c4b5a69788796a5b4", ExternalID: "in_1Q0000000000000000004711", Attempts: []items.Attempt{{
+			Number: 1, Claim: "c_0f1e2d3c4b5a69788796a5b4", ExecutionID: "48213", BatchID: "n8n-48213-send-invoice",
+			Dedupe: items.DedupeKey, Fingerprint: fp, StartedAt: now, EndedAt: &now, Outcome: items.StateSucceeded,
+			Reports: []string{"9b2c0e5d7f1a3c4e6b8d0f2a4c6e8a0b"}}},
+		History: []items.Event{
+			{At: now, Kind: items.EventClaimed, Attempt: 1, ExecutionID: "48213", BatchID: "n8n-48213-send-invoice",
+				Decision: items.Proceed, Reason: items.ReasonNew, To: items.StateInFlight, Fingerprint: fp},
+			{At: now.Add(412 * time.Millisecond), Kind: items.EventAfterWrite, Attempt: 1, From: items.StateInFlight,
+				Outcome: "succeeded", Reason: items.ReasonRecorded, To: items.StateSucceeded, ExternalID: "in_1Q0000000000000000004711"},
+		},
+		Version: 2, CreatedAt: now, UpdatedAt: now.Add(412 * time.Millisecond),
+	}
+	stored, _, err := document(nil, it)
+	if err != nil {
+		b.Fatal(err)
+	}
+	jsonDoc, err := it.AppendJSON(nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	row := rowOf(it)
+	b.Run("Encode", func(b *testing.B) {
+		var buf []byte
+		for b.Loop() {
+			if buf, err = appendStored(buf[:0], it); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(stored)), "bytes")
+	})
+	b.Run("EncodeJSON", func(b *testing.B) {
+		var buf []byte
+		for b.Loop() {
+			if buf, err = it.AppendJSON(buf[:0]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(jsonDoc)), "bytes")
+	})
+	b.Run("Decode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeStored(stored, &row); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("DecodeJSON", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := decodeJSON(jsonDoc); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty: the workflow column is NULL where the workflow is
+// the key's first part; the list's workflow filter finds those items by their key, and the items whose
+// workflow is their own (another, or none, though the key has four parts) by the column.
+func TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	put := func(key, workflow string) {
+		t.Helper()
+		it := &items.Item{Tenant: "acme", Key: key, Workflow: workflow, State: items.StatePrepared, Destination: "billing",
+			CreatedAt: now, UpdatedAt: now}
+		if _, err := s.Transition(ctx, "acme", key, func(*items.Item) (*items.Item, error) { return it, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("wf1:inv-1:send:0", "wf1")   // the key's: NULL in the column
+	put("wf1:inv-2:send:0", "other") // its own, though the key says wf1
+	put("wf1:inv-3:send:0", "")      // none
+	put("inv-4", "wf1")              // its own, the key has no parts
+	put("wf1x:inv-5:send:0", "wf1x") // another workflow that starts the same
+	put("wf1:inv-6", "wf1")          // a key of two parts: its own
+	var nulls int
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM items WHERE workflow IS NULL`).Scan(&nulls); err != nil {
+		t.Fatal(err)
+	}
+	if nulls != 2 {
+		t.Errorf("%d items have a NULL workflow column, want 2 (wf1:inv-1:send:0, wf1x:inv-5:send:0)", nulls)
+	}
+	for workflow, want := range map[string][]string{
+		"wf1":   {"wf1:inv-6", "wf1:inv-1:send:0", "inv-4"},
+		"other": {"wf1:inv-2:send:0"},
+		"wf1x":  {"wf1x:inv-5:send:0"},
+	} {
+		page, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", Workflow: workflow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, it := range page.Items {
+			got = append(got, it.Key)
+			if it.Workflow != workflow {
+				t.Errorf("%s reads back with workflow %q, want %q", it.Key, it.Workflow, workflow)
+			}
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("workflow %s lists %v, want %v", workflow, got, want)
+		}
+	}
+}
+
+// TestSplitKeyIsItemsSplitKey: the store's splitKey, which does not allocate, answers as items.SplitKey.
+func TestSplitKeyIsItemsSplitKey(t *testing.T) {
+	t.Parallel()
+	keys := []string{"", ":", ":::", "a:b:c:d", "a:b:c", "a:b:c:d:e", ":b:c:d", "a::c:d", "a:b:c:", "..:b:c:d", "a:b:c:.",
+		"a:b:c:d\x00", "a b:c:d:e", "wf:inv-1:send:0", "wf:inv-1:send:reminder-2", strings.Repeat("x", 201) + ":b:c:d"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 2000 {
+		keys = append(keys, storedSample(r).Key)
+	}
+	for _, k := range keys {
+		got, gotOK := splitKey(k)
+		want, wantOK := items.SplitKey(k)
+		if got != want || gotOK != wantOK {
+			t.Errorf("splitKey(%q) = %+v, %v; items.SplitKey gives %+v, %v", k, got, gotOK, want, wantOK)
+		}
+	}
+}
