@@ -131,20 +131,5 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 // removeItem runs remove (removeItemSQL) and returns the item it removed: ErrNotFound when the item has
 // changed since it was selected, ErrUnavailable, or the stored document's error.
 func removeItem(ctx context.Context, remove *sql.Stmt, tenant, key string, version int64) (*items.Item, error) {
-	rows, err := remove.QueryContext(ctx, tenant, key, version)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, unavailable(err)
-		}
-		return nil, items.ErrNotFound
-	}
-	it, _, decodeErr, err := scanItem(rows)
-	if err != nil {
-		return nil, unavailable(err)
-	}
-	return it, decodeErr
+	return oneItem(remove.QueryContext(ctx, tenant, key, version))
 }

@@ -342,7 +342,12 @@ func scanItem(sc rowScanner) (it *items.Item, r row, decodeErr, scanErr error) {
 }
 
 func get(ctx context.Context, q *sql.DB, tenant, key string) (*items.Item, error) {
-	rows, err := q.QueryContext(ctx, `SELECT `+storedColumns+` FROM items WHERE tenant = ? AND key = ?`, tenant, key)
+	return oneItem(q.QueryContext(ctx, `SELECT `+storedColumns+` FROM items WHERE tenant = ? AND key = ?`, tenant, key))
+}
+
+// oneItem reads the item of a query's first row (storedColumns): ErrNotFound when there is none,
+// ErrUnavailable, or the stored document's error.
+func oneItem(rows *sql.Rows, err error) (*items.Item, error) {
 	if err != nil {
 		return nil, unavailable(err)
 	}
