@@ -5,9 +5,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/blueprints"
@@ -212,19 +210,13 @@ func scenarioEmailTwice(ctx context.Context, e *env) error {
 		return err
 	}
 	body, key, _ = reminder(5005)
-	var wg sync.WaitGroup
-	codes := make([]int, 2)
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Go(func() { codes[i], _, _, errs[i] = e.triggerHeader(emailPath, body) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	got, err := e.triggerTwiceAtOnce(emailPath, body)
+	if err != nil {
 		return err
 	}
-	for i, c := range codes {
-		if c != 200 && c != 503 {
-			return fmt.Errorf("delivery %d at once answered %d", i+1, c)
+	for i, a := range got {
+		if a.code != 200 && a.code != 503 {
+			return fmt.Errorf("delivery %d at once answered %d", i+1, a.code)
 		}
 	}
 	return e.expectMail(key, "succeeded", 1, 1)

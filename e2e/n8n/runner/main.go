@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -492,6 +493,26 @@ func callHeader(method, u, bearer string, body any, out any) (int, http.Header, 
 func (e *env) trigger(path string, body any) (int, map[string]any, error) {
 	code, _, out, err := e.triggerHeader(path, body)
 	return code, out, err
+}
+
+// answer is one delivery's answer: status, headers and body.
+type answer struct {
+	code int
+	head http.Header
+	out  map[string]any
+}
+
+// triggerTwiceAtOnce posts the same body to a workflow's webhook twice at the same moment and returns both
+// answers, in order.
+func (e *env) triggerTwiceAtOnce(path string, body any) ([2]answer, error) {
+	var got [2]answer
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { got[i].code, got[i].head, got[i].out, errs[i] = e.triggerHeader(path, body) })
+	}
+	wg.Wait()
+	return got, errors.Join(errs[:]...)
 }
 
 // triggerHeader is trigger that also returns the answer's headers (Retry-After).

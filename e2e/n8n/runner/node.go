@@ -220,18 +220,13 @@ func scenarioNodeTwiceAtOnce(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_delay", "count": 1, "reference": ref, "delay_ms": 1500}); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	outs := make([]map[string]any, 2)
-	codes := make([]int, 2)
-	heads := make([]http.Header, 2)
-	for i := range 2 {
-		wg.Go(func() { codes[i], heads[i], outs[i], errs[i] = e.triggerHeader(nodePath, body) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	got, err := e.triggerTwiceAtOnce(nodePath, body)
+	if err != nil {
 		return err
 	}
+	codes := []int{got[0].code, got[1].code}
+	heads := []http.Header{got[0].head, got[1].head}
+	outs := []map[string]any{got[0].out, got[1].out}
 	// Exactly one went to Wait (skip/in_progress: the other held the claim), answered 503 with a
 	// Retry-After so its sender comes back; the other wrote and answered 200.
 	if waits := btoi(decision(outs[0]) == "skip/in_progress") + btoi(decision(outs[1]) == "skip/in_progress"); waits != 1 {

@@ -9,13 +9,11 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/blueprints"
@@ -164,18 +162,13 @@ func scenarioSubTwiceAtOnce(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_delay", "count": 1, "reference": ref, "delay_ms": 1500}); err != nil {
 		return err
 	}
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	outs := make([]map[string]any, 2)
-	codes := make([]int, 2)
-	heads := make([]http.Header, 2)
-	for i := range 2 {
-		wg.Go(func() { codes[i], heads[i], outs[i], errs[i] = e.triggerHeader(subPath, body) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	got, err := e.triggerTwiceAtOnce(subPath, body)
+	if err != nil {
 		return err
 	}
+	codes := []int{got[0].code, got[1].code}
+	heads := []http.Header{got[0].head, got[1].head}
+	outs := []map[string]any{got[0].out, got[1].out}
 	waited := 0
 	for i := range 2 {
 		switch {
