@@ -402,7 +402,13 @@ func companionHTTP(s Settings, name, method, urlExpr, bodyExpr string, pos [2]in
 // identical repeat answers "unchanged", and a 503 means "not recorded, retry", so n8n's Retry On
 // Fail is safe here — unlike on the write.
 func reportHTTP(s Settings, name, path, bodyExpr string, pos [2]int) N8nNode {
-	n := companionHTTP(s, name, "POST", "={{ $('Settings').item.json.companion_url }}"+path, bodyExpr, pos)
+	return reportHTTPAt(s, name, "={{ $('Settings').item.json.companion_url }}", path, bodyExpr, pos)
+}
+
+// reportHTTPAt is reportHTTP to the companion URL of the expression base (a workflow without a Settings
+// node, or one that reads it once for all items).
+func reportHTTPAt(s Settings, name, base, path, bodyExpr string, pos [2]int) N8nNode {
+	n := companionHTTP(s, name, "POST", base+path, bodyExpr, pos)
 	n.RetryOnFail, n.MaxTries, n.WaitBetweenTries = true, 5, 2000
 	n.Notes = "Records the outcome in the ledger. Retry On Fail is on here on purpose: repeating a report is safe (unchanged). Never turn it on for the write."
 	return n
@@ -603,17 +609,7 @@ func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x,
 	g.connect(NodeWriteError, 0, evidence)
 	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 660, y}))
 	g.connect(evidence, 0, "After-write")
-	g.add(codeNode("Write outcome", "runOnceForEachItem", `// The write's outcome as the ledger recorded it, with the evidence sent.
-const evidence = $('Evidence').item.json;
-return { json: {
-  key: $json.key,
-  decision: 'proceed',
-  state: $json.state,
-  reason: $json.reason,
-  external_id: evidence.external_id ?? null,
-  result: evidence.result ?? null,
-  evidence,
-} };`, [2]int{x + 880, y}))
+	g.add(codeNode("Write outcome", "runOnceForEachItem", writeOutcomeJS, [2]int{x + 880, y}))
 	g.connect("After-write", 0, "Write outcome")
 	return NodeWrite, "Write outcome"
 }

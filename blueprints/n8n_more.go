@@ -151,11 +151,7 @@ for (const page of $input.all()) {
 }
 return out;`, [2]int{660, y}))
 	g.connect("Claims of the execution", 0, "Unknown reports")
-	rep := reportHTTP(s, "Report unknown", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y})
-	rp := rep.Parameters.(HTTPParams)
-	rp.URL = "={{ $('Settings').first().json.companion_url }}" + PathAfterWrite
-	rep.Parameters = rp
-	g.add(rep)
+	g.add(reportHTTPAt(s, "Report unknown", "={{ $('Settings').first().json.companion_url }}", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
 	g.connect("Unknown reports", 0, "Report unknown")
 	// Every call of the error workflow goes with the operator credential.
 	for i := range g.nodes {

@@ -229,8 +229,9 @@ const failed = w.error !== undefined && w.error !== null &&
   (w.claim === $json.claim || Object.keys(w).every((k) => ['error', 'message', 'details'].includes(k)));
 return { json: failed ? { write_error: w.error } : w };`
 
-const reportOutcomeJS = `// The write's outcome as the ledger recorded it, with the evidence sent: the after-write answer for the
-// calling workflow (its webhook answer, what comes after the write).
+// writeOutcomeJS is the write's outcome after its report (the templates' Write outcome node, and what
+// companion: report returns to its caller).
+const writeOutcomeJS = `// The write's outcome as the ledger recorded it, with the evidence sent.
 const evidence = $('Evidence').item.json;
 return { json: {
   key: $json.key,
@@ -291,13 +292,9 @@ func n8nSubReport(t Template, s Settings) N8nWorkflow {
 	g.connect("Claim", 0, "Write output")
 	g.add(codeNode("Evidence", "runOnceForEachItem", evidenceJSFrom("Claim", "Claim"), [2]int{660, y}))
 	g.connect("Write output", 0, "Evidence")
-	aw := reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y})
-	p := aw.Parameters.(HTTPParams)
-	p.URL = "={{ $('Claim').item.json.companion_url }}" + PathAfterWrite
-	aw.Parameters = p
-	g.add(aw)
+	g.add(reportHTTPAt(s, "After-write", "={{ $('Claim').item.json.companion_url }}", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
 	g.connect("Evidence", 0, "After-write")
-	g.add(codeNode("Write outcome", "runOnceForEachItem", reportOutcomeJS, [2]int{1100, y}))
+	g.add(codeNode("Write outcome", "runOnceForEachItem", writeOutcomeJS, [2]int{1100, y}))
 	g.connect("After-write", 0, "Write outcome")
 	g.add(sticky("About", subNote(SubReportName, SubReportInputs, "the after-write answer with the evidence sent: `key`, `decision` (`proceed`), `state`, `reason`, `external_id`, `result`, `evidence`."), [2]int{160, y - 420}, 620, 380, 7))
 	return g.subWorkflow(t, s)
