@@ -565,6 +565,23 @@ type record struct {
 }
 
 // records lists the receiver's records for a reference (its lookup endpoint).
+// expectWrittenOnce checks a clean run: the item succeeded at attempt 1 with one record at the receiver,
+// whose id the ledger stored as the external id and the webhook answered with.
+func (e *env) expectWrittenOnce(key, ref string, answer map[string]any) error {
+	if err := e.expect(key, "succeeded", 1, ref, 1); err != nil {
+		return err
+	}
+	recs, err := e.records(ref)
+	if err != nil {
+		return err
+	}
+	it, _ := e.item(key)
+	if len(recs) != 1 || it.ExternalID != recs[0].ID || answer["external_id"] != recs[0].ID {
+		return fmt.Errorf("external_id: ledger %q, webhook answer %v, receiver records %v", it.ExternalID, answer, recs)
+	}
+	return nil
+}
+
 func (e *env) records(ref string) ([]record, error) {
 	var out struct {
 		Records []record `json:"records"`
