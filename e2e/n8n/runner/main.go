@@ -565,6 +565,31 @@ type record struct {
 }
 
 // records lists the receiver's records for a reference (its lookup endpoint).
+// refusedThenWrittenOnce is the 429 story through one template (run delivers a body to it and checks the
+// webhook's status): the receiver refuses the first write with 429 and Retry-After 1 s, the run is answered 503 and the item is failed with that
+// status and no record; a re-run after the Retry-After is answered 200 and writes once, at attempt 2.
+func (e *env) refusedThenWrittenOnce(invoice int, run func(body any, want int) (map[string]any, error)) (key string, err error) {
+	body, key, ref := reminder(invoice)
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
+		return key, err
+	}
+	if _, err := run(body, 503); err != nil {
+		return key, err
+	}
+	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
+		return key, err
+	}
+	if it, _ := e.item(key); it.HTTPStatus != 429 {
+		return key, fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
+	}
+	// Retry-After: 1 s, recorded as the item's retry time; the re-run comes after it.
+	time.Sleep(2 * time.Second)
+	if _, err := run(body, 200); err != nil {
+		return key, fmt.Errorf("re-run: %w", err)
+	}
+	return key, e.expect(key, "succeeded", 2, ref, 1)
+}
+
 // expectWrittenOnce checks a clean run: the item succeeded at attempt 1 with one record at the receiver,
 // whose id the ledger stored as the external id and the webhook answered with.
 func (e *env) expectWrittenOnce(key, ref string, answer map[string]any) error {

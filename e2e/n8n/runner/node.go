@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/replaysafe/companion/blueprints"
 )
@@ -168,24 +167,8 @@ func scenarioNodeDrop(ctx context.Context, e *env) error {
 }
 
 func scenarioNode429(ctx context.Context, e *env) error {
-	body, key, ref := reminder(7003)
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
-		return err
-	}
-	if _, err := e.runNode(nodePath, body, 503); err != nil {
-		return err
-	}
-	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
-		return err
-	}
-	if it, _ := e.item(key); it.HTTPStatus != 429 {
-		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
-	}
-	time.Sleep(2 * time.Second) // after the recorded Retry-After of 1 s
-	if _, err := e.runNode(nodePath, body, 200); err != nil {
-		return fmt.Errorf("re-run: %w", err)
-	}
-	return e.expect(key, "succeeded", 2, ref, 1)
+	_, err := e.refusedThenWrittenOnce(7003, func(body any, want int) (map[string]any, error) { return e.runNode(nodePath, body, want) })
+	return err
 }
 
 func scenarioNodeTwice(ctx context.Context, e *env) error {

@@ -183,24 +183,8 @@ func scenarioSubTwiceAtOnce(ctx context.Context, e *env) error {
 // scenarioSub429: a write refused with 429 is reported failed by companion: report (answered 503 with
 // the write's Retry-After); the re-run after it writes once.
 func scenarioSub429(ctx context.Context, e *env) error {
-	body, key, ref := reminder(8004)
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": ref, "retry_after": 1}); err != nil {
-		return err
-	}
-	if _, err := e.runSub(body, 503); err != nil {
-		return err
-	}
-	if err := e.expect(key, "failed", 1, ref, 0); err != nil {
-		return err
-	}
-	if it, _ := e.item(key); it.HTTPStatus != 429 {
-		return fmt.Errorf("ledger %s: http_status %d, want 429", key, it.HTTPStatus)
-	}
-	time.Sleep(2 * time.Second)
-	if _, err := e.runSub(body, 200); err != nil {
-		return fmt.Errorf("re-run: %w", err)
-	}
-	return e.expect(key, "succeeded", 2, ref, 1)
+	_, err := e.refusedThenWrittenOnce(8004, e.runSub)
+	return err
 }
 
 // scenarioSubDrop: the receiver commits and drops the connection, so the write's error output reaches
