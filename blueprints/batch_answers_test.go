@@ -190,7 +190,8 @@ func TestBatchWebhookAnswers(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			got := runBatchCode(t, "Answer", decode(t, "["+strings.Join(c.items, ",")+"]"), map[string][]any{
-				"Batch before-write": decode(t, `[{"batch_id": "n8n-w-exec-7", "counts": {"proceed": 2, "skip": 1}}, {"batch_id": "n8n-w-exec-7", "counts": {"proceed": 1}}]`),
+				"Batch before-write": decode(t, `[{"statusCode": 200, "body": {"batch_id": "n8n-w-exec-7", "counts": {"proceed": 2, "skip": 1}}}, {"statusCode": 200, "body": {"batch_id": "n8n-w-exec-7", "counts": {"proceed": 1}}}]`),
+				"Batch request":      decode(t, `[{"batch_id": "n8n-w-exec-7"}, {"batch_id": "n8n-w-exec-7"}]`),
 			})
 			if len(got) != 1 {
 				t.Fatalf("%d answers, want 1", len(got))
@@ -231,7 +232,7 @@ func TestBatchWebhookAnswers(t *testing.T) {
 	})
 	t.Run("Done continues with each item, and with none after a 400", func(t *testing.T) {
 		t.Parallel()
-		ok := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"batch_id": "b", "counts": {}}]`)})
+		ok := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"statusCode": 200, "body": {"batch_id": "b", "counts": {}}}]`), "Batch request": decode(t, `[{"batch_id": "b"}]`)})
 		if got := runBatchCode(t, "Done", []any{ok[0]}, nil); len(got) != 2 || got[0]["key"] != "k0" {
 			t.Errorf("Done after a 200 gave %v, want the two items in order", got)
 		}
@@ -242,7 +243,7 @@ func TestBatchWebhookAnswers(t *testing.T) {
 	})
 	t.Run("the written item's external id reaches the sender", func(t *testing.T) {
 		t.Parallel()
-		got := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"batch_id": "b", "counts": {}}]`)})
+		got := runBatchCode(t, "Answer", decode(t, "["+stored+","+written+"]"), map[string][]any{"Batch before-write": decode(t, `[{"statusCode": 200, "body": {"batch_id": "b", "counts": {}}}]`), "Batch request": decode(t, `[{"batch_id": "b"}]`)})
 		items := got[0]["body"].(map[string]any)["items"].([]any)
 		if items[0].(map[string]any)["external_id"] != "rec-0" || items[1].(map[string]any)["external_id"] != "rec-1" {
 			t.Errorf("items %v, want rec-0 then rec-1 in batch order", items)
@@ -275,16 +276,17 @@ func TestBatchAnswersOnceAfterEveryItem(t *testing.T) {
 		if n.Name == "Webhook" && n.Parameters.(WebhookParams).ResponseMode != "responseNode" {
 			t.Errorf("the webhook answers by %q, want responseNode", n.Parameters.(WebhookParams).ResponseMode)
 		}
-		if n.Name == "All items" && n.Parameters.(MergeParams).NumberInputs != 3 {
-			t.Errorf("All items has %d inputs, want 3", n.Parameters.(MergeParams).NumberInputs)
+		if n.Name == "All items" && n.Parameters.(MergeParams).NumberInputs != 4 {
+			t.Errorf("All items has %d inputs, want 4", n.Parameters.(MergeParams).NumberInputs)
 		}
 	}
 	for node, want := range map[string]string{
-		"All items":                      "[Stored result/0->1 Surface/0->2 Written/0->0]",
+		"All items":                      "[Other answer/0->3 Stored result/0->1 Surface/0->2 Written/0->0]",
 		"Answer":                         "[All items/0->0 Delivery complete?/1->0]",
 		"Stop: needs a person":           "[Needs a person?/1->0]",
 		"Needs a person?":                "[Respond/0->0 Respond: redeliver later/0->0]",
-		"Surface":                        "[Decision/2->0 Decision/3->0]",
+		"Surface":                        "[Decision/2->0]",
+		"Other answer":                   "[Decision/3->0]",
 		"Settings":                       "[YOUR ITEMS: one item per write/0->0]",
 		"YOUR ITEMS: one item per write": "[Delivery complete?/0->0]",
 	} {

@@ -196,9 +196,9 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 		t.Errorf("Check delivery differs from guarded-write's:\n%v", params[NodeCheckDelivery]["jsCode"])
 	}
 	answer, _ := params["Answer"]["jsCode"].(string)
-	tail := single["Answer"][strings.Index(single["Answer"], "const ev = r.evidence || {};"):]
-	if !strings.HasSuffix(answer, tail) {
-		t.Errorf("the Answer does not decide as guarded-write's Answer does (its code from %q on must be the same)", "const ev = r.evidence")
+	tail := single["Answer"][strings.Index(single["Answer"], "const finalStatus"):]
+	if !strings.HasSuffix(answer, tail) || !strings.Contains(answer, "const itemOf = (j) =>") {
+		t.Errorf("the Answer does not decide as guarded-write's Answer does (its code from %q on must be the same, after its own itemOf)", "const finalStatus")
 	}
 	to := func(from string, out int) string {
 		c := wf.Connections[from].Main
@@ -256,8 +256,9 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 			t.Parallel()
 			code, _ := json.Marshal(answer)
 			prog := `const $json = ` + c.in + `;
+const $input = { all: () => [{ json: $json }], first: () => ({ json: $json }) };
 const out = eval('(() => {' + ` + string(code) + ` + '\n})()');
-process.stdout.write(JSON.stringify(out.json));`
+process.stdout.write(JSON.stringify(out[0].json));`
 			b, err := exec.Command(bin, "-e", prog).CombinedOutput()
 			if err != nil {
 				t.Fatalf("node: %v\n%s", err, b)

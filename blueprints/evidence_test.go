@@ -109,10 +109,12 @@ func runCode(t *testing.T, name, input, self string) map[string]any {
 	if code == "" {
 		t.Fatalf("guarded-write has no node %q", name)
 	}
+	// A Code node run once for all items (Answer) reads $input and returns a list: it gets input as its one item.
 	prog := `const $json = ` + input + `;
+const $input = { all: () => [{ json: $json }], first: () => ({ json: $json }) };
 const $ = (name) => ({ item: { json: ` + self + ` }, first: () => ({ json: ` + self + ` }) });
 const out = (() => {` + code + `})();
-process.stdout.write(JSON.stringify(out.json));`
+process.stdout.write(JSON.stringify(Array.isArray(out) ? out[0].json : out.json));`
 	b, err := exec.Command(node, "-e", prog).CombinedOutput()
 	if err != nil {
 		t.Fatalf("node: %v\n%s", err, b)

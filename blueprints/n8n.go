@@ -496,8 +496,8 @@ func settingsNode(t Template, s Settings, at string, pos [2]int) N8nNode {
 // addAnswer adds the end of a single-item webhook run at x: the answer (status, Retry-After), then Done,
 // or a stop with an error when the run ended in anything but its effect.
 func (g *n8nGraph) addAnswer(slug string, x, y int) {
-	g.addAnswerWith(slug, codeNode("Answer", "runOnceForEachItem", answerJS, [2]int{x, y}),
-		codeNode("Done", "runOnceForEachItem", "// Continue your workflow from here: $json.external_id and $json.result describe the write.\nreturn { json: $json.body };", [2]int{x + 880, y - 100}))
+	g.addAnswerWith(slug, codeNode("Answer", "runOnceForAllItems", answerJS, [2]int{x, y}),
+		codeNode("Done", "runOnceForAllItems", doneJS, [2]int{x + 880, y - 100}))
 }
 
 // addAnswerWith adds the end of a webhook run around its Answer node (at x, y), which gives one item
@@ -595,21 +595,21 @@ func (g *n8nGraph) guardedWriteTail(s Settings, claimNode string, batch bool, x,
 	// node's failure for its result.
 	g.add(codeNode(NodeWriteError, "runOnceForEachItem", writeErrorJS, [2]int{x + 220, y + 180}))
 	g.connect(NodeWrite, 1, NodeWriteError)
+	// One Merge so that results and errors reach Evidence, and then the report, in one run: connected to
+	// Evidence directly, the two outputs would each run the rest of the workflow, and the first to reach the
+	// end could stop the execution (a person is needed) before the other output's items were reported.
+	g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 440, y}, Parameters: MergeParams{},
+		Notes: "The write's results and errors meet here, so every item is reported before any is answered."})
+	g.connectInput(NodeWrite, 0, "Both outcomes", 0)
+	g.connectInput(NodeWriteError, 0, "Both outcomes", 1)
+	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 660, y}))
+	g.connect("Both outcomes", 0, evidence)
 	if batch {
-		// One Merge so that results and errors reach one batch after-write.
-		g.add(N8nNode{Name: "Both outcomes", Type: n8nMerge, Position: [2]int{x + 440, y}, Parameters: MergeParams{}})
-		g.connectInput(NodeWrite, 0, "Both outcomes", 0)
-		g.connectInput(NodeWriteError, 0, "Both outcomes", 1)
-		g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 660, y}))
-		g.connect("Both outcomes", 0, evidence)
 		return NodeWrite, evidence
 	}
-	g.add(codeNode(evidence, "runOnceForEachItem", evidenceJS(claimNode), [2]int{x + 440, y}))
-	g.connect(NodeWrite, 0, evidence)
-	g.connect(NodeWriteError, 0, evidence)
-	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 660, y}))
+	g.add(reportHTTP(s, "After-write", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{x + 880, y}))
 	g.connect(evidence, 0, "After-write")
-	g.add(codeNode("Write outcome", "runOnceForEachItem", writeOutcomeJS, [2]int{x + 880, y}))
+	g.add(codeNode("Write outcome", "runOnceForEachItem", writeOutcomeJS, [2]int{x + 1100, y}))
 	g.connect("After-write", 0, "Write outcome")
 	return NodeWrite, "Write outcome"
 }
@@ -625,7 +625,24 @@ func requiredFieldsJS(t Template) string {
 	return "[" + strings.Join(required, ", ") + "]"
 }
 
-// n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup).
+// NodeClaimAnswer is the Code node after the single templates' Before-write: before-write runs with Never
+// Error, and this node gives the decision to route on, or the refusal companion answered.
+const NodeClaimAnswer = "Claim answer"
+
+// beforeWriteHTTP is a before-write request that gives every status to the next node (Include Response
+// Headers and Status, Never Error), so a request companion refuses is answered, not failed with n8n's 500.
+func beforeWriteHTTP(s Settings, name, urlExpr, bodyExpr string, pos [2]int) N8nNode {
+	n := companionHTTP(s, name, "POST", urlExpr, bodyExpr, pos)
+	p := n.Parameters.(HTTPParams)
+	p.Options.Response = fullResponse()
+	n.Parameters = p
+	n.Notes = "POST /v1/before-write with Never Error: every answer goes on to the next node, which routes a decision and answers a refusal (400) with companion's words."
+	return n
+}
+
+// n8nSingle renders the single-item templates (with or without the trigger guard, key or lookup). They
+// take any number of items (a builder's trigger or a Split Out may give several): every route of an item
+// ends in the Merge All items, so the webhook is answered once, after every item was reported.
 func n8nSingle(t Template, s Settings) N8nWorkflow {
 	g := newN8nGraph(t.Slug)
 	y := 300
@@ -640,50 +657,57 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
 	g.add(settingsNode(t, s, "$json.body", [2]int{660, y}))
 	g.connect("Delivery complete?", 0, "Settings")
-	g.connect("Delivery complete?", 1, "Answer")
+	// The inputs of All items, the Merge before the answer: each node that ends an item feeds its own input,
+	// so that every route's items meet in one run of the answer.
+	var ends []string
 	x := 880
 	prev := "Settings"
 	if t.TriggerGuard {
-		g.add(companionHTTP(s, "Claim trigger event", "POST", "={{ $json.companion_url }}"+PathBeforeWrite,
+		g.add(beforeWriteHTTP(s, "Claim trigger event", "={{ $json.companion_url }}"+PathBeforeWrite,
 			"={{ JSON.stringify({ key: $json.trigger_key, payload: $json.payload, destination: $json.trigger_destination, dedupe: 'key', reference: $json.reference, batch_id: $json.batch_id, batch_index: 0, execution_id: $execution.id }) }}",
 			[2]int{x, y}))
 		g.connect(prev, 0, "Claim trigger event")
-		g.add(decisionSwitch(t.Slug, "First delivery?", []string{"proceed", "skip"}, [2]int{x + 220, y}))
-		g.connect("Claim trigger event", 0, "First delivery?")
+		g.add(codeNode("Trigger claim answer", "runOnceForEachItem", beforeWriteAnswerJS("$('Settings').item.json.trigger_key"), [2]int{x + 220, y}))
+		g.connect("Claim trigger event", 0, "Trigger claim answer")
+		g.add(decisionSwitch(t.Slug, "First delivery?", []string{"proceed", "skip"}, [2]int{x + 440, y}))
+		g.connect("Trigger claim answer", 0, "First delivery?")
 		// Only a finished or a running delivery of the same event stops here. Any other skip (the trigger's
 		// attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides:
 		// the trigger guard never stops a write that the ledger would let through.
-		dup := switchOn(t.Slug, "Duplicate?", "reason", []string{"succeeded", "in_progress"}, [2]int{x + 440, y + 260})
-		dp := dup.Parameters.(SwitchParams)
-		dp.Options = SwitchOptions{FallbackOutput: "extra", RenameFallbackOutput: "not a duplicate"}
-		dup.Parameters = dp
-		g.add(dup)
+		g.add(duplicateSwitch(t.Slug, [2]int{x + 660, y + 260}))
 		g.connect("First delivery?", 1, "Duplicate?")
 		g.add(codeNode("Duplicate trigger: stop", "runOnceForEachItem", `// This event is already being handled, or was: a duplicate delivery runs nothing.
-return { json: { duplicate: true, key: $json.key, decision: $json.decision, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 660, y + 260}))
+return { json: { duplicate: true, key: $json.key, decision: $json.decision, reason: $json.reason, state: $json.state, retry_after: $json.retry_after ?? null } };`, [2]int{x + 880, y + 260}))
 		g.connect("Duplicate?", 0, "Duplicate trigger: stop")
-		g.connect("Duplicate?", 1, "Duplicate trigger: stop")
-		g.connect("Duplicate?", 2, NodeBeforeWrite)
-		g.connect("Duplicate trigger: stop", 0, "Answer")
-		// A conflict on the trigger (the same event with other content) is surfaced like the write's.
-		g.connect("First delivery?", 2, "Surface")
-		prev, x = "First delivery?", x+440
+		// A conflict on the trigger (the same event with other content) is surfaced like the write's; a refused
+		// trigger claim is answered with companion's words.
+		g.add(codeNode("Trigger: other answer", "runOnceForEachItem", otherAnswerJS, [2]int{x + 880, y + 440}))
+		g.connect("First delivery?", 2, "Trigger: other answer")
+		// The first deliveries and the trigger claims that are not duplicates claim the write in one run.
+		g.add(N8nNode{Name: "Claim the write", Type: n8nMerge, Position: [2]int{x + 880, y}, Parameters: MergeParams{},
+			Notes: "First deliveries, and trigger claims that are not duplicates, go on to the write's before-write together."})
+		g.connectInput("First delivery?", 0, "Claim the write", 0)
+		g.connectInput("Duplicate?", 1, "Claim the write", 1)
+		prev, x = "Claim the write", x+1100
 	}
 	bw := "={{ JSON.stringify({ key: $('Settings').item.json.key, payload: $('Settings').item.json.payload, destination: $('Settings').item.json.destination, dedupe: $('Settings').item.json.dedupe, reference: $('Settings').item.json.reference, batch_id: $('Settings').item.json.batch_id, batch_index: BATCH_INDEX, execution_id: $execution.id }) }}"
 	idx := "0"
 	if t.TriggerGuard {
 		idx = "1"
 	}
-	g.add(companionHTTP(s, NodeBeforeWrite, "POST", "={{ $('Settings').item.json.companion_url }}"+PathBeforeWrite, strings.Replace(bw, "BATCH_INDEX", idx, 1), [2]int{x, y}))
+	g.add(beforeWriteHTTP(s, NodeBeforeWrite, "={{ $('Settings').item.json.companion_url }}"+PathBeforeWrite, strings.Replace(bw, "BATCH_INDEX", idx, 1), [2]int{x, y}))
 	g.connect(prev, 0, NodeBeforeWrite)
+	g.add(codeNode(NodeClaimAnswer, "runOnceForEachItem", beforeWriteAnswerJS("$('Settings').item.json.key"), [2]int{x + 220, y}))
+	g.connect(NodeBeforeWrite, 0, NodeClaimAnswer)
+	x += 220
 	words := []string{"proceed", "skip", "conflict"}
 	if t.Dedupe == DedupeLookup {
 		words = append(words, "reconcile")
 	}
 	g.add(decisionSwitch(t.Slug, "Decision", words, [2]int{x + 220, y}))
-	g.connect(NodeBeforeWrite, 0, "Decision")
+	g.connect(NodeClaimAnswer, 0, "Decision")
 	g.add(sticky("Slot note", slotNote(false), [2]int{x + 380, y - 420}, 520, 360, 5))
-	_, last := g.guardedWriteTail(s, NodeBeforeWrite, false, x+440, y)
+	_, last := g.guardedWriteTail(s, NodeClaimAnswer, false, x+440, y)
 	g.connect("Decision", 0, NodeWrite)
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{x + 660, y + 260}))
 	g.connect("Decision", 1, "Stored result")
@@ -693,7 +717,7 @@ return { json: { duplicate: true, key: $json.key, decision: $json.decision, reas
 	if t.Dedupe == DedupeLookup {
 		fallback = 4
 		g.add(N8nNode{
-			Name: NodeLookup, Type: n8nHTTPRequest, Position: [2]int{x + 440, y + 620},
+			Name: NodeLookup, Type: n8nHTTPRequest, Position: [2]int{x + 440, y + 800},
 			Parameters: HTTPParams{
 				Method: "GET", URL: "={{ $('Settings').item.json.lookup_url }}",
 				SendQuery:       true,
@@ -704,62 +728,73 @@ return { json: { duplicate: true, key: $json.key, decision: $json.decision, reas
 			Notes:   "THE LOOKUP SLOT: search your destination for the business reference. Keep Never Error, Include Response Headers and Status, and On Error = Continue (using error output).",
 		})
 		g.connect("Decision", 3, NodeLookup)
-		g.add(codeNode("Finding", "runOnceForEachItem", `// The lookup's finding for POST /v1/reconcile. Only a lookup that worked can say absent;
-// a failing lookup is lookup_failed and the item waits for a person (seed 003).
-const bw = $('Before-write').item.json;
-const ref = $('Settings').item.json.reference;
-const out = { key: bw.key };
-if ($json.statusCode === 200) {
-  // YOUR DESTINATION: how its search answer lists the matches.
-  const records = ($json.body && Array.isArray($json.body.records)) ? $json.body.records : null;
-  if (records === null) {
-    out.finding = 'lookup_failed';
-    out.evidence = 'lookup by reference ' + ref + ' answered HTTP 200 without a records list';
-  } else if (records.length > 0) {
-    out.finding = 'found';
-    out.external_id = String(records[0].id);
-    out.evidence = 'lookup by reference ' + ref + ' found ' + records.map((r) => r.id).join(', ');
-  } else {
-    out.finding = 'absent';
-    out.evidence = 'lookup by reference ' + ref + ' found no record (HTTP 200, empty list)';
-  }
-} else {
-  out.finding = 'lookup_failed';
-  out.evidence = typeof $json.statusCode === 'number'
-    ? 'lookup by reference ' + ref + ' answered HTTP ' + $json.statusCode
-    : 'lookup by reference ' + ref + ' failed: ' + String(($json.error && ($json.error.code || $json.error.message)) || 'error');
-}
-return { json: out };`, [2]int{x + 660, y + 620}))
+		g.add(codeNode("Finding", "runOnceForEachItem", findingJS, [2]int{x + 660, y + 800}))
 		g.connect(NodeLookup, 0, "Finding")
 		g.connect(NodeLookup, 1, "Finding")
-		g.add(reportHTTP(s, "Reconcile", PathReconcile, "={{ JSON.stringify($json) }}", [2]int{x + 880, y + 620}))
+		g.add(reportHTTP(s, "Reconcile", PathReconcile, "={{ JSON.stringify($json) }}", [2]int{x + 880, y + 800}))
 		g.connect("Finding", 0, "Reconcile")
 		// Back to before-write: it now answers skip (found), proceed (absent) or awaiting_owner.
 		g.connect("Reconcile", 0, NodeBeforeWrite)
 	}
-	g.connect("Decision", fallback, "Surface")
+	// A request companion refused, or an answer this template does not handle.
+	g.add(codeNode("Other answer", "runOnceForEachItem", otherAnswerJS, [2]int{x + 660, y + 620}))
+	g.connect("Decision", fallback, "Other answer")
 
 	ex := x + 1540
 	if t.TriggerGuard {
-		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex, y}))
-		for _, from := range []string{last, "Stored result", "Surface"} {
-			g.connect(from, 0, "Run outcome")
+		// Every end of the write meets in Ends, so the trigger claims are reported in one run.
+		g.add(N8nNode{Name: "Ends", Type: n8nMerge, Position: [2]int{ex, y}, Parameters: MergeParams{NumberInputs: 4}})
+		for i, from := range []string{last, "Stored result", "Surface", "Other answer"} {
+			g.connectInput(from, 0, "Ends", i)
 		}
-		g.add(switchOn(t.Slug, "Trigger claimed?", "trigger", []string{"claimed", "not_claimed"}, [2]int{ex + 220, y}))
+		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex + 220, y}))
+		g.connect("Ends", 0, "Run outcome")
+		g.add(switchOn(t.Slug, "Trigger claimed?", "trigger", []string{"claimed", "not_claimed"}, [2]int{ex + 440, y}))
 		g.connect("Run outcome", 0, "Trigger claimed?")
-		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 440, y}))
+		g.add(reportHTTP(s, "Record trigger outcome", PathAfterWrite, "={{ JSON.stringify($json.report) }}", [2]int{ex + 660, y}))
 		g.connect("Trigger claimed?", 0, "Record trigger outcome")
 		g.add(codeNode("Outcome", "runOnceForEachItem", `// What this run did to the write; the webhook answers with it.
-return { json: $('Run outcome').item.json.write };`, [2]int{ex + 660, y}))
+return { json: $('Run outcome').item.json.write };`, [2]int{ex + 880, y}))
 		g.connect("Record trigger outcome", 0, "Outcome")
-		g.connect("Trigger claimed?", 1, "Outcome")
-		g.connect("Outcome", 0, "Answer")
-		ex += 880
+		g.add(codeNode("Outcome: trigger not claimed", "runOnceForEachItem", `// What this run did to the write (its trigger claim was not this run's: nothing to report for it).
+return { json: $json.write };`, [2]int{ex + 880, y + 180}))
+		g.connect("Trigger claimed?", 1, "Outcome: trigger not claimed")
+		ends = []string{"Outcome", "Outcome: trigger not claimed", "Duplicate trigger: stop", "Trigger: other answer"}
+		ex += 1100
 	} else {
-		for _, from := range []string{last, "Stored result", "Surface"} {
-			g.connect(from, 0, "Answer")
-		}
+		ends = []string{last, "Stored result", "Surface", "Other answer"}
 	}
-	g.addAnswer(t.Slug, ex, y)
+	g.addAllItems(ends, "Delivery complete?", ex, y)
+	g.addAnswer(t.Slug, ex+220, y)
 	return g.workflow(t, s)
+}
+
+// duplicateSwitch sends a trigger claim that found the same event finished or running (skip/succeeded,
+// skip/in_progress) to its one output, and any other to the fallback.
+func duplicateSwitch(slug string, pos [2]int) N8nNode {
+	var conds []FilterCondition
+	for _, w := range []string{"succeeded", "in_progress"} {
+		conds = append(conds, FilterCondition{ID: stableID(slug, "Duplicate?", w), LeftValue: "={{ $json.reason }}", RightValue: w, Operator: FilterOperator{Type: "string", Operation: "equals"}})
+	}
+	p := SwitchParams{
+		Rules: SwitchRules{Values: []SwitchRule{{
+			Conditions:   FilterValue{Options: FilterOptions{CaseSensitive: true, TypeValidation: "strict", Version: 2}, Conditions: conds, Combinator: "or"},
+			RenameOutput: true, OutputKey: "duplicate",
+		}}},
+		Options: SwitchOptions{FallbackOutput: "extra", RenameFallbackOutput: "not a duplicate"},
+	}
+	return N8nNode{Name: "Duplicate?", Type: n8nSwitch, Position: pos, Parameters: p}
+}
+
+// addAllItems adds All items, the Merge before the answer at x: ends feed its first inputs, and the
+// incomplete output (1) of the delivery check its last, each its own input, so that every route of every
+// item reaches the answer in one run (n8n's v1 order runs a Merge once all of its inputs' branches ran).
+func (g *n8nGraph) addAllItems(ends []string, check string, x, y int) {
+	g.add(N8nNode{Name: "All items", Type: n8nMerge, Position: [2]int{x, y}, Parameters: MergeParams{NumberInputs: len(ends) + 1},
+		Notes: "Every item's end meets here, so the webhook is answered once, after every item was reported."})
+	for i, from := range ends {
+		g.connectInput(from, 0, "All items", i)
+	}
+	g.connectInput(check, 1, "All items", len(ends))
+	g.connect("All items", 0, "Answer")
 }

@@ -60,7 +60,11 @@ return evidence.map((ev, i) => {
 // not handle) with what the answer needs.
 const batchNotWrittenJS = `// Not written: skip (succeeded carries the stored external_id and result, as if the write had just
 // happened; in progress, retry later, waiting for the owner end the item here), conflict, or a decision
-// this template does not handle (reconcile). The webhook's answer counts it; a conflict then stops the run.
+// this template does not handle (reconcile), or a call companion refused (refused: nothing of it was claimed).
+// The webhook's answer counts it; a conflict then stops the run.
+if ($json.refused) {
+  return { json: { key: $json.key, batch_index: $json.batch_index ?? null, refused: true, http_status: $json.http_status, error: $json.error, retry_after: $json.retry_after ?? null } };
+}
 return { json: {
   key: $json.key,
   batch_index: $json.batch_index ?? null,
@@ -76,7 +80,8 @@ return { json: {
 // the ledger skips what already exists, so the batch is answered by the item that most needs it.
 const batchAnswerJS = `// What the webhook answers for the whole delivery. A sender redelivers all of it on a non-2xx answer, and
 // the ledger skips every item already written, so the delivery is answered by its items, first match wins:
-// 400 an item lacks fields (Check delivery: nothing was claimed);
+// 400 an item lacks fields (Check delivery: nothing was claimed), or companion refused a call (a field out of
+//     its rules: 400 naming it, with companion's error word and message; nothing of that call was claimed);
 // 409 an item got conflict: the same key with a different payload (a person decides);
 // 503 + Retry-After: an item a later delivery can still finish (in progress, retry later, a write that failed
 //     retryably or is unknown, waiting for its owner or a lookup); the soonest of their retry times;
@@ -95,6 +100,13 @@ if (nothingClaimed) {
 const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
 const answerOf = (r) => {
   const ev = r.evidence || {};
+  // A call companion refused: its own status for a refused content (400, 413), 503 when companion could not
+  // record the claims (nothing was), else 500 (a credential or configuration a person must fix).
+  if (r.refused) {
+    if (r.http_status === 400 || r.http_status === 413) return { answer: r.http_status };
+    if (r.http_status === 503) return { answer: 503, retry_after: Number(r.retry_after) > 0 ? Number(r.retry_after) : 60 };
+    return { answer: 500 };
+  }
   // A conflict first: its state is the stored one, often succeeded with the earlier payload.
   if (r.decision === 'conflict') return { answer: 409 };
   if (r.state === 'succeeded') return { answer: 200 };
@@ -115,15 +127,17 @@ const items = all.map((r) => {
 }).sort((a, b) => (a.batch_index ?? 0) - (b.batch_index ?? 0));
 const answers = {};
 for (const it of items) answers[it.answer] = (answers[it.answer] || 0) + 1;
-const status = answers[409] ? 409 : answers[503] ? 503 : answers[422] ? 422 : 200;
+const status = [400, 413, 409, 500, 503, 422].find((s) => answers[s]) ?? 200;
 const retryAfter = status === 503 ? Math.min(...items.filter((it) => it.answer === 503).map((it) => it.retry_after)) : null;
-const calls = $('Batch before-write').all().map((call) => call.json);
+// The batch calls' answers (full responses: a refused call has no counts).
+const calls = $('Batch before-write').all().map((call) => (call.json.statusCode === 200 && call.json.body) || {});
 const counts = {};
 for (const call of calls) {
   for (const [decision, n] of Object.entries(call.counts || {})) counts[decision] = (counts[decision] || 0) + n;
 }
-const batchId = calls.length ? calls[0].batch_id : null;
-const told = { 200: 'exist', 409: 'conflict', 503: 'to deliver again later', 422: 'refused for good' };
+const batchId = $('Batch request').first().json.batch_id ?? null;
+const told = { 200: 'exist', 400: 'refused by companion', 413: 'refused by companion', 409: 'conflict', 500: 'refused by companion (needs a person)', 503: 'to deliver again later', 422: 'refused for good' };
+const refusals = [...new Set(items.filter((it) => it.error && it.error.message).map((it) => it.error.code + ': ' + it.error.message))];
 const parts = Object.keys(answers).map((s) => answers[s] + ' ' + told[s]);
 const body = {
   status,
@@ -131,11 +145,14 @@ const body = {
   counts,
   answers,
   items,
-  message: 'companion: batch ' + batchId + ', ' + items.length + ' items (' + parts.join(', ') + '), answered ' + status,
+  message: 'companion: batch ' + batchId + ', ' + items.length + ' items (' + parts.join(', ') + '), answered ' + status +
+    (refusals.length ? '; companion refused: ' + refusals.slice(0, 3).join('; ') + '; nothing of a refused call was claimed or written' : ''),
 };
-// Anything but every effect existing fails the execution after answering, so it shows in n8n's failed
-// executions and the error workflow runs.
-return [{ json: { status, retry_after: retryAfter === null ? null : String(retryAfter), later: status === 503 ? 'later' : 'now', end: status === 200 ? 'done' : 'surface', body } }];`
+if (answers[400] || answers[413]) body.error = (items.find((it) => it.error && it.error.code) || { error: {} }).error.code;
+// Anything but every effect existing (or a delivery refused for its content, like one missing fields) fails
+// the execution after answering, so it shows in n8n's failed executions and the error workflow runs.
+const end = status === 200 || ((status === 400 || status === 413) && items.every((it) => it.answer === status)) ? 'done' : 'surface';
+return [{ json: { status, retry_after: retryAfter === null ? null : String(retryAfter), later: status === 503 ? 'later' : 'now', end, body } }];`
 
 // batchDoneJS continues the workflow with one item per delivered item.
 const batchDoneJS = `// Continue your workflow from here: one item per delivered item, in order (key, state, external_id).

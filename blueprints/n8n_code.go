@@ -154,7 +154,7 @@ const runOutcomeJS = `// The trigger event's claim is reported like the write it
 // - this run sent nothing: failed/validation, so a later delivery may ask again.
 // A run that did not claim the trigger (its claim was spent or refused, and the write's own before-write
 // decided) has nothing to report.
-const trigger = $('Claim trigger event').item.json;
+const trigger = $('Trigger claim answer').item.json;
 const w = $json;
 if (trigger.decision !== 'proceed') return { json: { trigger: 'not_claimed', write: w } };
 const report = { key: trigger.key, claim: trigger.claim };
@@ -165,8 +165,9 @@ if (w.state === 'succeeded') {
 } else if (w.evidence) {
   for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
 } else {
+  const why = w.refused ? 'before-write refused: ' + w.error.code : w.decision + '/' + w.reason;
   report.outcome = 'failed';
-  report.error = { class: 'validation', code: w.decision + '/' + w.reason, message: 'this run sent nothing: ' + w.decision + '/' + w.reason };
+  report.error = { class: 'validation', code: w.refused ? w.error.code : why, message: 'this run sent nothing: ' + why };
 }
 return { json: { trigger: 'claimed', report, write: w } };`
 
@@ -180,38 +181,144 @@ const body = $json.body && typeof $json.body === 'object' ? $json.body : {};
 const missing = required.filter((f) => body[f] === undefined || body[f] === null || String(body[f]).trim() === '');
 return { json: Object.assign({}, $json, { delivery: missing.length ? 'incomplete' : 'complete', missing }) };`
 
+// beforeWriteAnswerJS turns before-write's full response into the item the templates route on. The request
+// runs with Never Error, so every status arrives here: a 200 is the decision itself; any other status is
+// companion refusing the request (API.md: nothing is written when a request is refused), which becomes an
+// item marked refused with companion's error word and message, so the webhook answers it (400 for a field out
+// of companion's rules) instead of failing with n8n's own 500. KEY is the expression of the key asked about.
+func beforeWriteAnswerJS(key string) string {
+	return strings.Replace(`// before-write's answer. The request runs with Never Error (Include Response Headers and Status), so every
+// status arrives here: a 200 is the decision to route on; anything else means companion refused the request
+// and claimed nothing (a field out of its rules is 400 invalid_request). The refusal goes on with
+// companion's error word and message, so the webhook answers it instead of n8n's own 500.
+const res = $json;
+if (res.statusCode === 200 && res.body && typeof res.body === 'object' && !Array.isArray(res.body)) return { json: res.body };
+const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
+const ra = Number(res.headers && res.headers['retry-after']);
+const error = { code: String(e.code || 'http_' + res.statusCode), message: String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };
+if (Array.isArray(e.fields)) error.fields = e.fields;
+return { json: { key: KEY, refused: true, http_status: res.statusCode, error, retry_after: ra > 0 ? ra : null } };`, "KEY", key, 1)
+}
+
+// otherAnswerJS ends an item whose claim answer is not one of the routed decisions: a request companion
+// refused (passed on to be answered with companion's words), or an answer the template does not handle
+// (surfaced like a conflict).
+const otherAnswerJS = `// Not one of the routed decisions. A request companion refused (refused: nothing was claimed) goes on to be
+// answered with companion's error word and message; any other answer this template does not handle is
+// recorded, then the run stops with an error so a person sees it.
+if ($json.refused) {
+  return { json: { key: $json.key, refused: true, http_status: $json.http_status, error: $json.error, retry_after: $json.retry_after ?? null } };
+}
+return { json: {
+  key: $json.key,
+  decision: $json.decision,
+  reason: $json.reason,
+  state: $json.state,
+  surface: true,
+  message: 'companion answered ' + $json.decision + '/' + $json.reason + ' for ' + $json.key + ': ' + ($json.message || ''),
+} };`
+
 // answerJS decides what the webhook answers, so that a sender (Stripe, Shopify, a form tool) that
 // redelivers on any non-2xx answer redelivers exactly when a later delivery can still make the effect exist.
-const answerJS = `// What the webhook answers. Senders redeliver on a non-2xx answer, so:
+// It runs once for all items: every item's end meets in All items first, so a run that a builder feeds
+// several items (one per event) is answered once, after every item was reported.
+const answerJS = `// What the webhook answers. Senders redeliver on a non-2xx answer, so, for each item:
 // 200 the effect exists (written now or before; a duplicate of a finished delivery);
-// 400 the delivery lacks fields (nothing was claimed; a redelivery of the same body cannot help);
+// 400 the delivery lacks fields, or companion refused the claim (a field out of its rules): nothing was
+//     claimed and a redelivery of the same body cannot help;
 // 409 conflict: the same key arrived with a different payload (a person decides);
 // 422 the destination refused the write for good (a 4xx): the same content would be refused again;
 // 503 + Retry-After: anything a later delivery can still finish: in progress, retry later, a write that
-//     failed retryably or is unknown, an item waiting for its owner.
-const r = $json;
-const ev = r.evidence || {};
+//     failed retryably or is unknown, an item waiting for its owner, companion unable to record the claim.
+// One item is answered as it is. Several items (your trigger gave several, e.g. after a Split Out) are answered
+// once for all of them, first match wins: 400, 409, 500, 503 (the soonest Retry-After), 422, 200; the body
+// lists each item's own answer.
+const itemOf = (j) => j; // an item's end as this template gives it
 const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
-let status = 503;
-let retryAfter = r.retry_after ?? ev.retry_after ?? null;
-if (r.delivery === 'incomplete') status = 400;
-else if (r.decision === 'conflict') status = 409; // its state is the stored one, often succeeded
-else if (r.state === 'succeeded') status = 200;
-else if (r.surface) status = 500;
-else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
-else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
-if (status !== 503) retryAfter = null;
-else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60;
-const body = r.delivery === 'incomplete'
-  ? { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing }
-  : Object.assign({}, r, { status });
-// The sender sees the evidence, never the claim (a claim lets a caller report the write's outcome).
-if (body.evidence && body.evidence.claim !== undefined) {
-  body.evidence = Object.assign({}, body.evidence);
-  delete body.evidence.claim;
+const one = (r) => {
+  const ev = r.evidence || {};
+  let status = 503;
+  let retryAfter = r.retry_after ?? ev.retry_after ?? null;
+  if (r.delivery === 'incomplete') status = 400;
+  else if (r.refused) status = r.http_status === 400 || r.http_status === 413 ? r.http_status : r.http_status === 503 ? 503 : 500;
+  else if (r.decision === 'conflict') status = 409; // its state is the stored one, often succeeded
+  else if (r.state === 'succeeded') status = 200;
+  else if (r.surface) status = 500;
+  else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
+  else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
+  if (status !== 503) retryAfter = null;
+  else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60;
+  let body;
+  if (r.delivery === 'incomplete') body = { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing };
+  else if (r.refused) {
+    // companion's own error word and message (never internals: companion's messages carry none).
+    body = { key: r.key, status, error: r.error.code, message: 'companion refused the claim of ' + r.key + ': ' + r.error.message + '; nothing was claimed or written' };
+    if (r.error.fields) body.fields = r.error.fields;
+  } else body = Object.assign({}, r, { status });
+  // The sender sees the evidence, never the claim (a claim lets a caller report the write's outcome).
+  if (body.evidence && body.evidence.claim !== undefined) {
+    body.evidence = Object.assign({}, body.evidence);
+    delete body.evidence.claim;
+  }
+  // A run that ends in anything but its effect (or a harmless duplicate, or a request refused for its content)
+  // fails the execution after answering, so it shows in n8n's failed executions and the error workflow runs.
+  const end = status === 200 || status === 400 || status === 413 || r.duplicate ? 'done' : 'surface';
+  if (!body.message) body.message = 'companion: ' + (r.key || '') + ' ended ' + (r.decision || '') + '/' + (r.reason || r.state || '') + ', answered ' + status;
+  return { status, retry_after: retryAfter === null ? null : Number(retryAfter), end, body };
+};
+const answers = $input.all().map((it) => one(itemOf(it.json)));
+let a = answers[0];
+if (answers.length > 1) {
+  const counts = {};
+  for (const x of answers) counts[x.status] = (counts[x.status] || 0) + 1;
+  const status = [400, 413, 409, 500, 503, 422, 200].find((s) => counts[s]) ?? 500;
+  const later = answers.filter((x) => x.status === 503);
+  const people = answers.filter((x) => x.end === 'surface').map((x) => x.body.message);
+  a = {
+    status,
+    retry_after: status === 503 ? Math.min(...later.map((x) => x.retry_after)) : null,
+    end: people.length ? 'surface' : 'done',
+    body: {
+      status,
+      answers: counts,
+      items: answers.map((x) => x.body),
+      message: 'companion: ' + answers.length + ' items (' + Object.keys(counts).map((s) => counts[s] + ' answered ' + s).join(', ') + '), answered ' + status +
+        (people.length ? '; ' + people.slice(0, 5).join('; ') + (people.length > 5 ? '; and ' + (people.length - 5) + ' more' : '') : ''),
+    },
+  };
 }
-// A run that ends in anything but its effect (or a harmless duplicate, or a malformed delivery) fails the
-// execution after answering, so it shows in n8n's failed executions and the error workflow runs.
-const end = status === 200 || status === 400 || r.duplicate ? 'done' : 'surface';
-if (!body.message) body.message = 'companion: ' + (r.key || '') + ' ended ' + (r.decision || '') + '/' + (r.reason || r.state || '') + ', answered ' + status;
-return { json: { status, retry_after: retryAfter === null ? null : String(retryAfter), later: status === 503 ? 'later' : 'now', end, body } };`
+return [{ json: { status: a.status, retry_after: a.retry_after === null ? null : String(a.retry_after), later: a.status === 503 ? 'later' : 'now', end: a.end, body: a.body } }];`
+
+// doneJS continues the workflow after the answer: one item per item of the run.
+const doneJS = `// Continue your workflow from here: $json.external_id and $json.result describe the write, one item per
+// item of the run.
+const body = $input.first().json.body;
+return (Array.isArray(body.items) ? body.items : [body]).map((b) => ({ json: b }));`
+
+// findingJS is the lookup's finding for POST /v1/reconcile (lookup-reconcile).
+const findingJS = `// The lookup's finding for POST /v1/reconcile. Only a lookup that worked can say absent;
+// a failing lookup is lookup_failed and the item waits for a person (seed 003).
+const bw = $('Claim answer').item.json;
+const ref = $('Settings').item.json.reference;
+const out = { key: bw.key };
+if ($json.statusCode === 200) {
+  // YOUR DESTINATION: how its search answer lists the matches.
+  const records = ($json.body && Array.isArray($json.body.records)) ? $json.body.records : null;
+  if (records === null) {
+    out.finding = 'lookup_failed';
+    out.evidence = 'lookup by reference ' + ref + ' answered HTTP 200 without a records list';
+  } else if (records.length > 0) {
+    out.finding = 'found';
+    out.external_id = String(records[0].id);
+    out.evidence = 'lookup by reference ' + ref + ' found ' + records.map((r) => r.id).join(', ');
+  } else {
+    out.finding = 'absent';
+    out.evidence = 'lookup by reference ' + ref + ' found no record (HTTP 200, empty list)';
+  }
+} else {
+  out.finding = 'lookup_failed';
+  out.evidence = typeof $json.statusCode === 'number'
+    ? 'lookup by reference ' + ref + ' answered HTTP ' + $json.statusCode
+    : 'lookup by reference ' + ref + ' failed: ' + String(($json.error && ($json.error.code || $json.error.message)) || 'error');
+}
+return { json: out };`

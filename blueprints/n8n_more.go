@@ -45,12 +45,27 @@ for (let start = 0; start < all.length; start += 500) {
 }
 return calls;`, [2]int{1100, y}))
 	g.connect("Settings", 0, "Batch request")
-	g.add(companionHTTP(s, "Batch before-write", "POST", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y}))
+	bbw := beforeWriteHTTP(s, "Batch before-write", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y})
+	bbw.Notes = "POST /v1/batches/before-write with Never Error: every answer goes on, so a call companion refuses (400 naming the item) is answered with companion's words, not n8n's 500."
+	g.add(bbw)
 	g.connect("Batch request", 0, "Batch before-write")
 	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the node's items (the calls answer in order), with what the
-// write needs.
+// write needs. A call companion refused (any invalid item refuses the whole call: 400 naming it, nothing
+// written) gives each of its items marked refused, with companion's error word and message.
 const settings = $('Settings').all();
-return $input.all().flatMap((call) => call.json.items).map((d, i) => ({
+const requests = $('Batch request').all();
+return $input.all().flatMap((call, c) => {
+  const res = call.json;
+  if (res.statusCode === 200 && res.body && Array.isArray(res.body.items)) return res.body.items;
+  const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
+  const ra = Number(res.headers && res.headers['retry-after']);
+  const sent = requests[c].json.items;
+  // Positions in companion's message are the call's (items[3]); the call's first item is the node's item c * 500.
+  const where = requests.length > 1 ? 'call ' + (c + 1) + ' of ' + requests.length + ' (items ' + sent[0].batch_index + '-' + sent[sent.length - 1].batch_index + '): ' : '';
+  const error = { code: String(e.code || 'http_' + res.statusCode), message: where + String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };
+  if (Array.isArray(e.fields)) error.fields = e.fields;
+  return sent.map((it) => ({ key: it.key, batch_index: it.batch_index, refused: true, http_status: res.statusCode, error, retry_after: ra > 0 ? ra : null }));
+}).map((d, i) => ({
   json: Object.assign({}, d, {
     write_url: settings[i].json.write_url,
     payload: settings[i].json.payload,
@@ -86,15 +101,19 @@ return calls;`, [2]int{2860, y}))
 	g.connect("Decision", 1, "Stored result")
 	g.add(codeNode("Surface", "runOnceForEachItem", batchNotWrittenJS, [2]int{1980, y + 480}))
 	g.connect("Decision", 2, "Surface")
-	g.connect("Decision", 3, "Surface")
+	// A call companion refused, or a decision this template does not handle (reconcile): its own input of
+	// All items, so that the items of every route meet in one run of the answer.
+	g.add(codeNode("Other answer", "runOnceForEachItem", batchNotWrittenJS, [2]int{1980, y + 660}))
+	g.connect("Decision", 3, "Other answer")
 	// Every item's end meets in one place, so the delivery gets one answer. In n8n's v1 order the
 	// branches run top to bottom and the merge waits for every branch that has items, so the answer
 	// comes after the written items were reported, and a conflict stops the run only after answering.
-	g.add(N8nNode{Name: "All items", Type: n8nMerge, Position: [2]int{3520, y + 200}, Parameters: MergeParams{NumberInputs: 3},
+	g.add(N8nNode{Name: "All items", Type: n8nMerge, Position: [2]int{3520, y + 200}, Parameters: MergeParams{NumberInputs: 4},
 		Notes: "Written, stored and not written items meet here, so the webhook answers once for the whole delivery."})
 	g.connectInput("Written", 0, "All items", 0)
 	g.connectInput("Stored result", 0, "All items", 1)
 	g.connectInput("Surface", 0, "All items", 2)
+	g.connectInput("Other answer", 0, "All items", 3)
 	g.connect("All items", 0, "Answer")
 	g.addAnswerWith(t.Slug, codeNode("Answer", "runOnceForAllItems", batchAnswerJS, [2]int{3740, y}),
 		codeNode("Done", "runOnceForAllItems", batchDoneJS, [2]int{4620, y - 100}))

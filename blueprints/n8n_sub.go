@@ -194,12 +194,27 @@ return { json: { url: companionURL + '` + PathBeforeWrite + `', companion_url: c
 const claimAnswerJS = `// before-write's answer, for a Switch on decision (proceed / skip / conflict / reconcile) and reason.
 // proceed carries claim and idempotency_key (the write's Idempotency-Key header); skip/succeeded the stored
 // external_id and result; skip/in_progress and skip/retry_later a retry_after in seconds.
+// Any other status is companion refusing the request, which claimed nothing: decision and reason are null,
+// error carries companion's error word and message (a field out of its rules: 400 invalid_request) and
+// http_status its status, for the caller to answer (the Switch's fallback output).
 const request = $('Claim request').item.json;
-return { json: Object.assign(
-  { claim: null, idempotency_key: null, external_id: null, result: null, retry_after: null },
-  $json,
-  { companion_url: request.companion_url },
-) };`
+const res = $json;
+const empty = { decision: null, reason: null, state: null, claim: null, idempotency_key: null, external_id: null, result: null, retry_after: null, message: null, error: null, http_status: res.statusCode };
+if (res.statusCode === 200 && res.body && typeof res.body === 'object' && !Array.isArray(res.body)) {
+  return { json: Object.assign(empty, res.body, { companion_url: request.companion_url }) };
+}
+const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
+const error = { code: String(e.code || 'http_' + res.statusCode), message: String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };
+if (Array.isArray(e.fields)) error.fields = e.fields;
+const ra = Number(res.headers && res.headers['retry-after']);
+return { json: Object.assign(empty, {
+  key: request.body.key,
+  refused: true,
+  error,
+  retry_after: ra > 0 ? ra : null,
+  message: 'companion refused the claim of ' + request.body.key + ' (HTTP ' + res.statusCode + ' ' + error.code + '): ' + error.message,
+  companion_url: request.companion_url,
+}) };`
 
 // reportClaimJS checks the claim the caller passed to companion: report.
 const reportClaimJS = `// companion: report. The claim to report: the item companion: claim returned on its proceed route.
@@ -269,11 +284,13 @@ func n8nSubClaim(t Template, s Settings) N8nWorkflow {
 	g.add(subTrigger(SubClaimInputs))
 	g.add(codeNode("Claim request", "runOnceForEachItem", claimRequestJS, [2]int{220, y}))
 	g.connect(NodeSubTrigger, 0, "Claim request")
-	bw := companionHTTP(s, NodeBeforeWrite, "POST", "={{ $json.url }}", "={{ JSON.stringify($json.body) }}", [2]int{440, y})
-	// A 503 means the claim was not recorded (API.md: a refused before-write leaves nothing behind), so
-	// asking again is safe; a lost answer is asked again too and meets its own claim (skip/in_progress).
+	bw := beforeWriteHTTP(s, NodeBeforeWrite, "={{ $json.url }}", "={{ JSON.stringify($json.body) }}", [2]int{440, y})
+	// Never Error: every status goes on to Claim answer, which returns a refusal (a field out of companion's
+	// rules is 400) with companion's words instead of failing the caller with n8n's 500. Retry On Fail stays
+	// for a request that got no answer at all (companion unreachable): nothing was recorded, so asking again is
+	// safe, and a lost answer asked again meets its own claim (skip/in_progress).
 	bw.RetryOnFail, bw.MaxTries, bw.WaitBetweenTries = true, 5, 2000
-	bw.Notes = "POST /v1/before-write. Retry On Fail is on: a 503 recorded nothing, so asking again is safe."
+	bw.Notes = "POST /v1/before-write with Never Error: Claim answer returns every answer, a refusal too. Retry On Fail is on for a request that got no answer: nothing was recorded, so asking again is safe."
 	g.add(bw)
 	g.connect("Claim request", 0, NodeBeforeWrite)
 	g.add(codeNode("Claim answer", "runOnceForEachItem", claimAnswerJS, [2]int{660, y}))
@@ -327,7 +344,6 @@ func n8nSubCaller(t Template, s Settings) N8nWorkflow {
 	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
 	g.add(settingsNode(t, s, "$json.body", [2]int{660, y}))
 	g.connect("Delivery complete?", 0, "Settings")
-	g.connect("Delivery complete?", 1, "Answer")
 	g.add(callSub(NodeCallClaim, s.ClaimWorkflowID, SubClaimInputs, [2]int{880, y}))
 	g.connect("Settings", 0, NodeCallClaim)
 	g.add(decisionSwitch(t.Slug, "Decision", []string{"proceed", "skip", "conflict"}, [2]int{1100, y}))
@@ -362,11 +378,11 @@ func n8nSubCaller(t Template, s Settings) N8nWorkflow {
 	g.connect("Decision", 1, "Stored result")
 	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{1760, y + 440}))
 	g.connect("Decision", 2, "Surface")
-	g.connect("Decision", 3, "Surface")
-	for _, from := range []string{NodeCallReport, "Stored result", "Surface"} {
-		g.connect(from, 0, "Answer")
-	}
-	g.addAnswer(t.Slug, 2200, y)
+	// A claim companion refused (answered with its words), or an answer this example does not handle.
+	g.add(codeNode("Other answer", "runOnceForEachItem", otherAnswerJS, [2]int{1760, y + 620}))
+	g.connect("Decision", 3, "Other answer")
+	g.addAllItems([]string{NodeCallReport, "Stored result", "Surface", "Other answer"}, "Delivery complete?", 2200, y)
+	g.addAnswer(t.Slug, 2420, y)
 	return g.workflow(t, s)
 }
 
