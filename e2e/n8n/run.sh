@@ -7,7 +7,7 @@
 # fails, so CI always ends on that line); exits non-zero on failure.
 # Run from anywhere. E2E_KEEP=1 keeps the temporary directory (logs, n8n folder, ledger);
 # E2E_COMPANION=/path/to/companion runs against that binary instead of building ./cmd/companion;
-# E2E_ONLY=node: runs only the scenarios whose name starts with that prefix.
+# E2E_ONLY=node: runs only the scenarios whose name starts with that prefix (several: E2E_ONLY='single:|sub:').
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 work="$root/e2e/n8n/.work"

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -93,6 +94,8 @@ func run() int {
 		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
 		{"single: the same event with another payload is a conflict, answered 409; nothing written", scenarioConflict},
 		{"single: the same invoice with another amount after it was written is answered 409 and sends nothing", scenarioConflict},
+		{"single: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, each written once", scenarioSingleItems},
+		{"single: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSingleRefused},
 		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
 		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
 		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
@@ -105,7 +108,10 @@ func run() int {
 		{"batch: an item missing its invoice is answered 400 naming it; nothing claimed, nothing written", scenarioBatchMissingFields},
 		{"batch: a conflict is answered 409; the other item is written once", scenarioBatchConflict},
 		{"batch: a 429 is answered 503 with its Retry-After; delivered again after it, each item written once", scenarioBatchRetryLater},
+		{"batch: a key companion refuses is answered 400 naming it with companion's words; nothing of the call claimed or written", scenarioBatchRefused},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
+		{"lookup: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, the dropped one reconciled", scenarioLookupItems},
+		{"lookup: a reference companion refuses in the key is answered 400 with companion's words; nothing claimed, nothing written", scenarioLookupRefused},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
 		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},
 		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
@@ -125,13 +131,15 @@ func run() int {
 		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
 		{"sub: three items through one call of each sub-workflow keep their own claims; a dropped one alone is unknown", scenarioSubItems},
 		{"sub: Send Email in the write slot: Message-ID recorded, kept-then-dropped unknown and not re-sent, 451 then one message", scenarioSubEmail},
+		{"sub: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSubRefused},
 		{"node: a delivery missing its fields is answered 400 and claims nothing", scenarioNodeMissingFields},
 		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
 	}
 	passed, failed := 0, 0
-	only := os.Getenv("E2E_ONLY") // a name prefix ("node:"): runs only those scenarios
+	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
+	only := strings.Split(os.Getenv("E2E_ONLY"), "|")
 	for _, s := range scenarios {
-		if !strings.HasPrefix(s.name, only) {
+		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.name, p) }) {
 			continue
 		}
 		start := time.Now()
@@ -392,6 +400,9 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := writeSubWorkflowVariants(dir, s); err != nil {
 		return err
 	}
+	if err := writeItemsVariants(dir, s); err != nil {
+		return err
+	}
 	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
 		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}},%s]`,
 		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
@@ -409,7 +420,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
-	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID}
+	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID, singleItemsWorkflowID, lookupItemsWorkflowID}
 	for _, t := range blueprints.Templates() {
 		ids = append(ids, workflowIDs[t.Slug])
 	}

@@ -1,0 +1,327 @@
+package main
+
+// The single-item templates fed several items, and claims companion refuses: guarded-write and
+// lookup-reconcile as a builder changes them when their trigger gives several events (a node before Check
+// delivery makes one item per event, as a Split Out does), and a delivery whose key companion refuses (400)
+// through each template family.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/replaysafe/companion/blueprints"
+)
+
+const (
+	// guarded-write with one item per element of the delivery's items.
+	singleItemsWorkflowID = "e2eSingleItems01"
+	singleItemsPath       = "companion/guarded-write-items"
+	// lookup-reconcile with one item per element of the delivery's items.
+	lookupItemsWorkflowID = "e2eLookupItems01"
+	lookupItemsPath       = "companion/lookup-reconcile-items"
+)
+
+// withSplitItems changes a rendered webhook workflow as a builder does whose trigger gives several events:
+// a Code node between the webhook and Check delivery makes one item per element of the delivery's items,
+// shaped as a webhook item ({body: …}).
+func withSplitItems(wf *blueprints.N8nWorkflow, name, webhookID string) {
+	wf.Name = name
+	setWebhookID(*wf, webhookID)
+	wf.Nodes = append(wf.Nodes, blueprints.N8nNode{
+		ID: webhookID + "-split", Name: "Split items", Type: "n8n-nodes-base.code", TypeVersion: 2, Position: [2]int{110, 500},
+		Parameters: blueprints.CodeParams{Mode: "runOnceForAllItems", JSCode: "return $input.first().json.body.items.map((body) => ({ json: { body } }));"},
+	})
+	wf.Connections["Split items"] = wf.Connections["Webhook"]
+	wf.Connections["Webhook"] = blueprints.N8nConnections{Main: [][]blueprints.N8nConnection{{{Node: "Split items", Type: "main"}}}}
+}
+
+// writeItemsVariants writes the several-items variants of guarded-write and lookup-reconcile.
+func writeItemsVariants(dir string, s blueprints.Settings) error {
+	for _, v := range []struct {
+		slug, path, id, file, name string
+	}{
+		{"guarded-write", singleItemsPath, singleItemsWorkflowID, "single-items.json", "companion: guarded write, several items (e2e)"},
+		{"lookup-reconcile", lookupItemsPath, lookupItemsWorkflowID, "lookup-items.json", "companion: lookup-reconcile, several items (e2e)"},
+	} {
+		var tpl blueprints.Template
+		for _, t := range blueprints.Templates() {
+			if t.Slug == v.slug {
+				tpl = t
+			}
+		}
+		tpl.WebhookPath = v.path
+		wf := blueprints.RenderN8n(tpl, s)
+		withSplitItems(&wf, v.name, "e2e-"+v.id+"-webhook")
+		b, err := json.Marshal(wf)
+		if err != nil {
+			return err
+		}
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		m["id"] = v.id
+		b, _ = json.Marshal(m)
+		if err := os.WriteFile(filepath.Join(dir, v.file), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// webhookItems is the list of per-item answers in a several-items answer, in the order of the run.
+func webhookItems(out map[string]any) []map[string]any {
+	var items []map[string]any
+	raw, _ := out["items"].([]any)
+	for _, it := range raw {
+		m, _ := it.(map[string]any)
+		items = append(items, m)
+	}
+	return items
+}
+
+// expectItemAnswers checks a several-items answer: the status and Retry-After of the whole delivery, and
+// each item's own status, by key.
+func expectItemAnswers(code int, retryAfter string, out map[string]any, want int, wantRetryAfter string, each map[string]int) error {
+	var errs []error
+	if code != want || retryAfter != wantRetryAfter {
+		errs = append(errs, fmt.Errorf("webhook answered %d (Retry-After %q), want %d (Retry-After %q): %.800v", code, retryAfter, want, wantRetryAfter, out))
+	}
+	got := map[string]int{}
+	for _, it := range webhookItems(out) {
+		k, _ := it["key"].(string)
+		s, _ := it["status"].(float64)
+		got[k] = int(s)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(each) {
+		errs = append(errs, fmt.Errorf("the answer's items answered %v, want %v", got, each))
+	}
+	return errors.Join(errs...)
+}
+
+// scenarioSingleItems delivers three events at once to guarded-write fed several items: the first is
+// written, the receiver refuses the second with 429 (the write's success output: Never Error) and drops the
+// third's connection after committing (its error output). Every item is reported by the template itself
+// before the run answers or stops: the dropped one is unknown with its transport class (not the error
+// workflow's "other"), each trigger claim is reported with its write; the delivery is answered once, 503 with
+// the soonest Retry-After, naming each item's own answer. Delivered again after it, the two retry with their
+// keys and everything is answered 200: one record each.
+//
+// Before the Merges (the success and error outputs each ran the rest of the workflow), the success output's
+// 429 stopped the execution before the dropped item was reported, and the first item answered 200.
+func scenarioSingleItems(ctx context.Context, e *env) error {
+	var events []map[string]any
+	var keys, refs []string
+	for _, inv := range []int{1101, 1102, 1103} {
+		body, key, ref := reminder(inv)
+		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
+	}
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
+		return err
+	}
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
+		return err
+	}
+	code, h, out, err := e.triggerHeader(singleItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, w := range []struct {
+		state   string
+		records int
+	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
+		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if it, _ := e.item(keys[1]); it.HTTPStatus != 429 {
+		errs = append(errs, fmt.Errorf("ledger %s: http_status %d, want the 429 the template reported", keys[1], it.HTTPStatus))
+	}
+	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
+		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: the template did not report the dropped write, its error output never ran", keys[2], it.FailureClass, it.Cause))
+	}
+	for i, state := range []string{"succeeded", "failed", "unknown"} {
+		if _, err := e.expectState(keys[i]+":trigger", state, 1); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	code, h, out, err = e.triggerHeader(singleItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	// The first is a duplicate of a finished delivery: answered 200 from its trigger claim.
+	if err := expectItemAnswers(code, h.Get("Retry-After"), out, 200, "", map[string]int{keys[0] + ":trigger": 200, keys[1]: 200, keys[2]: 200}); err != nil {
+		return fmt.Errorf("delivered again: %w", err)
+	}
+	for i, attempt := range []int{1, 2, 2} {
+		if err := e.expect(keys[i], "succeeded", attempt, refs[i], 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scenarioLookupItems: lookup-reconcile fed three quotes at once, the second refused with 429 and the third
+// dropped after committing. Every item is reported by the template (the dropped one unknown with its
+// transport class), and the delivery is answered once, 503. Delivered again: the second is written, the
+// third is reconciled by its reference (found: not re-sent), the first is stored; one record each.
+func scenarioLookupItems(ctx context.Context, e *env) error {
+	if err := e.mode(map[string]any{"dedupe": "none"}); err != nil {
+		return err
+	}
+	defer func() { _ = e.mode(map[string]any{"dedupe": "key"}) }()
+	var events []map[string]any
+	var keys, refs []string
+	for _, n := range []int{1, 2, 3} {
+		ref := fmt.Sprintf("QT-2026-07%02d", n)
+		events = append(events, map[string]any{"reference": ref, "customer": "c-88", "amount": 4200 + n})
+		keys, refs = append(keys, "quote:"+ref+":create"), append(refs, ref)
+	}
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
+		return err
+	}
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
+		return err
+	}
+	code, h, out, err := e.triggerHeader(lookupItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, w := range []struct {
+		state   string
+		records int
+	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
+		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
+		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: the template did not report the dropped write", keys[2], it.FailureClass, it.Cause))
+	}
+	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	if code, _, out, err = e.triggerHeader(lookupItemsPath, map[string]any{"items": events}); err != nil || code != 200 {
+		return fmt.Errorf("delivered again: %d %v %v, want 200", code, out, err)
+	}
+	for i, attempt := range []int{1, 2, 1} {
+		if err := e.expect(keys[i], "succeeded", attempt, refs[i], 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expectRefused checks a delivery whose key companion refuses: the webhook answers 400 with companion's
+// error word (invalid_request) and message, naming the field, and shows nothing internal; nothing was
+// claimed (GET of each key: 404) and nothing was written for ref.
+func (e *env) expectRefused(code int, out map[string]any, ref string, keys ...string) error {
+	msg, _ := out["message"].(string)
+	if code != 400 || out["error"] != "invalid_request" || !strings.Contains(msg, "key") {
+		return fmt.Errorf("webhook answered %d %v, want 400 invalid_request with companion's message about the key", code, out)
+	}
+	b, _ := json.Marshal(out)
+	for _, internal := range []string{"stack", "NodeApiError", "Error in workflow", "claim\":\"c_"} {
+		if strings.Contains(string(b), internal) {
+			return fmt.Errorf("the answer shows %q: %s", internal, b)
+		}
+	}
+	// A key outside companion's rules cannot even be asked about (400); a valid key of the refused call is 404.
+	for _, key := range keys {
+		if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(key), token, nil, nil); err != nil || (code != 404 && code != 400) {
+			return fmt.Errorf("GET item %s: %d %v, want 404 or 400 (nothing claimed)", key, code, err)
+		}
+	}
+	ef, err := e.effects()
+	if err != nil {
+		return err
+	}
+	if ef.ByReference[ref] != 0 {
+		return fmt.Errorf("receiver: %d records for %s, want none", ef.ByReference[ref], ref)
+	}
+	return nil
+}
+
+// refusedReminder is an invoice reminder whose invoice number holds a space: every field is there (Check
+// delivery lets it through), but the key built from it is outside companion's key characters, so
+// before-write answers 400 invalid_request.
+func refusedReminder() (map[string]any, string, string) {
+	body := map[string]any{"invoice": "74 2", "recipient": "c-19", "amount": 120.5, "reminder": 2}
+	return body, "invoice-74 2:reminder:2", "invoice-74 2-reminder-2"
+}
+
+// scenarioSingleRefused: guarded-write with a key companion refuses answers 400 with companion's words
+// (its trigger claim is refused first); before, the HTTP Request threw and n8n answered its own 500.
+func scenarioSingleRefused(ctx context.Context, e *env) error {
+	body, key, ref := refusedReminder()
+	code, out, err := e.trigger(single, body)
+	if err != nil {
+		return err
+	}
+	return e.expectRefused(code, out, ref, key, key+":trigger")
+}
+
+// scenarioSubRefused: the sub-workflows' caller with a key companion refuses: companion: claim returns the
+// refusal instead of failing the calling node (after five tries), and the caller answers 400.
+func scenarioSubRefused(ctx context.Context, e *env) error {
+	body, key, ref := refusedReminder()
+	code, out, err := e.trigger(subPath, body)
+	if err != nil {
+		return err
+	}
+	return e.expectRefused(code, out, ref, key)
+}
+
+// scenarioLookupRefused: lookup-reconcile with a reference companion refuses in the key.
+func scenarioLookupRefused(ctx context.Context, e *env) error {
+	const ref = "QT 2026 0999"
+	code, out, err := e.trigger("companion/lookup-reconcile", map[string]any{"reference": ref, "customer": "c-88", "amount": 10})
+	if err != nil {
+		return err
+	}
+	return e.expectRefused(code, out, ref, "quote:"+ref+":create")
+}
+
+// scenarioBatchRefused: a batch whose second item has a key companion refuses: the batch call is refused as
+// a whole (400 naming items[1].key), the delivery is answered 400 with companion's words, and nothing of it
+// is claimed or written, the valid first item neither.
+func scenarioBatchRefused(ctx context.Context, e *env) error {
+	good, goodKey, goodRef := reminder(3901)
+	bad, badKey, badRef := refusedReminder()
+	code, _, out, err := e.triggerHeader(batchPath, map[string]any{"items": []any{good, bad}})
+	if err != nil {
+		return err
+	}
+	msg, _ := out["message"].(string)
+	if code != 400 || out["error"] != "invalid_request" || !strings.Contains(msg, "items[1].key") {
+		return fmt.Errorf("webhook answered %d %.800v, want 400 invalid_request naming items[1].key", code, out)
+	}
+	if err := e.expectRefused(400, map[string]any{"error": "invalid_request", "message": "key"}, badRef, badKey); err != nil {
+		return err
+	}
+	if code, err := call("GET", e.companion+blueprints.PathItems+url.PathEscape(goodKey), token, nil, nil); err != nil || code != 404 {
+		return fmt.Errorf("GET item %s: %d %v, want 404: the valid item of the refused call was claimed", goodKey, code, err)
+	}
+	ef, err := e.effects()
+	if err != nil {
+		return err
+	}
+	if ef.ByReference[goodRef] != 0 {
+		return fmt.Errorf("receiver: %d records for the valid item %s, want none (its call was refused)", ef.ByReference[goodRef], goodRef)
+	}
+	return nil
+}
