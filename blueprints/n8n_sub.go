@@ -433,7 +433,8 @@ Import them **before** the workflow that calls them, since it calls them by id:
    (a workflow's id is the last part of its URL, ` + "`/workflow/<id>`" + `), then import the rendered caller.
 3. Fill in **Settings**, replace **NODEWRITE** as described above (both of its outputs stay connected to
    **Both outcomes**, the Merge that feeds **REPORTNAME**: one report for all items, before any of them is
-   answered), set the error workflow on the caller, publish it.
+   answered; every route then meets in **All items**, so several items are answered once), set the error workflow
+   on the caller, publish it.
 
 n8n lets a sub-workflow be called by workflows of the same owner (its setting *This workflow can be called by*);
 a caller in another project needs that setting changed on the two sub-workflows. The calling nodes run *once with
@@ -441,11 +442,16 @@ all items* (n8n 2.41 deprecates *once for each item*): any number of items, one 
 failure inside a sub-workflow (a key companion refuses, after-write still refused after 5 tries) fails the
 calling node, so the caller's execution fails and **its** error workflow runs; the sub-workflows name none.
 
-**CLAIMNAME** asks ` + "`POST /v1/before-write`" + ` for each item (Retry On Fail on: a 503 recorded nothing) and returns the
+**CLAIMNAME** asks ` + "`POST /v1/before-write`" + ` for each item and returns the
 answer to route on: ` + "`decision`, `reason`, `state`, `key`, `claim`, `idempotency_key`" + ` (the write's Idempotency-Key
 header), ` + "`external_id`, `result`" + ` (with ` + "`skip`/`succeeded`" + `), ` + "`retry_after`" + ` (seconds, with ` + "`skip`/`in_progress`" + ` and
-` + "`skip`/`retry_later`" + `), ` + "`message`" + ` and ` + "`companion_url`" + `; fields the answer lacks are ` + "`null`" + `. Missing
-` + "`companion_url`, `key` or `payload`" + ` fail the call with an error naming them.
+` + "`skip`/`retry_later`" + `), ` + "`message`" + `, ` + "`companion_url`" + `, ` + "`http_status`" + ` and ` + "`error`" + `; fields the answer lacks are ` + "`null`" + `. Missing
+` + "`companion_url`, `key` or `payload`" + ` fail the call with an error naming them. The request runs with *Never Error*: a
+request companion refuses (a field out of its rules is 400 ` + "`invalid_request`" + `; nothing is claimed) comes back as an item
+with ` + "`refused: true`" + `, ` + "`decision: null`" + `, its ` + "`http_status`" + ` and ` + "`error: {code, message, fields}`" + ` (companion's words), which the
+Switch's fallback output sends to **Other answer**, answered 400 (503 with a ` + "`Retry-After`" + ` when companion could not
+record the claim, 500 for a credential or role it refused). Retry On Fail stays on for a request that got no answer at all
+(companion unreachable: nothing was recorded, asking again is safe); a status companion answered is not asked again.
 
 CLAIMINPUTS
 ` + "`execution_id`" + ` must be the calling execution's ` + "`{{ $execution.id }}`" + `: inside a sub-workflow ` + "`$execution.id`" + ` is the

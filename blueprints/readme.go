@@ -115,8 +115,9 @@ Own defaults (URLs, credential id, error workflow id) in every file at once:
 
 **NODEWRITE** is an example write (POST a JSON record). Replace it with **any** write node (HTTP
 Request, Send Email, Gmail, Sheets, Slack, HubSpot, …) and keep: Settings → On Error → *Continue (using
-error output)*, with both outputs connected as they are (the success output to **Evidence**, the error
-output to **Write error**), and **Retry On Fail OFF**. Then:
+error output)*, with both outputs connected as they are (the success output to **Both outcomes**, the error
+output to **Write error**, which marks the item and goes on to **Both outcomes** too: one Merge, so that every item
+is judged and reported in one run before any is answered), and **Retry On Fail OFF**. Then:
 
 - its success output is the write: ` + "`succeeded`" + `, with the external id read from Settings →
   ` + "`external_id_fields`" + `;
@@ -155,10 +156,31 @@ A run that ended in anything but its effect (or a harmless duplicate) then fails
 A conflict (or an answer the template does not handle) is recorded, then **Stop: needs a person** fails the
 execution on purpose so it shows up in n8n's failed executions.
 
+A claim companion refuses is answered with companion's own words, never n8n's 500: the before-write requests run
+with *Never Error* and **Claim answer** (**Trigger claim answer** for the trigger's) routes a 200's decision and turns any
+other status into a refusal that the **Decision** Switch sends to **Other answer**. A field out of companion's rules
+(a key with a space or over 200 characters, a payload that is not an object) is answered 400 with companion's error
+word and message, ` + "`" + `{"key": …, "status": 400, "error": "invalid_request", "message": "companion refused the claim of …: key: must be …; nothing was claimed or written", "fields": […]}` + "`" + `,
+and the execution ends without failing, like a delivery missing fields (413 likewise); a 503 (companion could not
+record the claim: nothing was) is answered 503 with a ` + "`Retry-After`" + `; any other status (401, 403: the credential) 500
+with companion's word; those two fail the execution. Nothing is claimed or written for a refused claim.
+
+Several items in one run (your trigger gives several events, or a Split Out before **Check delivery** makes one item per
+event): every route of every item ends in **All items**, one Merge with an input per route, so the webhook is answered
+once, after every item was reported (n8n runs a Merge once every branch feeding it has run). One item is answered as
+above; several items once for all of them, first match wins: 400, 409, 500, 503 (the soonest ` + "`Retry-After`" + `), 422, 200,
+with the body ` + "`" + `{"status", "answers": {"200": n, …}, "items": [each item's own answer], "message"}` + "`" + `; **Done** continues with
+one item per item. In lookup-reconcile, items that are reconciled loop back to **Before-write** after the others ran:
+every item is still reported before any answer, but the reconciled items may reach **All items** in a second run, so
+the first run answers the webhook.
+
 The batch webhook answers once for the whole delivery, by its items, first match wins: 400 naming each item and field
 (` + "`items[3].invoice`" + `) when any item lacks one (**Check delivery**, before any key: nothing is claimed); 409 when any item got
 ` + "`conflict`" + `; 503 with the soonest ` + "`Retry-After`" + ` of the items a later delivery can still finish; 422 when items were refused for
 good and none can still finish; 200 when every item's effect exists. The body lists each item's key, state, external id and answer.
+A batch call companion refuses (any invalid item refuses the whole call: 400 naming it, ` + "`items[1].key`" + `) is answered 400
+with companion's error word and message, and nothing of that call is claimed or written; with more than 500 items
+(several calls) the other calls' items go on as usual and the message says which call was refused.
 
 SUBWORKFLOWS
 ## What NOT to turn on
