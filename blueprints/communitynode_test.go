@@ -33,7 +33,8 @@ func TestCommunityNodeTemplate(t *testing.T) {
 		} `json:"nodes"`
 		Connections map[string]struct {
 			Main [][]struct {
-				Node string `json:"node"`
+				Node  string `json:"node"`
+				Index int    `json:"index"`
 			} `json:"main"`
 		} `json:"connections"`
 		Settings map[string]any `json:"settings"`
@@ -42,8 +43,10 @@ func TestCommunityNodeTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	types := map[string]string{}
+	onError := map[string]string{}
 	params := map[string]map[string]any{}
 	for _, n := range wf.Nodes {
+		onError[n.Name] = n.OnError
 		if _, dup := types[n.Name]; dup {
 			t.Errorf("node %q twice", n.Name)
 		}
@@ -81,9 +84,14 @@ func TestCommunityNodeTemplate(t *testing.T) {
 	if types["Before write"] != "n8n-nodes-companion.companion" || params["Before write"]["operation"] != "beforeWrite" {
 		t.Fatalf("no Before write node of the community node: %v", types["Before write"])
 	}
+	// Proceed, Already done, Wait, Needs attention, and the error output (On Error: Continue (using error
+	// output)): a refused request is answered with companion's words, not n8n's 500.
 	outs := wf.Connections["Before write"].Main
-	if len(outs) != 4 || outs[0][0].Node != NodeWrite {
-		t.Fatalf("Before write must wire Proceed, Already done, Wait, Needs attention with Proceed into the write: %+v", outs)
+	if len(outs) != 5 || outs[0][0].Node != NodeWrite {
+		t.Fatalf("Before write must wire Proceed, Already done, Wait, Needs attention and its error output with Proceed into the write: %+v", outs)
+	}
+	if onError["Before write"] != "continueErrorOutput" {
+		t.Errorf("Before write: On Error %q, want continueErrorOutput", onError["Before write"])
 	}
 	for i, o := range outs {
 		if len(o) == 0 {
@@ -91,8 +99,11 @@ func TestCommunityNodeTemplate(t *testing.T) {
 		}
 	}
 	w := wf.Connections[NodeWrite].Main
-	if len(w) != 2 || len(w[0]) != 1 || len(w[1]) != 1 || w[0][0].Node != "After write" || w[1][0].Node != "After write" {
-		t.Errorf("both outputs of the write must go to After write: %+v", w)
+	if len(w) != 2 || len(w[0]) != 1 || len(w[1]) != 1 || w[0][0].Node != "Both outcomes" || w[0][0].Index != 0 || w[1][0].Node != "Both outcomes" || w[1][0].Index != 1 {
+		t.Errorf("both outputs of the write must meet in Both outcomes, one input each: %+v", w)
+	}
+	if m := wf.Connections["Both outcomes"].Main; len(m) != 1 || len(m[0]) != 1 || m[0][0].Node != "After write" {
+		t.Errorf("Both outcomes must go to After write: %+v", m)
 	}
 	if params["After write"]["operation"] != "afterWrite" {
 		t.Errorf("After write operation %v", params["After write"]["operation"])
@@ -213,9 +224,9 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 		to   string
 	}{
 		{"Webhook", 0, NodeCheckDelivery}, {NodeCheckDelivery, 0, "Delivery complete?"},
-		{"Delivery complete?", 0, "Before write"}, {"Delivery complete?", 1, "Answer"},
-		{"After write", 0, "Answer"}, {"Already done: stored result", 0, "Answer"}, {"Wait: in progress or retry later", 0, "Answer"},
-		{"Before write", 3, "Answer"}, {"Answer", 0, "Redeliver later?"},
+		{"Delivery complete?", 0, "Before write"}, {"Delivery complete?", 1, "All items"},
+		{"After write", 0, "All items"}, {"Already done: stored result", 0, "All items"}, {"Wait: in progress or retry later", 0, "All items"},
+		{"Before write", 3, "All items"}, {"Before write", 4, "All items"}, {"All items", 0, "Answer"}, {"Answer", 0, "Redeliver later?"},
 		{"Redeliver later?", 0, "Respond"}, {"Redeliver later?", 1, "Respond: redeliver later"},
 		{"Respond", 0, "Needs a person?"}, {"Respond: redeliver later", 0, "Needs a person?"},
 		{"Needs a person?", 0, "Done"}, {"Needs a person?", 1, "Stop: needs a person"},
@@ -251,6 +262,9 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 		{"written and 429", `{"key": "k", "state": "failed", "reason": "recorded", "evidence": {"outcome": "failed", "http_status": 429, "retry_after": 3}}`, 503, "3", "surface"},
 		{"written and refused for good", `{"key": "k", "state": "failed", "reason": "recorded", "evidence": {"outcome": "failed", "http_status": 422}}`, 422, nil, "surface"},
 		{"a report the ledger could not take", `{"key": "k", "evidence": {"outcome": "succeeded"}, "error": "companion answered 503"}`, 503, "60", "surface"},
+		{"refused by companion (Needs attention, 400)", `{"body": {}, "delivery": "complete", "companion": {"key": "f g", "error": "companion POST /v1/batches/before-write failed (400 invalid_request): items[0].key: must be", "http_status": 400, "code": "invalid_request"}}`, 400, nil, "done"},
+		{"companion unreachable (Needs attention, no status)", `{"body": {}, "delivery": "complete", "companion": {"key": "k", "error": "connect ECONNREFUSED", "http_status": null, "code": null}}`, 500, nil, "surface"},
+		{"Before write's error output", `{"body": {}, "delivery": "complete", "error": {"message": "companion answered 1 decisions for 2 items"}}`, 500, nil, "surface"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -104,6 +104,20 @@ describe('against companion serve', { skip }, () => {
 		);
 	});
 
+	it('with On Error set to continue, a refused batch goes to Needs attention with companion\'s status and word', async () => {
+		const bad = (name: string, i: number): unknown => (name === 'key' && i === 1 ? 'no spaces allowed' : before(name, i));
+		const c = ctx(bad, [{ json: { i: 0 } }, { json: { i: 1 } }]);
+		(c as unknown as { continueOnFail: () => boolean }).continueOnFail = () => true;
+		const out = await new Companion().execute.call(c);
+		assert.deepEqual(out.slice(0, 3).map((o) => o.length), [0, 0, 0]);
+		const attention = out[3].map((it) => it.json.companion as IDataObject);
+		assert.deepEqual(attention.map((a) => [a.key, a.http_status, a.code]), [
+			[keys[0], 400, 'invalid_request'],
+			['no spaces allowed', 400, 'invalid_request'],
+		]);
+		assert.match(String(attention[1].error), /items\[1\]\.key/);
+	});
+
 	it('the credential test: ready and token accepted; a wrong token and a dead URL are refused', async () => {
 		const test = new Companion().methods.credentialTest.companionApiTest;
 		// helpers.request with simple: false, as n8n's request helper answers it.

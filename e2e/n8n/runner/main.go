@@ -134,6 +134,8 @@ func run() int {
 		{"sub: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSubRefused},
 		{"node: a delivery missing its fields is answered 400 and claims nothing", scenarioNodeMissingFields},
 		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
+		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
+		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
 	}
 	passed, failed := 0, 0
 	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
@@ -387,7 +389,11 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err != nil {
 		return err
 	}
-	for name, wf := range map[string]map[string]any{"node-write.json": nodeWrite, "node-email.json": nodeEmail} {
+	nodeItems, err := nodeItemsWorkflow(nodeWrite)
+	if err != nil {
+		return err
+	}
+	for name, wf := range map[string]map[string]any{"node-write.json": nodeWrite, "node-email.json": nodeEmail, "node-items.json": nodeItems} {
 		b, _ := json.Marshal(wf)
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return err
@@ -420,7 +426,7 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	}
 	imported := time.Now()
 	// One CLI start per workflow: publish:workflow takes a single id (its --all is gone in 2.x).
-	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID, singleItemsWorkflowID, lookupItemsWorkflowID}
+	ids := []string{emailWorkflowID, naiveWorkflowID, nodeWorkflowID, nodeEmailWorkflowID, subMultiWorkflowID, subEmailWorkflowID, singleItemsWorkflowID, lookupItemsWorkflowID, nodeItemsWorkflowID}
 	for _, t := range blueprints.Templates() {
 		ids = append(ids, workflowIDs[t.Slug])
 	}

@@ -325,3 +325,103 @@ func scenarioBatchRefused(ctx context.Context, e *env) error {
 	}
 	return nil
 }
+
+const (
+	// guarded-write-node with one item per element of the delivery's items.
+	nodeItemsWorkflowID = "e2eNodeItems0001"
+	nodeItemsPath       = "companion/guarded-write-node-items"
+)
+
+// nodeItemsWorkflow is the community-node workflow (as nodeWorkflows renders it) with a Code node between
+// the webhook and Check delivery that makes one item per element of the delivery's items.
+func nodeItemsWorkflow(write map[string]any) (map[string]any, error) {
+	b, err := json.Marshal(write)
+	if err != nil {
+		return nil, err
+	}
+	var wf map[string]any
+	if err := json.Unmarshal(b, &wf); err != nil {
+		return nil, err
+	}
+	wf["id"] = nodeItemsWorkflowID
+	wf["name"] = "companion: guarded write with the Companion node, several items (e2e)"
+	for _, n := range wf["nodes"].([]any) {
+		if n := n.(map[string]any); n["name"] == "Webhook" {
+			n["parameters"].(map[string]any)["path"] = nodeItemsPath
+			n["webhookId"] = "e2e-node-items-webhook-01"
+		}
+	}
+	wf["nodes"] = append(wf["nodes"].([]any), map[string]any{
+		"id": "e2e-node-items-split-0001", "name": "Split items", "type": "n8n-nodes-base.code", "typeVersion": 2, "position": []int{110, 500},
+		"parameters": map[string]any{"mode": "runOnceForAllItems", "jsCode": "return $input.first().json.body.items.map((body) => ({ json: { body } }));"},
+	})
+	conns := wf["connections"].(map[string]any)
+	conns["Split items"] = conns["Webhook"]
+	conns["Webhook"] = map[string]any{"main": []any{[]any{map[string]any{"node": "Split items", "type": "main", "index": 0}}}}
+	return wf, nil
+}
+
+// scenarioNodeItems is scenarioSingleItems through the community-node template: three events at once, the
+// second refused with 429, the third dropped after committing; each reported by After write before the run
+// answers (the dropped one unknown with its transport class), answered once 503; delivered again, each
+// written once.
+func scenarioNodeItems(ctx context.Context, e *env) error {
+	var events []map[string]any
+	var keys, refs []string
+	for _, inv := range []int{7301, 7302, 7303} {
+		body, key, ref := reminder(inv)
+		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
+	}
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
+		return err
+	}
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
+		return err
+	}
+	code, h, out, err := e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, w := range []struct {
+		state   string
+		records int
+	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
+		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
+		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: After write did not report the dropped write", keys[2], it.FailureClass, it.Cause))
+	}
+	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second)
+	code, h, out, err = e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	if err := expectItemAnswers(code, h.Get("Retry-After"), out, 200, "", map[string]int{keys[0]: 200, keys[1]: 200, keys[2]: 200}); err != nil {
+		return fmt.Errorf("delivered again: %w", err)
+	}
+	for i, attempt := range []int{1, 2, 2} {
+		if err := e.expect(keys[i], "succeeded", attempt, refs[i], 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// scenarioNodeRefused: the community-node template with a key companion refuses: Before write (On Error:
+// Continue (using error output)) routes the refused batch call to Needs attention with companion's status and
+// word, and the webhook answers 400 with them; before, the node threw and n8n answered its own 500.
+func scenarioNodeRefused(ctx context.Context, e *env) error {
+	body, key, ref := refusedReminder()
+	code, out, err := e.trigger(nodePath, body)
+	if err != nil {
+		return err
+	}
+	return e.expectRefused(code, out, ref, key)
+}

@@ -66,12 +66,26 @@ async function call(
 	} catch (error) {
 		const f = describeFailure(error);
 		const words = [f.status, f.code].filter((x) => x !== undefined).join(' ');
-		throw new NodeApiError(ctx.getNode(), error as JsonObject, {
+		const failed = new NodeApiError(ctx.getNode(), error as JsonObject, {
 			itemIndex,
 			message: `companion ${method} ${path.split('?')[0]} failed${words ? ` (${words})` : ''}: ${f.message ?? 'no answer'}`,
 			httpCode: f.status !== undefined ? String(f.status) : undefined,
 		});
+		// What companion answered, for an item routed to Needs attention (Settings → On Error).
+		(failed as NodeApiError & { companionFailure?: Failure }).companionFailure = f;
+		throw failed;
 	}
+}
+
+type Failure = ReturnType<typeof describeFailure>;
+
+/** The companion field of an item whose call failed: companion's HTTP status, error word and message when
+ * it answered (a refused request, e.g. 400 invalid_request: nothing was claimed; n8n replaces the message of
+ * a NodeApiError with a 400 by its own "Bad request"), else the error's message. */
+function failureOf(error: unknown): IDataObject {
+	const f = (error as { companionFailure?: Failure }).companionFailure;
+	const words = f?.code ? f.message : undefined;
+	return { error: words ?? (error as Error).message, http_status: f?.status ?? null, code: f?.code ?? null };
 }
 
 /** The position "items[3].key" names in a batch call's 400, if any. */
@@ -167,7 +181,7 @@ async function beforeWrite(this: IExecuteFunctions): Promise<INodeExecutionData[
 			}
 			for (const p of part) {
 				out[OUT_NEEDS_ATTENTION].push({
-					json: { ...items[p.index].json, companion: { error: (error as Error).message } },
+					json: { ...items[p.index].json, companion: { key: p.body.key ?? null, ...failureOf(error) } },
 					pairedItem: { item: p.index },
 				});
 			}
