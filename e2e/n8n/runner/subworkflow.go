@@ -279,8 +279,8 @@ func scenarioSubErrorWorkflow(ctx context.Context, e *env) error {
 
 // scenarioSubItems sends three events in one delivery: one call of companion: claim claims all three, the
 // write sends them, the receiver drops the second's connection after committing, and the report is called
-// once per write output. Each item keeps its own claim through both sub-executions: two succeeded with
-// their own record's id, the dropped one unknown; one record each.
+// once for both write outputs (Both outcomes). Each item keeps its own claim through both sub-executions: two
+// succeeded with their own record's id, the dropped one unknown; one record each; answered once, 503.
 func scenarioSubItems(ctx context.Context, e *env) error {
 	var events []map[string]any
 	var keys, refs []string
@@ -291,18 +291,16 @@ func scenarioSubItems(ctx context.Context, e *env) error {
 	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[1]}); err != nil {
 		return err
 	}
-	if _, _, err := e.trigger(subMultiPath, map[string]any{"items": events}); err != nil {
+	code, h, out, err := e.triggerHeader(subMultiPath, map[string]any{"items": events})
+	if err != nil {
 		return err
 	}
-	// The webhook answers with the first item to reach a Respond node; the execution goes on with the others.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := e.expectItems(keys, refs)
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(time.Second)
+	// Every route meets in All items before the Answer: the three are reported before the webhook is answered,
+	// once for all of them (until 2026-12-01 the first item to reach a Respond node answered, and this polled).
+	if err := e.expectItems(keys, refs); err != nil {
+		return err
 	}
+	return expectItemAnswers(code, h.Get("Retry-After"), out, 503, "60", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 200})
 }
 
 // expectItems checks scenarioSubItems' three items: the second unknown, the others succeeded with the id of
