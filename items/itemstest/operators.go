@@ -261,6 +261,8 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	t.Run("ByNeedsPersonSince", func(t *testing.T) { exerciseListBySince(t, open) })
+
 	t.Run("ForeignCursorIsInvalid", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)

@@ -192,6 +192,10 @@ func indexes() []mongo.IndexModel {
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
 		// Items waiting for a person (alerts, the operator's queue).
 		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
+		// The console's queue: a tenant's items waiting for a person, the one waiting longest first (an item
+		// without a needs_person_since, null, sorts first), key breaking ties, read in index order.
+		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "needs_person", Value: 1}, {Key: "needs_person_since", Value: 1}, {Key: "key", Value: 1}},
+			Options: options.Index().SetName("tenant_needs_person_since")},
 		// Lookups by business reference (the operator list by reference, the console's Find). A reference names
 		// one or a few items, so the list sorts those few by last change without an index for the order.
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},

@@ -189,6 +189,9 @@ func (s *Store) Path() string { return s.path }
 //	items_needs_person_changed partial (tenant, updated_at, key)
 //	                                         ListItems with needs_person = 1 (the operator's own list):
 //	                                         only the few items that need a person are in it
+//	items_needs_person_since partial (tenant, needs_person_since, key)
+//	                                         ListItems by needs_person_since (the console's queue, oldest
+//	                                         first): the same few items, in the order a person takes them
 //	items_batch              partial (tenant, batch_id, batch_index)
 //	                                         BatchItems, BatchCounts
 //	items_execution          partial (tenant, execution_id, updated_at)
@@ -212,6 +215,7 @@ CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state =
 CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at);
 CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at);
 CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_needs_person_since ON items (tenant, needs_person_since, key) WHERE needs_person = 1;
 CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at) WHERE reference != '';
 CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at) WHERE execution_id != '';
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index) WHERE batch_id != '';
