@@ -78,6 +78,12 @@ func exerciseListBySince(t *testing.T, open func(t *testing.T) OperatorStore) {
 				t.Errorf("pages of %d gave %v in %d pages, want %v in %d", limit, got, pages, want, wantPages)
 			}
 		}
+		// The kept count of the items needing a person is the list's length, per tenant.
+		for tenant, want := range map[string]int{tenantA: 6, tenantB: 1, "nobody": 0} {
+			if n, err := h.ops.NeedsPersonCount(h.ctx, tenant); err != nil || n != want {
+				t.Errorf("NeedsPersonCount(%s) = %d, %v; want %d", tenant, n, err, want)
+			}
+		}
 		// The list by change, for contrast, still gives the newest change first.
 		if got := h.listKeys(items.ListParams{NeedsPerson: &yes}); !slices.Equal(got, []string{"n-1", "n-2", "c", "a", "b", "d"}) {
 			t.Errorf("the list by change gave %v", got)

@@ -616,6 +616,26 @@ func (s *Store) listPage(ctx context.Context, filter bson.D, limit int, order li
 	return page, nil
 }
 
+// NeedsPersonCount returns how many of the tenant's items need a person, from the kept counts (one
+// document per destination and state; see Stats for how exact they are): the console's queue counts its
+// pages by it. Returns ErrUnavailable.
+func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error) {
+	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "tenant", Value: tenant}, {Key: "needs_person", Value: true}},
+		options.Find().SetProjection(bson.D{{Key: "items", Value: 1}}))
+	if err != nil {
+		return 0, unavailable("count items needing a person", err)
+	}
+	var docs []countsDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, unavailable("count items needing a person", err)
+	}
+	n := 0
+	for _, d := range docs {
+		n += d.Items
+	}
+	return n, nil
+}
+
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.
 func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string, delta int) error {
 	_, err := s.counters().UpdateOne(ctx, bson.D{{Key: "_id", Value: strings.Join([]string{tenant, destination, name}, idSeparator)}},

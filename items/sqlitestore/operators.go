@@ -595,6 +595,19 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	return from + "WHERE " + strings.Join(where, " AND ") + order, args, nil
 }
 
+// needsPersonCountSQL sums the kept counts of a tenant's items needing a person.
+const needsPersonCountSQL = `SELECT coalesce(sum(items), 0) FROM item_counts WHERE tenant = ? AND needs_person = 1`
+
+// NeedsPersonCount returns how many of the tenant's items need a person, from the kept counts (one row
+// per destination and state): the console's queue counts its pages by it. Returns ErrUnavailable.
+func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error) {
+	var n int
+	if err := s.r.QueryRowContext(ctx, needsPersonCountSQL, tenant).Scan(&n); err != nil {
+		return 0, unavailable(err)
+	}
+	return n, nil
+}
+
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.
 func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string, delta int) error {
 	_, err := s.w.ExecContext(ctx, `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)

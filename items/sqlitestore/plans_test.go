@@ -68,6 +68,7 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_state_changed"}},
 		{"RetentionRemoveItem", "DELETE FROM items WHERE tenant = ? AND key = ? AND version = ?", []any{"acme", "k", 3},
 			[]string{"USING INDEX items_key"}},
+		{"NeedsPersonCount", needsPersonCountSQL, []any{"acme"}, []string{"SEARCH item_counts USING PRIMARY KEY (tenant=?)"}},
 		{"StatsCountsTenant", countsSQL, []any{"acme"}, []string{"SCAN item_counts"}},
 		{"StatsUnresolvedTenant", unresolvedSQL, []any{now.UnixMilli(), "acme"},
 			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
