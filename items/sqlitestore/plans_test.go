@@ -39,8 +39,9 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"Get", `SELECT doc FROM items WHERE tenant = ? AND key = ?`, []any{"acme", "k"},
 			[]string{"USING INDEX items_key"}},
-		{"ReadMany", `SELECT key, doc FROM items WHERE tenant = ? AND key IN (?, ?)`, []any{"acme", "a", "b"},
+		{"ReadMany", readManySQL(2), []any{"acme", "a", "b"},
 			[]string{"USING INDEX items_key"}},
+		{"Update", updateSQL(1<<0 | 1<<12), []any{2, 1, []byte("doc"), 1, 1}, []string{"USING INTEGER PRIMARY KEY"}},
 		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
 			[]string{"USING INDEX items_lease"}},
 		{"ListItems", "", nil, []string{"USING INDEX items_changed"}},

@@ -15,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,10 +42,12 @@ type Store struct {
 	convertBatchSize int
 	w                *sql.DB // one connection: writes serialize here
 	r                *sql.DB // readers
-	// updateItem and inserts (one per insertRows) are prepared once on w's connection: parsing the SQL
-	// anew for every item cost a batch of 500 a quarter of its time.
-	updateItem *sql.Stmt
+	// inserts (one per insertRows) and updates (one per set of changed columns, update.go) are prepared
+	// on w's connection: parsing the SQL anew for every item cost a batch of 500 a quarter of its time.
+	// unprepared are the sets of changed columns to prepare after the commit that ran them unprepared.
 	inserts    []*sql.Stmt
+	updates    map[uint32]*sql.Stmt
+	unprepared map[uint32]bool
 	addCounts  *sql.Stmt
 	reads      []*sql.Stmt // one per readSizes
 	// rows and doc are write's buffers, used by one transaction at a time.
@@ -104,10 +108,8 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.updateItem, err = w.PrepareContext(ctx, updateItemSQL)
-	if err == nil {
-		s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
-	}
+	s.updates, s.unprepared = map[uint32]*sql.Stmt{}, map[uint32]bool{}
+	s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
 	for _, rows := range insertRows {
 		if err != nil {
 			break
@@ -179,7 +181,7 @@ func (s *Store) Path() string { return s.path }
 // indexes of a column most items leave empty (reference, execution, batch) are partial: an item without
 // one is not in them.
 //
-//	items_key                (tenant, key)  UNIQUE: get, readMany, and the UPDATE guarded by version
+//	items_key                (tenant, key)  UNIQUE: get, readMany (the UPDATE finds the row by its id)
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
 //	items_changed            (tenant, updated_at)
 //	                                         ListItems without a state filter, read backwards: the newest
@@ -320,14 +322,14 @@ type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-// scanItem reads a row of storedColumns: the item and the row, or errCorrupt (wrapped) as decodeErr when
+// scanItem reads a row of storedColumns (and into more, the columns the query selects after them): the item and the row, or errCorrupt (wrapped) as decodeErr when
 // its document cannot be read. A failure to read the row itself is returned as scanErr.
-func scanItem(sc rowScanner) (it *items.Item, r row, decodeErr, scanErr error) {
+func scanItem(sc rowScanner, more ...any) (it *items.Item, r row, decodeErr, scanErr error) {
 	var batchIndex sql.NullInt64
 	var workflow sql.NullString
 	var doc sql.RawBytes
-	if err := sc.Scan(&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
-		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc); err != nil {
+	if err := sc.Scan(append([]any{&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
+		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc}, more...)...); err != nil {
 		return nil, r, nil, err
 	}
 	r.workflow = workflow.String
@@ -418,7 +420,7 @@ var insertRows = []int{100, 10, 1}
 
 // write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
 // when the transaction started (found) and updating the others guarded by the version found.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*items.Item, changed []string) error {
+func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.Item, stored map[string]*written, last map[string]*items.Item, changed []string) error {
 	// The transaction's statements need no cancellation of their own: a cancelled request still rolls
 	// back, at BeginTx or Commit, and a watcher per statement cost a goroutine each.
 	ctx = context.WithoutCancel(ctx)
@@ -430,7 +432,8 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		clear(fresh) // the values of this batch's rows are garbage now
 		s.rows, s.doc = fresh[:0], buf
 	}()
-	var update *sql.Stmt
+	update := updates{s: s, tx: tx}
+	var args []any
 	counts := items.CountChanges{}
 	for _, id := range changed {
 		cur, next := found[id], last[id]
@@ -444,11 +447,16 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 			fresh = appendColumns(fresh, next, doc)
 			continue
 		}
-		if update == nil {
-			update = tx.StmtContext(ctx, s.updateItem)
+		row := stored[id]
+		args = appendColumns(args[:0], next, doc)
+		mask := row.changedColumns(args)
+		set := args[:0] // the values of the columns of mask, moved to the front of args
+		for c := range setColumns {
+			if mask&(1<<c) != 0 {
+				set = append(set, args[c])
+			}
 		}
-		args := appendColumns(make([]any, 0, len(itemColumns)+1), next, doc)
-		res, err := update.ExecContext(ctx, append(args, cur.Version)...)
+		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version))
 		if err := wroteRows(res, err, 1); err != nil {
 			return err
 		}
@@ -489,18 +497,12 @@ func wroteRows(res sql.Result, err error, want int) error {
 	return nil
 }
 
-// itemColumns are the columns write stores, in the order appendColumns gives their values; tenant and
-// key come last, where the UPDATE's WHERE clause wants them.
+// itemColumns are the columns write stores, in the order appendColumns gives their values: those an
+// UPDATE may set (setColumns), then doc, tenant and key.
 var itemColumns = []string{"version", "state", "destination", "workflow", "owner", "reference", "batch_id",
 	"batch_index", "execution_id", "needs_person", "lease_expires_at", "created_at", "updated_at", "attempt", "same_key_recovered",
 	"resolutions", "duplicate_effect", "entered_unknown", "needs_person_since", "sweep_candidate", "alert_pending",
 	"doc", "tenant", "key"}
-
-// updateItemSQL rewrites an item guarded by the version the transaction found.
-var updateItemSQL = func() string {
-	set := itemColumns[:len(itemColumns)-2]
-	return "UPDATE items SET " + strings.Join(set, " = ?, ") + " = ? WHERE tenant = ? AND key = ? AND version = ?"
-}()
 
 // insertItemsSQL inserts rows new items. ON CONFLICT DO NOTHING turns an item that exists after all into
 // a changed-row count that wroteRows refuses, rather than a constraint error.
@@ -617,7 +619,7 @@ func (s *Store) Close() error {
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
 	// would not checkpoint.
-	for _, st := range append(append([]*sql.Stmt{s.updateItem, s.addCounts}, s.inserts...), s.reads...) {
+	for _, st := range append(append(slices.Collect(maps.Values(s.updates)), s.addCounts), append(s.inserts, s.reads...)...) {
 		if st != nil {
 			_ = st.Close()
 		}
