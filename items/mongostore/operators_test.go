@@ -2,10 +2,13 @@ package mongostore_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
@@ -112,5 +115,31 @@ func TestListByNeedsPersonSinceSkipsACorruptItem(t *testing.T) {
 	}
 	if fmt.Sprint(keys) != "[k-2 k-4]" || fmt.Sprint(unreadable) != "[k-3 k-1]" || pages != 4 {
 		t.Errorf("pages of 1 list %v and unreadable %v in %d pages, want [k-2 k-4], [k-3 k-1], 4 pages", keys, unreadable, pages)
+	}
+}
+
+// TestOpenRetiresNeedsPersonTenant: a ledger of an earlier build has the index needs_person_tenant
+// (needs_person, tenant), the start of needs_person_tenant_since; opening it drops the old one.
+func TestOpenRetiresNeedsPersonTenant(t *testing.T) {
+	e := newEnv(t)
+	coll := e.collection(mongostore.ItemsCollection)
+	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}},
+		Options: options.Index().SetName("needs_person_tenant")}); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	cur, err := coll.Indexes().List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []struct {
+		Name string `bson:"name"`
+	}
+	if err := cur.All(t.Context(), &specs); err != nil {
+		t.Fatal(err)
+	}
+	names := fmt.Sprint(specs)
+	if strings.Contains(names, "{needs_person_tenant}") || !strings.Contains(names, "{needs_person_tenant_since}") {
+		t.Errorf("indexes after open: %s; want needs_person_tenant_since and not needs_person_tenant", names)
 	}
 }
