@@ -24,9 +24,9 @@ import (
 // without a recorded since first), from an index of the store that holds that order. A page reads only as
 // far as its own end: page 1, the one everybody sees and that reloads itself, reads 51 items whatever
 // the length of the queue, and page n reads n×50 (the store has a cursor, not an offset). Its count and
-// its number of pages come from the store's kept counts (NeedsPersonCount). Past QueueLimit there are no more pages:
-// what they would leave out is always the newest, never the oldest. BenchmarkQueue measures the first and
-// the last page of a queue longer than QueueLimit.
+// its number of pages come from the store's kept counts (NeedsPersonCount). Past QueueLimit there are no
+// more pages: what they would leave out is always the newest, never the oldest. BenchmarkQueue measures
+// the first and the last page of a queue longer than QueueLimit.
 const (
 	QueuePageSize = 50
 	QueueLimit    = 5000
