@@ -414,9 +414,11 @@ func advance(cur, next *items.Item) error {
 }
 
 // insertRows are the sizes of the INSERT statements, largest first: a batch's new items go in as many of
-// the largest as fit, the rest in smaller ones. 24 parameters a row keep 100 rows far below SQLite's limit
-// of 32766 bound parameters.
-var insertRows = []int{100, 10, 1}
+// the largest as fit, the rest in smaller ones, a power of two each, so that a group commit's handful of
+// new items (about eight at 32 callers) is a statement or two rather than one each: every statement opens
+// a cursor on the table and each index. 24 parameters a row keep 100 rows far below SQLite's limit of
+// 32766 bound parameters.
+var insertRows = []int{100, 32, 16, 8, 4, 2, 1}
 
 // write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
 // when the transaction started (found) and updating the others guarded by the version found.
