@@ -426,6 +426,30 @@ func TestTheQueuePagesOldestFirst(t *testing.T) {
 	}
 }
 
+// TestTheQueueGroupsByBatchInTheOrderOfTheirOldest: a page's items are grouped by owner and batch, each
+// group in the order of its oldest item, the items of a group oldest first.
+func TestTheQueueGroupsByBatchInTheOrderOfTheirOldest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("a-1", "", "run-a", 0)
+	e.unknownItem("b-1", "", "run-b", 0)
+	e.unknownItem("a-2", "", "run-a", 1)
+	e.unknownItem("solo", "", "", 0)
+	e.unknownItem("b-2", "", "run-b", 1)
+	_, body, _ := e.page(e.client(), "/console/")
+	var groups []string
+	for _, sec := range strings.Split(body, `<section class="card group">`)[1:] {
+		batch := "none"
+		if m := regexp.MustCompile(`batch <a href="[^"]*">([^<]+)</a>`).FindStringSubmatch(sec); m != nil {
+			batch = m[1]
+		}
+		groups = append(groups, batch+":"+strings.Join(queueKeys(sec), ","))
+	}
+	if got, want := strings.Join(groups, " "), "run-a:a-1,a-2 run-b:b-1,b-2 none:solo"; got != want {
+		t.Errorf("groups %s, want %s", got, want)
+	}
+}
+
 // TestTheQueueShowsTheOldestPastItsLimit: with more items needing a person than the queue's pages reach
 // (a QueueLimit injected small), the first page holds the oldest, the pages end at the limit, and the page
 // says that the newest are left out. (The queue used to read the newest changes first up to its limit,
