@@ -122,7 +122,7 @@ func TestReadManyAtEverySize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		found, bad, err := s.readMany(ctx, tx, "acme", keys)
+		found, rows, bad, err := s.readMany(ctx, tx, "acme", keys)
 		_ = tx.Rollback()
 		if err != nil || len(bad) != 0 {
 			t.Fatalf("%d keys: %v %v", n, err, bad)
@@ -131,8 +131,8 @@ func TestReadManyAtEverySize(t *testing.T) {
 			t.Fatalf("%d keys: %d found", n, len(found))
 		}
 		for i, k := range stored[:n] {
-			if it := found[k]; (it != nil) != (i%2 == 0) || (it != nil && it.Key != k) {
-				t.Fatalf("%d keys: %s = %+v", n, k, it)
+			if it := found[k]; (it != nil) != (i%2 == 0) || (it != nil && it.Key != k) || (it != nil) != (rows[k] != nil) {
+				t.Fatalf("%d keys: %s = %+v (row %v)", n, k, it, rows[k])
 			}
 		}
 	}

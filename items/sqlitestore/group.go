@@ -90,6 +90,9 @@ func (s *Store) commitGroups() {
 		for _, t := range group {
 			close(t.done)
 		}
+		if len(s.unprepared) > 0 {
+			s.prepareUpdates()
+		}
 		if s.grown >= checkpointPages {
 			s.grown = 0
 			_, _ = s.w.ExecContext(context.Background(), `PRAGMA wal_checkpoint(PASSIVE)`)
@@ -184,7 +187,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
 	// items whose stored document is corrupt.
-	found, bad, err := s.readGroup(ctx, tx, group)
+	found, stored, bad, err := s.readGroup(ctx, tx, group)
 	if err != nil {
 		fail(err)
 		return nil
@@ -207,7 +210,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	if len(changed) == 0 {
 		return nil
 	}
-	if err := s.write(ctx, tx, found, seen, changed); err != nil {
+	if err := s.write(ctx, tx, found, stored, seen, changed); err != nil {
 		var fault *itemFault
 		if errors.As(err, &fault) {
 			return fault
@@ -233,9 +236,9 @@ func (s *Store) tryGroup(group []*transition) error {
 // readGroup reads every item the group's transitions (those without a fault) name, before any of them
 // is decided: one readMany per tenant for the whole group rather than one per transition, as nothing is
 // written until every transition is decided. 32 single-item transitions are then one statement instead of
-// 32, each with its own binding, stepping and rows. found has every item that was read (nil: none); bad,
-// nil when empty, those whose stored document is corrupt.
-func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, bad map[string]error, err error) {
+// 32, each with its own binding, stepping and rows. found has every item that was read (nil: none), stored
+// the rows of those found; bad, nil when empty, those whose stored document is corrupt.
+func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, stored map[string]*written, bad map[string]error, err error) {
 	var tenants []string
 	keys := map[string][]string{} // per tenant, its distinct keys in the order of their first mention
 	queued := map[string]bool{}
@@ -256,14 +259,18 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 		}
 	}
 	found = make(map[string]*items.Item, len(queued))
+	stored = make(map[string]*written, len(queued))
 	for _, tenant := range tenants {
-		stored, corrupt, err := s.readMany(ctx, tx, tenant, keys[tenant])
+		its, rows, corrupt, err := s.readMany(ctx, tx, tenant, keys[tenant])
 		s.groupReads.Add(1)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		for k, it := range stored {
+		for k, it := range its {
 			found[itemID(tenant, k)] = it
+		}
+		for k, r := range rows {
+			stored[itemID(tenant, k)] = r
 		}
 		for k, err := range corrupt {
 			if bad == nil {
@@ -272,7 +279,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 			bad[itemID(tenant, k)] = err
 		}
 	}
-	return found, bad, nil
+	return found, stored, bad, nil
 }
 
 // corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.

@@ -15,17 +15,19 @@ import (
 // many parameters as keys, cost each commit a prepareV2: 7% of the process at 32 callers.
 var readSizes = []int{500, 64, 8, 1}
 
-// readManySQL reads n keys of a tenant.
+// readManySQL reads n keys of a tenant: each item's storedColumns, then its writtenColumns.
 func readManySQL(n int) string {
-	return `SELECT ` + storedColumns + ` FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", n-1) + `)`
+	return `SELECT ` + storedColumns + `, ` + writtenColumns + ` FROM items WHERE tenant = ? AND key IN (?` + strings.Repeat(", ?", n-1) + `)`
 }
 
 // readMany returns the stored item of every key (nil for a key without one) in a few queries instead of
-// one per key: a batch of 500 items reads them in one statement. A key whose stored document cannot be
-// decoded is in bad with its error instead of in found: that fault belongs to the requests about that key
-// alone. Returns ErrUnavailable when the database cannot be read.
-func (s *Store) readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []string) (found map[string]*items.Item, bad map[string]error, err error) {
+// one per key: a batch of 500 items reads them in one statement. rows has the row of every item found, as
+// write wants it to change only what changes. A key whose stored document cannot be decoded is in bad with
+// its error instead of in found: that fault belongs to the requests about that key alone. Returns
+// ErrUnavailable when the database cannot be read.
+func (s *Store) readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []string) (found map[string]*items.Item, rows map[string]*written, bad map[string]error, err error) {
 	found = make(map[string]*items.Item, len(keys))
+	rows = make(map[string]*written, len(keys))
 	distinct := make([]string, 0, len(keys))
 	for _, k := range keys {
 		if _, ok := found[k]; !ok {
@@ -47,16 +49,17 @@ func (s *Store) readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []
 		for j := range size {
 			args = append(args, chunk[min(j, len(chunk)-1)])
 		}
-		rows, err := tx.StmtContext(ctx, s.reads[i]).QueryContext(ctx, args...)
+		result, err := tx.StmtContext(ctx, s.reads[i]).QueryContext(ctx, args...)
 		if err != nil {
-			return nil, nil, unavailable(err)
+			return nil, nil, nil, unavailable(err)
 		}
-		for rows.Next() {
-			it, r, err, scanErr := scanItem(rows)
+		for result.Next() {
+			var w writtenScan
+			it, r, err, scanErr := scanItem(result, w.dest()...)
 			key := r.key
 			if scanErr != nil {
-				rows.Close()
-				return nil, nil, unavailable(scanErr)
+				result.Close()
+				return nil, nil, nil, unavailable(scanErr)
 			}
 			if err != nil {
 				if bad == nil {
@@ -67,12 +70,13 @@ func (s *Store) readMany(ctx context.Context, tx *sql.Tx, tenant string, keys []
 				continue
 			}
 			found[key] = it
+			rows[key] = w.written(&r)
 		}
-		err = rows.Err()
-		rows.Close()
+		err = result.Err()
+		result.Close()
 		if err != nil {
-			return nil, nil, unavailable(err)
+			return nil, nil, nil, unavailable(err)
 		}
 	}
-	return found, bad, nil
+	return found, rows, bad, nil
 }

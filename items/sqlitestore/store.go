@@ -15,9 +15,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,10 +42,12 @@ type Store struct {
 	convertBatchSize int
 	w                *sql.DB // one connection: writes serialize here
 	r                *sql.DB // readers
-	// updateItem and inserts (one per insertRows) are prepared once on w's connection: parsing the SQL
-	// anew for every item cost a batch of 500 a quarter of its time.
-	updateItem *sql.Stmt
+	// inserts (one per insertRows) and updates (one per set of changed columns, update.go) are prepared
+	// on w's connection: parsing the SQL anew for every item cost a batch of 500 a quarter of its time.
+	// unprepared are the sets of changed columns to prepare after the commit that ran them unprepared.
 	inserts    []*sql.Stmt
+	updates    map[uint32]*sql.Stmt
+	unprepared map[uint32]bool
 	addCounts  *sql.Stmt
 	reads      []*sql.Stmt // one per readSizes
 	// rows and doc are write's buffers, used by one transaction at a time.
@@ -104,10 +108,8 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 		s.Close()
 		return nil, err
 	}
-	s.updateItem, err = w.PrepareContext(ctx, updateItemSQL)
-	if err == nil {
-		s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
-	}
+	s.updates, s.unprepared = map[uint32]*sql.Stmt{}, map[uint32]bool{}
+	s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
 	for _, rows := range insertRows {
 		if err != nil {
 			break
@@ -179,7 +181,7 @@ func (s *Store) Path() string { return s.path }
 // indexes of a column most items leave empty (reference, execution, batch) are partial: an item without
 // one is not in them.
 //
-//	items_key                (tenant, key)  UNIQUE: get, readMany, and the UPDATE guarded by version
+//	items_key                (tenant, key)  UNIQUE: get, readMany (the UPDATE finds the row by its id)
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
 //	items_changed            (tenant, updated_at)
 //	                                         ListItems without a state filter, read backwards: the newest
@@ -189,6 +191,9 @@ func (s *Store) Path() string { return s.path }
 //	items_needs_person_changed partial (tenant, updated_at, key)
 //	                                         ListItems with needs_person = 1 (the operator's own list):
 //	                                         only the few items that need a person are in it
+//	items_needs_person_since partial (tenant, needs_person_since, key)
+//	                                         ListItems by needs_person_since (the console's queue, oldest
+//	                                         first): the same few items, in the order a person takes them
 //	items_batch              partial (tenant, batch_id, batch_index)
 //	                                         BatchItems, BatchCounts
 //	items_execution          partial (tenant, execution_id, updated_at)
@@ -212,6 +217,7 @@ CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE state =
 CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at);
 CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at);
 CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
+CREATE INDEX IF NOT EXISTS items_needs_person_since ON items (tenant, needs_person_since, key) WHERE needs_person = 1;
 CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at) WHERE reference != '';
 CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at) WHERE execution_id != '';
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index) WHERE batch_id != '';
@@ -316,14 +322,14 @@ type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-// scanItem reads a row of storedColumns: the item and the row, or errCorrupt (wrapped) as decodeErr when
+// scanItem reads a row of storedColumns (and into more, the columns the query selects after them): the item and the row, or errCorrupt (wrapped) as decodeErr when
 // its document cannot be read. A failure to read the row itself is returned as scanErr.
-func scanItem(sc rowScanner) (it *items.Item, r row, decodeErr, scanErr error) {
+func scanItem(sc rowScanner, more ...any) (it *items.Item, r row, decodeErr, scanErr error) {
 	var batchIndex sql.NullInt64
 	var workflow sql.NullString
 	var doc sql.RawBytes
-	if err := sc.Scan(&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
-		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc); err != nil {
+	if err := sc.Scan(append([]any{&r.tenant, &r.key, &r.version, &r.state, &r.destination, &workflow, &r.owner, &r.reference,
+		&r.batchID, &batchIndex, &r.executionID, &r.needsPerson, &r.createdAt, &r.updatedAt, &doc}, more...)...); err != nil {
 		return nil, r, nil, err
 	}
 	r.workflow = workflow.String
@@ -408,13 +414,15 @@ func advance(cur, next *items.Item) error {
 }
 
 // insertRows are the sizes of the INSERT statements, largest first: a batch's new items go in as many of
-// the largest as fit, the rest in smaller ones. 24 parameters a row keep 100 rows far below SQLite's limit
-// of 32766 bound parameters.
-var insertRows = []int{100, 10, 1}
+// the largest as fit, the rest in smaller ones, a power of two each, so that a group commit's handful of
+// new items (about eight at 32 callers) is a statement or two rather than one each: every statement opens
+// a cursor on the table and each index. 24 parameters a row keep 100 rows far below SQLite's limit of
+// 32766 bound parameters.
+var insertRows = []int{100, 32, 16, 8, 4, 2, 1}
 
 // write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
 // when the transaction started (found) and updating the others guarded by the version found.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*items.Item, changed []string) error {
+func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.Item, stored map[string]*written, last map[string]*items.Item, changed []string) error {
 	// The transaction's statements need no cancellation of their own: a cancelled request still rolls
 	// back, at BeginTx or Commit, and a watcher per statement cost a goroutine each.
 	ctx = context.WithoutCancel(ctx)
@@ -426,7 +434,8 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 		clear(fresh) // the values of this batch's rows are garbage now
 		s.rows, s.doc = fresh[:0], buf
 	}()
-	var update *sql.Stmt
+	update := updates{s: s, tx: tx}
+	var args []any
 	counts := items.CountChanges{}
 	for _, id := range changed {
 		cur, next := found[id], last[id]
@@ -440,11 +449,16 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found, last map[string]*i
 			fresh = appendColumns(fresh, next, doc)
 			continue
 		}
-		if update == nil {
-			update = tx.StmtContext(ctx, s.updateItem)
+		row := stored[id]
+		args = appendColumns(args[:0], next, doc)
+		mask := row.changedColumns(args)
+		set := args[:0] // the values of the columns of mask, moved to the front of args
+		for c := range setColumns {
+			if mask&(1<<c) != 0 {
+				set = append(set, args[c])
+			}
 		}
-		args := appendColumns(make([]any, 0, len(itemColumns)+1), next, doc)
-		res, err := update.ExecContext(ctx, append(args, cur.Version)...)
+		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version))
 		if err := wroteRows(res, err, 1); err != nil {
 			return err
 		}
@@ -485,18 +499,12 @@ func wroteRows(res sql.Result, err error, want int) error {
 	return nil
 }
 
-// itemColumns are the columns write stores, in the order appendColumns gives their values; tenant and
-// key come last, where the UPDATE's WHERE clause wants them.
+// itemColumns are the columns write stores, in the order appendColumns gives their values: those an
+// UPDATE may set (setColumns), then doc, tenant and key.
 var itemColumns = []string{"version", "state", "destination", "workflow", "owner", "reference", "batch_id",
 	"batch_index", "execution_id", "needs_person", "lease_expires_at", "created_at", "updated_at", "attempt", "same_key_recovered",
 	"resolutions", "duplicate_effect", "entered_unknown", "needs_person_since", "sweep_candidate", "alert_pending",
 	"doc", "tenant", "key"}
-
-// updateItemSQL rewrites an item guarded by the version the transaction found.
-var updateItemSQL = func() string {
-	set := itemColumns[:len(itemColumns)-2]
-	return "UPDATE items SET " + strings.Join(set, " = ?, ") + " = ? WHERE tenant = ? AND key = ? AND version = ?"
-}()
 
 // insertItemsSQL inserts rows new items. ON CONFLICT DO NOTHING turns an item that exists after all into
 // a changed-row count that wroteRows refuses, rather than a constraint error.
@@ -613,7 +621,7 @@ func (s *Store) Close() error {
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
 	// would not checkpoint.
-	for _, st := range append(append([]*sql.Stmt{s.updateItem, s.addCounts}, s.inserts...), s.reads...) {
+	for _, st := range append(append(slices.Collect(maps.Values(s.updates)), s.addCounts), append(s.inserts, s.reads...)...) {
 		if st != nil {
 			_ = st.Close()
 		}
