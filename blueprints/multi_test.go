@@ -49,10 +49,15 @@ func TestSingleTemplatesReportEveryItemBeforeAnswering(t *testing.T) {
 		},
 		"lookup-reconcile": {
 			"Both outcomes": "[Write error/0->1 YOUR WRITE: create the record/0->0]",
-			"All items":     "[Delivery complete?/1->4 Other answer/0->3 Stored result/0->1 Surface/0->2 Write outcome/0->0]",
+			"All items":     "[Delivery complete?/1->6 Other answer again/0->5 Other answer/0->3 Stored result again/0->4 Stored result/0->1 Surface/0->2 Write outcome/0->0]",
 			"Answer":        "[All items/0->0]",
 			"Other answer":  "[Decision/4->0]",
-			NodeBeforeWrite: "[Reconcile/0->0 Settings/0->0]",
+			// No loop: after the lookup, before-write is asked again by its own nodes, and the claims that
+			// proceed either way meet before the write.
+			NodeBeforeWrite:      "[Settings/0->0]",
+			"Before-write again": "[Reconcile/0->0]",
+			"To the write":       "[Decision again/0->1 Decision/0->0]",
+			NodeWrite:            "[To the write/0->0]",
 		},
 		"guarded-write-subworkflows": {
 			"Both outcomes": "[YOUR WRITE: create the record/0->0 YOUR WRITE: create the record/1->1]",
@@ -80,7 +85,7 @@ func TestSingleTemplatesReportEveryItemBeforeAnswering(t *testing.T) {
 			if (n.Name == "Answer" || n.Name == "Done") && n.Parameters.(CodeParams).Mode != "runOnceForAllItems" {
 				t.Errorf("%s: %s runs %s, want once for all items", tpl.Slug, n.Name, n.Parameters.(CodeParams).Mode)
 			}
-			if n.Name == NodeBeforeWrite || n.Name == "Claim trigger event" {
+			if n.Name == NodeBeforeWrite || n.Name == "Claim trigger event" || n.Name == "Before-write again" {
 				if r := n.Parameters.(HTTPParams).Options.Response; r == nil || !r.Response.NeverError || !r.Response.FullResponse {
 					t.Errorf("%s: %s throws on a refusal (want Never Error with the full response)", tpl.Slug, n.Name)
 				}

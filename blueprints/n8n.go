@@ -657,9 +657,6 @@ func n8nSingle(t Template, s Settings) N8nWorkflow {
 	g.connect(NodeCheckDelivery, 0, "Delivery complete?")
 	g.add(settingsNode(t, s, "$json.body", [2]int{660, y}))
 	g.connect("Delivery complete?", 0, "Settings")
-	// The inputs of All items, the Merge before the answer: each node that ends an item feeds its own input,
-	// so that every route's items meet in one run of the answer.
-	var ends []string
 	x := 880
 	prev := "Settings"
 	if t.TriggerGuard {
@@ -706,18 +703,35 @@ return { json: { duplicate: true, key: $json.key, decision: $json.decision, reas
 	}
 	g.add(decisionSwitch(t.Slug, "Decision", words, [2]int{x + 220, y}))
 	g.connect(NodeClaimAnswer, 0, "Decision")
-	g.add(sticky("Slot note", slotNote(false), [2]int{x + 380, y - 420}, 520, 360, 5))
-	_, last := g.guardedWriteTail(s, NodeClaimAnswer, false, x+440, y)
-	g.connect("Decision", 0, NodeWrite)
+	lookup := t.Dedupe == DedupeLookup
+	// In lookup-reconcile the write takes the items that proceed at once and those that proceed after a
+	// lookup proved their record absent, in one run (To the write): the claim Evidence reports is the item
+	// that went into the write.
+	wx, claim := x+440, NodeClaimAnswer
+	if lookup {
+		wx, claim = x+660, "To the write"
+		g.add(N8nNode{Name: claim, Type: n8nMerge, Position: [2]int{x + 440, y}, Parameters: MergeParams{},
+			Notes: "The claims that proceed at once and those that proceed after the lookup proved the record absent go to the write together."})
+		g.connectInput("Decision", 0, claim, 0)
+		g.connect(claim, 0, NodeWrite)
+	} else {
+		g.connect("Decision", 0, NodeWrite)
+	}
+	g.add(sticky("Slot note", slotNote(false), [2]int{wx - 60, y - 420}, 520, 360, 5))
+	_, last := g.guardedWriteTail(s, claim, false, wx, y)
 	g.add(codeNode("Stored result", "runOnceForEachItem", storedResultJS, [2]int{x + 660, y + 260}))
 	g.connect("Decision", 1, "Stored result")
 	g.add(codeNode("Surface", "runOnceForEachItem", surfaceJS, [2]int{x + 660, y + 440}))
 	g.connect("Decision", 2, "Surface")
 	fallback := 3
-	if t.Dedupe == DedupeLookup {
+	// The nodes that end an item, each feeding its own input of All items (the Merge before the answer), so that
+	// every route's items meet in one run of the answer: the write's outcome, then these.
+	ends := []string{"Stored result", "Surface", "Other answer"}
+	if lookup {
 		fallback = 4
+		ly := y + 800
 		g.add(N8nNode{
-			Name: NodeLookup, Type: n8nHTTPRequest, Position: [2]int{x + 440, y + 800},
+			Name: NodeLookup, Type: n8nHTTPRequest, Position: [2]int{x + 440, ly},
 			Parameters: HTTPParams{
 				Method: "GET", URL: "={{ $('Settings').item.json.lookup_url }}",
 				SendQuery:       true,
@@ -728,23 +742,40 @@ return { json: { duplicate: true, key: $json.key, decision: $json.decision, reas
 			Notes:   "THE LOOKUP SLOT: search your destination for the business reference. Keep Never Error, Include Response Headers and Status, and On Error = Continue (using error output).",
 		})
 		g.connect("Decision", 3, NodeLookup)
-		g.add(codeNode("Finding", "runOnceForEachItem", findingJS, [2]int{x + 660, y + 800}))
+		g.add(codeNode("Finding", "runOnceForEachItem", findingJS, [2]int{x + 660, ly}))
 		g.connect(NodeLookup, 0, "Finding")
 		g.connect(NodeLookup, 1, "Finding")
-		g.add(reportHTTP(s, "Reconcile", PathReconcile, "={{ JSON.stringify($json) }}", [2]int{x + 880, y + 800}))
+		g.add(reportHTTP(s, "Reconcile", PathReconcile, "={{ JSON.stringify($json) }}", [2]int{x + 880, ly}))
 		g.connect("Finding", 0, "Reconcile")
-		// Back to before-write: it now answers skip (found), proceed (absent) or awaiting_owner.
-		g.connect("Reconcile", 0, NodeBeforeWrite)
+		// Then before-write again, once: it now answers skip (found), proceed (absent) or awaiting_owner. Its own
+		// nodes, not a loop back to Before-write, so that every item's end still meets the others' in one run of
+		// All items (a loop would bring the reconciled items there in a second run, answered separately).
+		g.add(beforeWriteHTTP(s, "Before-write again", "={{ $('Settings').item.json.companion_url }}"+PathBeforeWrite, strings.Replace(bw, "BATCH_INDEX", idx, 1), [2]int{x + 1100, ly}))
+		g.connect("Reconcile", 0, "Before-write again")
+		g.add(codeNode("Claim answer again", "runOnceForEachItem", beforeWriteAnswerJS("$('Settings').item.json.key"), [2]int{x + 1320, ly}))
+		g.connect("Before-write again", 0, "Claim answer again")
+		g.add(decisionSwitch(t.Slug, "Decision again", []string{"proceed", "skip"}, [2]int{x + 1540, ly}))
+		g.connect("Claim answer again", 0, "Decision again")
+		g.connectInput("Decision again", 0, claim, 1)
+		g.add(codeNode("Stored result again", "runOnceForEachItem", storedResultJS, [2]int{x + 1760, ly}))
+		g.connect("Decision again", 1, "Stored result again")
+		g.add(codeNode("Other answer again", "runOnceForEachItem", otherAnswerJS, [2]int{x + 1760, ly + 180}))
+		g.connect("Decision again", 2, "Other answer again")
+		ends = append(ends, "Stored result again", "Other answer again")
 	}
 	// A request companion refused, or an answer this template does not handle.
 	g.add(codeNode("Other answer", "runOnceForEachItem", otherAnswerJS, [2]int{x + 660, y + 620}))
 	g.connect("Decision", fallback, "Other answer")
 
-	ex := x + 1540
+	ex := wx + 1100
+	if lookup {
+		ex = x + 1980
+	}
+	ends = append([]string{last}, ends...)
 	if t.TriggerGuard {
 		// Every end of the write meets in Ends, so the trigger claims are reported in one run.
-		g.add(N8nNode{Name: "Ends", Type: n8nMerge, Position: [2]int{ex, y}, Parameters: MergeParams{NumberInputs: 4}})
-		for i, from := range []string{last, "Stored result", "Surface", "Other answer"} {
+		g.add(N8nNode{Name: "Ends", Type: n8nMerge, Position: [2]int{ex, y}, Parameters: MergeParams{NumberInputs: len(ends)}})
+		for i, from := range ends {
 			g.connectInput(from, 0, "Ends", i)
 		}
 		g.add(codeNode("Run outcome", "runOnceForEachItem", runOutcomeJS, [2]int{ex + 220, y}))
@@ -761,8 +792,6 @@ return { json: $json.write };`, [2]int{ex + 880, y + 180}))
 		g.connect("Trigger claimed?", 1, "Outcome: trigger not claimed")
 		ends = []string{"Outcome", "Outcome: trigger not claimed", "Duplicate trigger: stop", "Trigger: other answer"}
 		ex += 1100
-	} else {
-		ends = []string{last, "Stored result", "Surface", "Other answer"}
 	}
 	g.addAllItems(ends, "Delivery complete?", ex, y)
 	g.addAnswer(t.Slug, ex+220, y)

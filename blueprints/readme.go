@@ -170,9 +170,10 @@ event): every route of every item ends in **All items**, one Merge with an input
 once, after every item was reported (n8n runs a Merge once every branch feeding it has run). One item is answered as
 above; several items once for all of them, first match wins: 400, 409, 500, 503 (the soonest ` + "`Retry-After`" + `), 422, 200,
 with the body ` + "`" + `{"status", "answers": {"200": n, …}, "items": [each item's own answer], "message"}` + "`" + `; **Done** continues with
-one item per item. In lookup-reconcile, items that are reconciled loop back to **Before-write** after the others ran:
-every item is still reported before any answer, but the reconciled items may reach **All items** in a second run, so
-the first run answers the webhook.
+one item per item. In lookup-reconcile, after the lookup and **Reconcile** before-write is asked again by nodes of its
+own (**Before-write again**, **Claim answer again**, **Decision again**), not by a loop back to **Before-write**, and the
+claims that proceed at once or after a lookup proved the record absent meet in **To the write**: every item reaches
+**All items** in the same run.
 
 The batch webhook answers once for the whole delivery, by its items, first match wins: 400 naming each item and field
 (` + "`items[3].invoice`" + `) when any item lacks one (**Check delivery**, before any key: nothing is claimed); 409 when any item got

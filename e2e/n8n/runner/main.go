@@ -110,7 +110,7 @@ func run() int {
 		{"batch: a 429 is answered 503 with its Retry-After; delivered again after it, each item written once", scenarioBatchRetryLater},
 		{"batch: a key companion refuses is answered 400 naming it with companion's words; nothing of the call claimed or written", scenarioBatchRefused},
 		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
-		{"lookup: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, the dropped one reconciled", scenarioLookupItems},
+		{"lookup: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, one stored, one written, one whose lookup fails: answered once 503", scenarioLookupItems},
 		{"lookup: a reference companion refuses in the key is answered 400 with companion's words; nothing claimed, nothing written", scenarioLookupRefused},
 		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
 		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},

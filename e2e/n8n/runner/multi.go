@@ -174,8 +174,9 @@ func scenarioSingleItems(ctx context.Context, e *env) error {
 
 // scenarioLookupItems: lookup-reconcile fed three quotes at once, the second refused with 429 and the third
 // dropped after committing. Every item is reported by the template (the dropped one unknown with its
-// transport class), and the delivery is answered once, 503. Delivered again: the second is written, the
-// third is reconciled by its reference (found: not re-sent), the first is stored; one record each.
+// transport class), and the delivery is answered once, 503. Delivered again while the search fails for the
+// third: the first is stored, the second written, the third waits for its owner (lookup_failed), answered
+// once, 503; one record each.
 func scenarioLookupItems(ctx context.Context, e *env) error {
 	if err := e.mode(map[string]any{"dedupe": "none"}); err != nil {
 		return err
@@ -214,12 +215,26 @@ func scenarioLookupItems(ctx context.Context, e *env) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	time.Sleep(2 * time.Second)
-	if code, _, out, err = e.triggerHeader(lookupItemsPath, map[string]any{"items": events}); err != nil || code != 200 {
-		return fmt.Errorf("delivered again: %d %v %v, want 200", code, out, err)
+	// Delivered again while the destination's search fails for the dropped one: the first is a stored result, the
+	// second is written, the third's lookup fails and it waits for its owner. All three meet in one answer, 503:
+	// with Reconcile looping back to Before-write, the third reached All items in a second run, after the first
+	// run had answered 200 for the other two.
+	if err := e.fault(map[string]any{"fault": "lookup_fail", "count": 1, "reference": refs[2]}); err != nil {
+		return err
 	}
-	for i, attempt := range []int{1, 2, 1} {
-		if err := e.expect(keys[i], "succeeded", attempt, refs[i], 1); err != nil {
+	time.Sleep(2 * time.Second)
+	code, h, out, err = e.triggerHeader(lookupItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	if err := expectItemAnswers(code, h.Get("Retry-After"), out, 503, "60", map[string]int{keys[0]: 200, keys[1]: 200, keys[2]: 503}); err != nil {
+		return fmt.Errorf("delivered again: %w", err)
+	}
+	for i, w := range []struct {
+		state   string
+		attempt int
+	}{{"succeeded", 1}, {"succeeded", 2}, {"unknown", 1}} {
+		if err := e.expect(keys[i], w.state, w.attempt, refs[i], 1); err != nil {
 			return err
 		}
 	}
