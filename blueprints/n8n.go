@@ -767,10 +767,7 @@ return { json: { duplicate: true, key: $json.key, decision: $json.decision, reas
 	g.add(codeNode("Other answer", "runOnceForEachItem", otherAnswerJS, [2]int{x + 660, y + 620}))
 	g.connect("Decision", fallback, "Other answer")
 
-	ex := wx + 1100
-	if lookup {
-		ex = x + 1980
-	}
+	ex := wx + 1320
 	ends = append([]string{last}, ends...)
 	if t.TriggerGuard {
 		// Every end of the write meets in Ends, so the trigger claims are reported in one run.
