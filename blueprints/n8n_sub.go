@@ -295,7 +295,7 @@ func n8nSubClaim(t Template, s Settings) N8nWorkflow {
 	g.connect("Claim request", 0, NodeBeforeWrite)
 	g.add(codeNode("Claim answer", "runOnceForEachItem", claimAnswerJS, [2]int{660, y}))
 	g.connect(NodeBeforeWrite, 0, "Claim answer")
-	g.add(sticky("About", subNote(SubClaimName, SubClaimInputs, "the before-write answer: `decision`, `reason`, `state`, `key`, `claim`, `idempotency_key`, `external_id`, `result`, `retry_after`, `message`, and `companion_url`. Route it with a Switch on `decision`."), [2]int{160, y - 420}, 620, 380, 7))
+	g.add(sticky("About", subNote(SubClaimName, SubClaimInputs, "the before-write answer: `decision`, `reason`, `state`, `key`, `claim`, `idempotency_key`, `external_id`, `result`, `retry_after`, `message`, `companion_url` and `http_status`. Route it with a Switch on `decision`. A request companion refused (a field out of its rules: 400) returns `refused: true`, `decision: null` and companion's `error` (`code`, `message`, `fields`): nothing was claimed; answer it from the Switch's fallback output."), [2]int{160, y - 420}, 620, 380, 7))
 	return g.subWorkflow(t, s)
 }
 
