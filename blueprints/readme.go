@@ -193,6 +193,11 @@ SUBWORKFLOWS
 - **n8n "Retry" of a failed execution to "fix" a write.** Re-send the trigger instead (or re-run the batch): the ledger skips what succeeded.
 - **Always Output Data / Continue On Fail (regular output) on the write.** Errors must reach the error output so they are classified.
 - **Removing the error output connection**, changing the key per run, or generating a new key after an unknown outcome.
+- **Wiring around the Merges.** Both outputs of the write go to **Both outcomes** (in the single templates the error output through
+  **Write error**), and every end goes to its own input of **All items**: a write output or an end connected
+  straight to the next node runs the rest of the workflow on its own, and with several items the first run to
+  reach **Stop: needs a person** fails the execution before the others are reported. A new end (your own branch)
+  gets its own input: raise the Merge's *Number of Inputs*.
 - **Batching off on the batch write.** Items of one node are otherwise sent all at once.
 `
 
