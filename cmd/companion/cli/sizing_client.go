@@ -50,6 +50,8 @@ type benchTarget struct {
 	prefix string      // the URL's path without its final slash, before every call's path
 	tls    *tls.Config // nil for http://
 	header string      // the request's header lines after Host, each ending in CRLF, without Content-Length
+	// idleProbe is benchIdleProbe (tests shorten it).
+	idleProbe time.Duration
 }
 
 // newBenchTarget prepares the lean client's connections to u (http or https). roots are the certificate
@@ -59,7 +61,8 @@ func newBenchTarget(u *url.URL, token string, roots *x509.CertPool) *benchTarget
 	if port == "" {
 		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
 	}
-	t := &benchTarget{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, prefix: strings.TrimRight(u.EscapedPath(), "/")}
+	t := &benchTarget{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, prefix: strings.TrimRight(u.EscapedPath(), "/"),
+		idleProbe: benchIdleProbe}
 	if u.Scheme == "https" {
 		// As net/http: the server's name (without the port) for SNI and verification, and HTTP/1.1, the
 		// only protocol this client speaks, offered by ALPN.
@@ -92,7 +95,7 @@ type benchConn struct {
 }
 
 func (c *benchConn) post(ctx context.Context, path string, body []byte) (int, []byte, error) {
-	if c.conn != nil && time.Since(c.used) > benchIdleProbe && !c.idle() {
+	if c.conn != nil && time.Since(c.used) >= c.t.idleProbe && !c.idle() {
 		c.close()
 	}
 	if c.conn == nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 )
 
 // The bench reads four strings of each answer (and an item's error code in a batch after-write), out
@@ -41,21 +42,27 @@ func decodeItems(b []byte, as []benchAnswer) ([]benchAnswer, error) {
 		if !bytes.EqualFold(name, nameItems) {
 			return s.skip()
 		}
-		as = as[:0]
 		if s.literal("null") {
+			as = as[:0]
 			return nil
 		}
 		if s.peek() != '[' {
 			return s.fail("items is not an array")
 		}
 		s.i++
+		// A repeated "items" decodes into the items before it, as encoding/json does into a slice.
+		before, n := len(as), 0
+		defer func() { as = as[:n] }()
 		if s.peek() == ']' {
 			s.i++
 			return nil
 		}
 		for {
-			as = append(as, benchAnswer{})
-			a := &as[len(as)-1]
+			if n == before {
+				as, before = append(as, benchAnswer{}), before+1
+			}
+			a := &as[n]
+			n++
 			if err := s.object(func(name []byte) error { return s.answerMember(name, a) }); err != nil {
 				return err
 			}
@@ -98,6 +105,10 @@ func (s *jsonScan) answerMember(name []byte, a *benchAnswer) error {
 	case bytes.EqualFold(name, nameClaim):
 		return s.stringInto(&a.Claim)
 	case bytes.EqualFold(name, nameError):
+		if s.literal("null") { // encoding/json sets the pointer to nil
+			a.Error = ""
+			return nil
+		}
 		return s.object(func(name []byte) error {
 			if bytes.EqualFold(name, nameCode) {
 				return s.stringInto(&a.Error)
@@ -212,7 +223,7 @@ func (s *jsonScan) str() ([]byte, error) {
 		return nil, err
 	}
 	raw := s.b[start:end]
-	if bytes.IndexByte(raw, '\\') < 0 {
+	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) { // else as encoding/json unescapes it, or replaces bad UTF-8
 		return raw, nil
 	}
 	var v string
