@@ -51,7 +51,11 @@ bench-<UTC time>): it prints how to list them at the end. They are real items of
 token; keep them apart by running against a tenant of its own.
 
 It talks to COMPANION_URL (default http://127.0.0.1:8080) with COMPANION_TOKEN, a workflow or operator
-token (not needed when the service runs open on loopback); --url and --token override them.`
+token (not needed when the service runs open on loopback); --url and --token override them. An https
+URL's certificate is verified against the system's roots, or --cacert's. Each caller keeps one HTTP/1.1
+connection of its own and reads answers without encoding/json, so that the bench takes little of the CPU
+of a service on the same machine; a failed call is counted, never sent again. Through a proxy (HTTP_PROXY,
+HTTPS_PROXY, NO_PROXY, as net/http reads them) it makes its calls with net/http instead.`
 
 // benchOptions are the flags of companion bench.
 type benchOptions struct {
