@@ -2,13 +2,17 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -224,5 +228,138 @@ func TestBenchConnStopsWithItsContext(t *testing.T) {
 	}
 	if _, _, err := c.post(ctx, "/slow", nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("a call after the context ended: %v; want %v", err, context.Canceled)
+	}
+}
+
+// cannedServer answers every request with answer, as fast as it can read them: the requests' heads up
+// to the empty line, then Content-Length bytes of body. It stands for the service in benchmarks of the
+// client alone.
+func cannedServer(b *testing.B, text string) string {
+	b.Helper()
+	answer := []byte(text)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				br := bufio.NewReader(conn)
+				for {
+					length := 0
+					for {
+						l, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(l) <= 2 {
+							break
+						}
+						if len(l) > 16 && bytes.EqualFold(l[:16], []byte("content-length: ")) {
+							length, _ = parseDecimal(bytes.TrimSpace(l[16:]))
+						}
+					}
+					if _, err := br.Discard(length); err != nil {
+						return
+					}
+					if _, err := conn.Write(answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// BenchmarkBenchClient compares what the bench's client spends per call, the canned server's share
+// being the same on both sides: the lean client and its scan against net/http and encoding/json (the
+// client before), for a before-write answer and a batch answer of 500 items (chunked).
+//
+//	go test ./cmd/companion/cli -run '^$' -bench BenchClient -benchmem
+func BenchmarkBenchClient(b *testing.B) {
+	one := `{"key":"bench-x:i0000001:write:0","decision":"proceed","reason":"new","state":"in_flight","attempt":1,` +
+		`"claim":"c_9adbdc737bc9c2ee8e4188f4","idempotency_key":"ik_1fc2ffe16071b8922c9eaf467a0a95be",` +
+		`"lease_expires_at":"2026-12-01T11:21:46.443289348Z","message":"claimed attempt 1; write now with the idempotency key, then call after-write"}`
+	var items strings.Builder
+	items.WriteString(`{"batch_id":"bench-x-b0000000","items":[`)
+	for i := range 500 {
+		if i > 0 {
+			items.WriteByte(',')
+		}
+		fmt.Fprintf(&items, `{"key":"bench-x:i%07d:write:0","decision":"proceed","reason":"new","state":"in_flight","attempt":1,`+
+			`"claim":"c_f26f64a4bea6a7b6480490%02d","idempotency_key":"ik_0fe99f8a4da59dfbd1b1dcbb2fa47f6d",`+
+			`"lease_expires_at":"2026-12-01T11:21:47.0411359Z","message":"claimed attempt 1; write now with the idempotency key, then call after-write","batch_index":%d}`, i, i%100, i)
+	}
+	items.WriteString(`],"counts":{"proceed":500,"skip":0,"conflict":0,"reconcile":0}}`)
+	var chunked strings.Builder
+	for rest := items.String(); rest != ""; {
+		n := min(len(rest), 8192)
+		fmt.Fprintf(&chunked, "%x\r\n%s\r\n", n, rest[:n])
+		rest = rest[n:]
+	}
+	answers := map[string]string{
+		"single":   "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nDate: Tue, 01 Dec 2026 11:16:46 GMT\r\nContent-Length: " + strconv.Itoa(len(one)) + "\r\n\r\n" + one,
+		"batch500": "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nDate: Tue, 01 Dec 2026 11:16:47 GMT\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String() + "0\r\n\r\n",
+	}
+	r := &benchRun{o: benchOptions{prefix: "bench-x"}}
+	body := r.appendItem(nil, 1)
+	for _, kind := range []string{"single", "batch500"} {
+		base := cannedServer(b, answers[kind])
+		u, _ := url.Parse(base)
+		want := 1
+		if kind == "batch500" {
+			want = 500
+		}
+		b.Run(kind+"/lean", func(b *testing.B) {
+			c := &benchConn{t: newBenchTarget(u, "tok", nil)}
+			defer c.close()
+			var as []benchAnswer
+			for b.Loop() {
+				status, answer, err := c.post(context.Background(), "/v1/before-write", body)
+				if err != nil || status != 200 {
+					b.Fatal(status, err)
+				}
+				if kind == "single" {
+					if a, err := decodeAnswer(answer); err != nil || a.Claim == "" {
+						b.Fatal(a, err)
+					}
+				} else if as, err = decodeItems(answer, as); err != nil || len(as) != want {
+					b.Fatal(len(as), err)
+				}
+			}
+		})
+		b.Run(kind+"/net-http", func(b *testing.B) {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.DisableCompression = true
+			s := &benchStd{client: &http.Client{Transport: tr}, base: base,
+				header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer tok"}}}
+			defer tr.CloseIdleConnections()
+			for b.Loop() {
+				status, answer, err := s.post(context.Background(), "/v1/before-write", body)
+				if err != nil || status != 200 {
+					b.Fatal(status, err)
+				}
+				if kind == "single" {
+					var a benchAnswer
+					if err := json.Unmarshal(answer, &a); err != nil || a.Claim == "" {
+						b.Fatal(a, err)
+					}
+				} else {
+					var as struct {
+						Items []benchAnswer `json:"items"`
+					}
+					if err := json.Unmarshal(answer, &as); err != nil || len(as.Items) != want {
+						b.Fatal(len(as.Items), err)
+					}
+				}
+			}
+		})
 	}
 }

@@ -95,6 +95,21 @@ var (
 
 // answerMember reads the value of the member name of an answer into a, or steps over it.
 func (s *jsonScan) answerMember(name []byte, a *benchAnswer) error {
+	switch string(name) { // the names as the service writes them, without EqualFold's cost
+	case "key":
+		return s.stringInto(&a.Key)
+	case "decision":
+		return s.stringInto(&a.Decision)
+	case "reason":
+		return s.stringInto(&a.Reason)
+	case "claim":
+		return s.stringInto(&a.Claim)
+	case "error":
+		return s.errorInto(a)
+	}
+	if !foldable(name) {
+		return s.skip()
+	}
 	switch {
 	case bytes.EqualFold(name, nameKey):
 		return s.stringInto(&a.Key)
@@ -105,18 +120,34 @@ func (s *jsonScan) answerMember(name []byte, a *benchAnswer) error {
 	case bytes.EqualFold(name, nameClaim):
 		return s.stringInto(&a.Claim)
 	case bytes.EqualFold(name, nameError):
-		if s.literal("null") { // encoding/json sets the pointer to nil
-			a.Error = ""
-			return nil
-		}
-		return s.object(func(name []byte) error {
-			if bytes.EqualFold(name, nameCode) {
-				return s.stringInto(&a.Error)
-			}
-			return s.skip()
-		})
+		return s.errorInto(a)
 	}
 	return s.skip()
+}
+
+// errorInto reads an item's error object, its code into a.Error.
+func (s *jsonScan) errorInto(a *benchAnswer) error {
+	if s.literal("null") { // encoding/json sets the pointer to nil
+		a.Error = ""
+		return nil
+	}
+	return s.object(func(name []byte) error {
+		if bytes.EqualFold(name, nameCode) {
+			return s.stringInto(&a.Error)
+		}
+		return s.skip()
+	})
+}
+
+// foldable reports whether name might equal another name without regard to case: whether it has an
+// upper-case or non-ASCII letter (U+212A, the Kelvin sign, folds to k).
+func foldable(name []byte) bool {
+	for _, c := range name {
+		if (c >= 'A' && c <= 'Z') || c >= utf8.RuneSelf {
+			return true
+		}
+	}
+	return false
 }
 
 // jsonScan reads a JSON text from its start.
@@ -223,7 +254,14 @@ func (s *jsonScan) str() ([]byte, error) {
 		return nil, err
 	}
 	raw := s.b[start:end]
-	if bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) { // else as encoding/json unescapes it, or replaces bad UTF-8
+	plain := true // no escape, all ASCII; else encoding/json unescapes it (and replaces bad UTF-8)
+	for _, c := range raw {
+		if c == '\\' || c >= utf8.RuneSelf {
+			plain = false
+			break
+		}
+	}
+	if plain {
 		return raw, nil
 	}
 	var v string

@@ -165,6 +165,7 @@ var benchDecodeCases = []string{
 	`{"counts":{"proceed":2},"items":[{"key":"a","decision":"proceed","claim":"c1","batch_index":0},{"key":"b","error":{"code":"not_found","message":"m"}}],"batch_id":"x"}`,
 	`{"items":[{"claim":"c"},{"key":"gone"}],"items":[{"key":"last"}]}`, `{"error":"a string"}`,
 	`{"error":{"code":"c"},"error":{"message":"m"}}`, `{"error":{"code":"c"},"error":null}`, "{\"key\":\"\xffbad UTF-8\"}",
+	"{\"\u212aey\":\"kelvin\",\"Error\":{\"CODE\":\"c\"},\"cl\u0061im\":\"escaped\"}",
 }
 
 var benchDecodeBroken = []string{
