@@ -65,6 +65,8 @@ type Principal struct {
 // Store is what the console reads beside the ledger.
 type Store interface {
 	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	// NeedsPersonCount counts a tenant's items needing a person, cheaply (the stores' kept counts).
+	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 }
 
@@ -105,7 +107,10 @@ type Config struct {
 	CauseText func(string) string
 	// Refresh is how often pages reload themselves; DefaultRefresh when 0.
 	Refresh time.Duration
-	Logger  *slog.Logger
+	// QueueLimit is how many of the oldest items needing a person the queue's pages reach; QueueLimit
+	// when 0.
+	QueueLimit int
+	Logger     *slog.Logger
 }
 
 // Console is the console's http.Handler.
@@ -130,6 +135,9 @@ func New(cfg Config) *Console {
 	}
 	if cfg.Refresh <= 0 {
 		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.QueueLimit <= 0 {
+		cfg.QueueLimit = QueueLimit
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

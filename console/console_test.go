@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,8 @@ import (
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 
 	"github.com/replaysafe/companion/console"
@@ -36,24 +39,45 @@ type env struct {
 	t      testing.TB
 	ctx    context.Context
 	clock  *itemstest.Clock
-	store  *sqlitestore.Store
+	store  store
 	ledger *items.Ledger
 	srv    *httptest.Server
 	dir    string // the store's data directory
 }
 
+// store is what the env runs on: SQLite, or MongoDB (the in-process FerretDB).
+type store interface {
+	items.Store
+	handlers.OperatorStore
+}
+
 type envOptions struct {
 	open    bool
 	refresh time.Duration
+	// mongo runs the env on a FerretDB of its own instead of SQLite.
+	mongo bool
+	// queueLimit is the console's QueueLimit (console.QueueLimit when 0).
+	queueLimit int
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	store, err := sqlitestore.Open(ctx, dir)
-	if err != nil {
-		t.Fatal(err)
+	var store store
+	if o.mongo {
+		srv := mongotest.Start(t)
+		s, err := mongostore.Open(ctx, srv.URI(), srv.Database(), mongostore.WithTimeout(mongotest.StoreTimeout()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = s
+	} else {
+		s, err := sqlitestore.Open(ctx, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store = s
 	}
 	t.Cleanup(func() { store.Close() })
 	clock := itemstest.NewClock()
@@ -63,7 +87,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Console: handlers.ConsoleConfig{Refresh: o.refresh, CauseText: alerts.CauseText,
+		Console: handlers.ConsoleConfig{Refresh: o.refresh, QueueLimit: o.queueLimit, CauseText: alerts.CauseText,
 			Target: func(it *items.Item) console.Target {
 				return console.Target{Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}
 			}}}
@@ -402,6 +426,101 @@ func TestTheQueuePagesOldestFirst(t *testing.T) {
 	}
 }
 
+// TestTheQueueGroupsByBatchInTheOrderOfTheirOldest: a page's items are grouped by owner and batch, each
+// group in the order of its oldest item, the items of a group oldest first.
+func TestTheQueueGroupsByBatchInTheOrderOfTheirOldest(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("a-1", "", "run-a", 0)
+	e.unknownItem("b-1", "", "run-b", 0)
+	e.unknownItem("a-2", "", "run-a", 1)
+	e.unknownItem("solo", "", "", 0)
+	e.unknownItem("b-2", "", "run-b", 1)
+	_, body, _ := e.page(e.client(), "/console/")
+	var groups []string
+	for _, sec := range strings.Split(body, `<section class="card group">`)[1:] {
+		batch := "none"
+		if m := regexp.MustCompile(`batch <a href="[^"]*">([^<]+)</a>`).FindStringSubmatch(sec); m != nil {
+			batch = m[1]
+		}
+		groups = append(groups, batch+":"+strings.Join(queueKeys(sec), ","))
+	}
+	if got, want := strings.Join(groups, " "), "run-a:a-1,a-2 run-b:b-1,b-2 none:solo"; got != want {
+		t.Errorf("groups %s, want %s", got, want)
+	}
+}
+
+// TestTheQueueShowsTheOldestPastItsLimit: with more items needing a person than the queue's pages reach
+// (a QueueLimit injected small), the first page holds the oldest, the pages end at the limit, and the page
+// says that the newest are left out. (The queue used to read the newest changes first up to its limit,
+// and left out the oldest.) On SQLite the queue is longer than a list page of 500 and reaches two pages;
+// on MongoDB (FerretDB, whose writes slow down as its collection grows) it is 30 items and a limit of 20.
+func TestTheQueueShowsTheOldestPastItsLimit(t *testing.T) {
+	t.Parallel()
+	const page = console.QueuePageSize
+	for _, tt := range []struct {
+		name     string
+		mongo    bool
+		n, limit int
+		pages    []queuePage
+	}{
+		{"SQLite", false, items.MaxListLimit + 50, 2 * page, []queuePage{
+			{"/console/", 0, page, "page 1 of 2", true},
+			{"/console/?page=2", page, 2 * page, "page 2 of 2", false},
+			{"/console/?page=9", page, 2 * page, "page 2 of 2", false},
+		}},
+		{"MongoDB", true, 30, 20, []queuePage{{"/console/", 0, 20, "", false}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, envOptions{open: true, mongo: tt.mongo, queueLimit: tt.limit})
+			for i := range tt.n {
+				e.unknownItem(fmt.Sprintf("inv-%03d", i), "", "", 0)
+			}
+			c := e.client()
+			for _, p := range tt.pages {
+				status, body, _ := e.page(c, p.path)
+				if status != http.StatusOK {
+					t.Fatalf("%s: %d", p.path, status)
+				}
+				var want []string
+				for i := p.from; i < p.to; i++ {
+					want = append(want, fmt.Sprintf("inv-%03d", i))
+				}
+				if got := queueKeys(body); !slices.Equal(got, want) {
+					t.Errorf("%s lists %d items %v…, want the %d oldest from %s", p.path, len(got), got[:min(len(got), 3)], len(want), want[0])
+				}
+				if !strings.Contains(body, p.of) || strings.Contains(body, `id="next"`) != p.next {
+					t.Errorf("%s: not %q with a next page %v", p.path, p.of, p.next)
+				}
+				if !strings.Contains(body, fmt.Sprintf(`<span class="count" id="total">%d</span>`, tt.n)) || !strings.Contains(body, `id="truncated"`) ||
+					!strings.Contains(body, fmt.Sprintf("the oldest %d of the %d", tt.limit, tt.n)) {
+					t.Errorf("%s does not count %d items and say that its pages go as far as the oldest %d", p.path, tt.n, tt.limit)
+				}
+			}
+		})
+	}
+}
+
+// queuePage is a page of the queue and the items it must show: inv-from up to inv-to, in order.
+type queuePage struct {
+	path     string
+	from, to int
+	of       string
+	next     bool
+}
+
+var queueRow = regexp.MustCompile(`class="queue-row" data-key="([^"]+)"`)
+
+// queueKeys returns the keys of the queue's rows, in the page's order.
+func queueKeys(body string) []string {
+	var out []string
+	for _, m := range queueRow.FindAllStringSubmatch(body, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
 // claimIn claims key for the given run and reference and leaves it in flight.
 func (e *env) claimIn(key, ref, execution string) {
 	e.t.Helper()
@@ -514,18 +633,34 @@ func TestTheQueueNamesAnItemItCannotRead(t *testing.T) {
 	}
 }
 
-// BenchmarkQueueOf5000 renders the first page of a queue of console.QueueLimit items that need a person:
-// the page reads them all (10 list pages of 500) and sorts them oldest first.
-func BenchmarkQueueOf5000(b *testing.B) {
+// BenchmarkQueue renders pages of a queue of console.QueueLimit+500 items that need a person, more than
+// its pages reach: the first page (what everybody sees, reloaded every 15 s) reads the kept count and 51
+// items, whatever the queue's length; the last page (100) reads the oldest 5,000 in 10 list pages of 500.
+// (The queue used to read 5,000 on every page, and sort them.)
+func BenchmarkQueue(b *testing.B) {
 	e := newEnv(b, envOptions{open: true})
-	for i := range console.QueueLimit {
+	for i := range console.QueueLimit + 500 {
 		e.unknownItem(fmt.Sprintf("inv-%05d", i), "", "", 0)
 	}
 	c := e.client()
-	b.ResetTimer()
-	for b.Loop() {
-		if status, _, _ := e.page(c, "/console/?norefresh=1"); status != http.StatusOK {
-			b.Fatal(status)
-		}
+	for _, bb := range []struct {
+		name, path string
+		first      string
+	}{
+		{"FirstPage", "/console/?norefresh=1", "inv-00000"},
+		{"LastPage", fmt.Sprintf("/console/?norefresh=1&page=%d", console.QueueLimit/console.QueuePageSize),
+			fmt.Sprintf("inv-%05d", console.QueueLimit-console.QueuePageSize)},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			status, body, _ := e.page(c, bb.path)
+			if keys := queueKeys(body); status != http.StatusOK || len(keys) != console.QueuePageSize || keys[0] != bb.first {
+				b.Fatalf("%s: %d, %d rows from %v, want %d from %s", bb.path, status, len(keys), keys[:min(1, len(keys))], console.QueuePageSize, bb.first)
+			}
+			for b.Loop() {
+				if status, _, _ := e.page(c, bb.path); status != http.StatusOK {
+					b.Fatal(status)
+				}
+			}
+		})
 	}
 }

@@ -16,12 +16,17 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// QueuePageSize is how many items one page of the queue shows; QueueLimit how many needing a person
-// the queue reads at most (oldest first needs them all: the store lists newest change first). The
-// order is by when an item started needing a person (needs_person_since, else its last change), which
-// no index of either store holds, and MongoDB cannot index the fallback as one value; reading it from
-// an index would need a second list order with its own cursor in both stores, and page numbers over a
-// kept count. BenchmarkQueueOf5000 measures what that would save.
+// QueuePageSize is how many items one page of the queue shows; QueueLimit how deep the queue's pages go
+// by default (Config.QueueLimit): the oldest QueueLimit items needing a person, 100 pages.
+//
+// The queue reads the items needing a person in the order a person should take them, the one waiting
+// longest first (items.ListByNeedsPersonSince: needs_person_since ascending, key breaking ties; an item
+// without a recorded since first), from an index of the store that holds that order. A page reads only as
+// far as its own end: page 1, the one everybody sees and that reloads itself, reads 51 items whatever
+// the length of the queue, and page n reads n×50 (the store has a cursor, not an offset). Its count and
+// its number of pages come from the store's kept counts (NeedsPersonCount). Past QueueLimit there are no
+// more pages: what they would leave out is always the newest, never the oldest. BenchmarkQueue measures
+// the first and the last page of a queue longer than QueueLimit.
 const (
 	QueuePageSize = 50
 	QueueLimit    = 5000
@@ -119,7 +124,6 @@ type row struct {
 	State                                                         items.State
 	Attempt                                                       int
 	Age                                                           string
-	since                                                         time.Time
 }
 
 type group struct {
@@ -128,9 +132,13 @@ type group struct {
 }
 
 type queueView struct {
-	Total     int
+	// Total counts the items needing a person (the store's kept count, or what the pages read if more).
+	Total int
+	// Truncated: there are more than Limit, and the pages show only the oldest Limit.
 	Truncated bool
-	// Unreadable names items needing a person that the store holds but cannot read (a corrupt document).
+	Limit     int
+	// Unreadable names items needing a person, up to the end of this page, that the store holds but
+	// cannot read (a corrupt document).
 	Unreadable []string
 	Groups     []group
 	Page, Last int
@@ -144,7 +152,7 @@ func (c *Console) row(it *items.Item, now time.Time) row {
 		since = *it.NeedsPersonSince
 	}
 	rw := row{Key: it.Key, Reference: it.Reference, Destination: it.Destination, Cause: it.NeedsPersonCause,
-		State: it.State, Attempt: it.Attempt, Age: items.Age(max(now.Sub(since), 0)), since: since, LastError: lastError(it)}
+		State: it.State, Attempt: it.Attempt, Age: items.Age(max(now.Sub(since), 0)), LastError: lastError(it)}
 	if rw.Cause != "" {
 		rw.Why = c.cfg.CauseText(rw.Cause)
 	}
@@ -162,53 +170,58 @@ func lastError(it *items.Item) string {
 	return string(it.FailureClass)
 }
 
-// queue shows the items that need a person, oldest first, grouped by owner and batch.
+// queue shows the items that need a person, oldest first, grouped by owner and batch: one page, read
+// from the store in that order as far as the page's end (see QueuePageSize).
 func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
+	now := c.cfg.Ledger.Now()
+	total, err := c.cfg.Store.NeedsPersonCount(r.Context(), s.who.Tenant)
+	if err != nil {
+		c.failErr(w, r, s, err)
+		return
+	}
+	limit := c.cfg.QueueLimit
+	v := queueView{Total: total, Limit: limit, Page: 1}
+	pages := func(n int) int { return max((min(n, limit)+QueuePageSize-1)/QueuePageSize, 1) }
+	v.Last = pages(v.Total)
+	if n, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && n >= 1 {
+		v.Page = min(n, v.Last)
+	}
+	// Read through the end of the page, and one item more: whether there is another page.
+	end := min(v.Page*QueuePageSize, limit)
 	needs := true
-	p := items.ListParams{Tenant: s.who.Tenant, NeedsPerson: &needs, Limit: items.MaxListLimit}
-	var all []*items.Item
-	var unreadable []string
-	truncated := false
-	for {
+	p := items.ListParams{Tenant: s.who.Tenant, NeedsPerson: &needs, Order: items.ListByNeedsPersonSince}
+	var read []*items.Item
+	for len(read) <= end {
+		p.Limit = min(end+1-len(read), items.MaxListLimit)
 		pg, err := c.cfg.Store.ListItems(r.Context(), p)
 		if err != nil {
 			c.failErr(w, r, s, err)
 			return
 		}
-		all = append(all, pg.Items...)
-		unreadable = append(unreadable, pg.Unreadable...)
+		read = append(read, pg.Items...)
+		v.Unreadable = append(v.Unreadable, pg.Unreadable...)
 		if pg.NextCursor == "" {
-			break
-		}
-		if len(all) >= QueueLimit {
-			truncated = true
 			break
 		}
 		p.Cursor = pg.NextCursor
 	}
-	now := c.cfg.Ledger.Now()
-	type entry struct {
-		owner, batch string
-		row          row
+	if len(v.Unreadable) > 0 {
+		c.cfg.Logger.ErrorContext(r.Context(), "queue items that cannot be read were left out", "tenant", s.who.Tenant, "keys", v.Unreadable)
 	}
-	entries := make([]entry, len(all))
-	for i, it := range all {
-		entries[i] = entry{owner: c.cfg.Target(it).Owner, batch: it.BatchID, row: c.row(it, now)}
+	// The count and the list are read one after the other, and items come and go in between: the pages
+	// follow what the list holds.
+	switch more := len(read) > end; {
+	case !more: // the whole queue was read: its count is exact
+		v.Total = len(read) + len(v.Unreadable)
+		v.Page = min(v.Page, pages(len(read)))
+		v.Last = v.Page
+	case end < limit:
+		v.Total = max(v.Total, len(read)+len(v.Unreadable))
+		v.Last = max(v.Last, v.Page+1)
+	default:
+		v.Total = max(v.Total, len(read)+len(v.Unreadable))
 	}
-	sort.SliceStable(entries, func(i, j int) bool {
-		if !entries[i].row.since.Equal(entries[j].row.since) {
-			return entries[i].row.since.Before(entries[j].row.since)
-		}
-		return entries[i].row.Key < entries[j].row.Key
-	})
-	v := queueView{Total: len(entries), Truncated: truncated, Unreadable: unreadable, Page: 1}
-	if len(unreadable) > 0 {
-		c.cfg.Logger.ErrorContext(r.Context(), "queue items that cannot be read were left out", "tenant", s.who.Tenant, "keys", unreadable)
-	}
-	v.Last = max((len(entries)+QueuePageSize-1)/QueuePageSize, 1)
-	if n, err := strconv.Atoi(r.URL.Query().Get("page")); err == nil && n >= 1 {
-		v.Page = min(n, v.Last)
-	}
+	v.Truncated = v.Total > limit
 	if v.Page > 1 {
 		v.PrevURL = Prefix + "?page=" + strconv.Itoa(v.Page-1)
 	}
@@ -217,15 +230,15 @@ func (c *Console) queue(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	// Groups keep the order of their oldest item on the page.
 	index := map[[2]string]int{}
-	for _, e := range entries[(v.Page-1)*QueuePageSize : min(v.Page*QueuePageSize, len(entries))] {
-		k := [2]string{e.owner, e.batch}
+	for _, it := range read[min((v.Page-1)*QueuePageSize, len(read)):min(v.Page*QueuePageSize, end, len(read))] {
+		k := [2]string{c.cfg.Target(it).Owner, it.BatchID}
 		i, ok := index[k]
 		if !ok {
 			i = len(v.Groups)
 			index[k] = i
-			v.Groups = append(v.Groups, group{Owner: e.owner, BatchID: k[1]})
+			v.Groups = append(v.Groups, group{Owner: k[0], BatchID: k[1]})
 		}
-		v.Groups[i].Rows = append(v.Groups[i].Rows, e.row)
+		v.Groups[i].Rows = append(v.Groups[i].Rows, c.row(it, now))
 	}
 	p2 := c.frame(s, "Needs a person", "queue", v)
 	p2.Refresh = true

@@ -9,6 +9,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gin-gonic/gin/render"
 
+	"github.com/replaysafe/companion/batches"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -107,7 +108,7 @@ func (s *server) writeError(c *gin.Context, err error) {
 type jsonLine struct{ Data any }
 
 // Render implements render.Render. The answers of the single-item protocol (items.Answer, items.Report)
-// are written by their own AppendJSON, which writes json.Marshal's bytes without its reflection; the rest,
+// and of a batch before-write (batches.BeforeWriteResult) are written by their own AppendJSON, which writes json.Marshal's bytes without its reflection; the rest,
 // and an answer AppendJSON refuses, go through encoding/json.
 func (r jsonLine) Render(w http.ResponseWriter) error {
 	r.WriteContentType(w)
@@ -118,6 +119,8 @@ func (r jsonLine) Render(w http.ResponseWriter) error {
 		b, err = v.AppendJSON(make([]byte, 0, 512))
 	case items.Report:
 		b, err = v.AppendJSON(make([]byte, 0, 256))
+	case batches.BeforeWriteResult:
+		b, err = v.AppendJSON(make([]byte, 0, 256*len(v.Items)+64))
 	}
 	if b != nil && err == nil {
 		_, err = w.Write(append(b, '\n'))

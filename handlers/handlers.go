@@ -73,6 +73,9 @@ type ConsoleConfig struct {
 	CauseText func(string) string
 	// Refresh is how often console pages reload themselves; console.DefaultRefresh when 0.
 	Refresh time.Duration
+	// QueueLimit is how many of the oldest items needing a person the queue's pages reach;
+	// console.QueueLimit when 0.
+	QueueLimit int
 }
 
 // Access says who may call a route.
@@ -212,7 +215,8 @@ func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 			d := publicError(err)
 			return console.PublicError{Status: StatusOf(d.Code), Code: string(d.Code), Message: d.Message}
 		},
-		Target: cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh, Logger: s.log})
+		Target: cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh,
+		QueueLimit: cfg.Console.QueueLimit, Logger: s.log})
 	h := gin.WrapH(c)
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
 		r.Handle(m, "/console/*path", h)

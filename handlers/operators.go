@@ -24,6 +24,8 @@ type OperatorStore interface {
 	// ListItems returns one page of a tenant's items, newest change first. Returns an invalid_request
 	// error for a cursor it did not issue.
 	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	// NeedsPersonCount counts a tenant's items needing a person (the console's queue).
+	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
 	// Stats measures a tenant's items at now; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 	// AddCounter adds to a named counter of a tenant and destination (fingerprint conflicts).

@@ -47,3 +47,7 @@ func (r *Report) AppendJSON(dst []byte) ([]byte, error) {
 	}
 	return append(b, '}'), nil
 }
+
+// AppendJSONString appends s as encoding/json writes a string, for the answers other packages write by
+// hand around an Answer or a Report.
+func AppendJSONString(dst []byte, s string) []byte { return appendJSONString(dst, s) }

@@ -50,10 +50,42 @@ type ListParams struct {
 	Owner string
 	// ChangedBefore keeps items whose last change is at or before it (the API's older_than).
 	ChangedBefore *time.Time
+	// Order is the list's order: ListByChange (the zero value) or ListByNeedsPersonSince.
+	Order ListOrder
 	// Limit is the page size, 1 to MaxListLimit.
 	Limit int
-	// Cursor continues a previous page; empty for the first.
+	// Cursor continues a previous page of the same order; empty for the first.
 	Cursor string
+}
+
+// ListOrder is the order of the operator's item list.
+type ListOrder string
+
+const (
+	// ListByChange lists newest change first (updated_at, then key, both descending); its cursor is a
+	// ListCursor.
+	ListByChange ListOrder = ""
+	// ListByNeedsPersonSince lists the items needing a person (ListParams.NeedsPerson must be true) in the
+	// order a person should see them: the one waiting longest first, by needs_person_since ascending, then
+	// key ascending. An item needing a person without a recorded since (the ledger records one whenever it
+	// marks an item; only an item written outside it lacks one) counts as waiting longer than any other: it
+	// comes first, its keys in order. Its cursor is a SinceCursor.
+	ListByNeedsPersonSince ListOrder = "needs_person_since"
+)
+
+// CheckOrder returns an invalid_request error when p asks for an order this service does not know, or for
+// ListByNeedsPersonSince without NeedsPerson true.
+func (p ListParams) CheckOrder() error {
+	switch p.Order {
+	case ListByChange:
+		return nil
+	case ListByNeedsPersonSince:
+		if p.NeedsPerson == nil || !*p.NeedsPerson {
+			return Invalid("needs_person", "must be true to list by needs_person_since")
+		}
+		return nil
+	}
+	return Invalid("order", "must be needs_person_since or empty")
 }
 
 // ItemPage is one page of the operator's item list, newest change first. NextCursor is empty on the last page.
@@ -106,6 +138,40 @@ func DecodeListCursor(s string) (ListCursor, error) {
 		return ListCursor{}, Invalid("cursor", "is not a cursor this service returned")
 	}
 	return c, nil
+}
+
+// SinceCursor is the position after the last item of a page listed by ListByNeedsPersonSince:
+// needs_person_since (nil: the item has none), then key, both ascending. Encoded, it is an opaque cursor
+// that DecodeListCursor refuses, as DecodeSinceCursor refuses a ListCursor.
+type SinceCursor struct {
+	Since *time.Time
+	Key   string
+}
+
+type sinceCursorJSON struct {
+	Order ListOrder  `json:"o"`
+	Since *time.Time `json:"s,omitempty"`
+	Key   string     `json:"k"`
+}
+
+// Encode returns the cursor as an opaque URL-safe string.
+func (c SinceCursor) Encode() string {
+	b, _ := json.Marshal(sinceCursorJSON{Order: ListByNeedsPersonSince, Since: c.Since, Key: c.Key})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// DecodeSinceCursor reads a cursor made by SinceCursor.Encode. Returns an invalid_request error naming
+// "cursor" when s was not made by it.
+func DecodeSinceCursor(s string) (SinceCursor, error) {
+	var c sinceCursorJSON
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Order != ListByNeedsPersonSince || c.Key == "" || (c.Since != nil && c.Since.IsZero()) {
+		return SinceCursor{}, Invalid("cursor", "is not a cursor this service returned for this order")
+	}
+	return SinceCursor{Since: c.Since, Key: c.Key}, nil
 }
 
 // Measures are the seeds' post-release measures ("What to measure after release") over a set of items.

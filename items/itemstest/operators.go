@@ -33,6 +33,8 @@ type OperatorStore interface {
 	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 	MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error)
 	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
+	// NeedsPersonCount counts a tenant's items needing a person (the kept counts).
+	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
 	// Stats measures a tenant's items; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
 	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
@@ -260,6 +262,8 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 			t.Errorf("pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
 		}
 	})
+
+	t.Run("ByNeedsPersonSince", func(t *testing.T) { exerciseListBySince(t, open) })
 
 	t.Run("ForeignCursorIsInvalid", func(t *testing.T) {
 		t.Parallel()

@@ -15,7 +15,7 @@ import (
 
 // Kept counts (items.Counts): GET /v1/stats and every metrics scrape read the item_counts collection, a
 // document per tenant, destination, state and needs_person, instead of the items, and the few unresolved
-// items through the indexes state_lease and needs_person_tenant.
+// items through the indexes state_lease and needs_person_tenant_since.
 //
 // CONSISTENCY: the ledger uses no multi-document transactions, so a count is changed by one $inc right
 // after the item's write is acknowledged, not with it. A reader may see an item's write before its count

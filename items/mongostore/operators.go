@@ -449,6 +449,9 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 		limit = items.DefaultListLimit
 	}
 	limit = min(limit, items.MaxListLimit)
+	if err := p.CheckOrder(); err != nil {
+		return items.ItemPage{}, err
+	}
 	filter := bson.D{{Key: "tenant", Value: p.Tenant}}
 	if len(p.States) > 0 {
 		filter = append(filter, bson.E{Key: "state", Value: bson.D{{Key: "$in", Value: p.States}}})
@@ -490,6 +493,16 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 			bson.D{{Key: "key", Value: bson.D{{Key: "$in", Value: alerted}}}},
 		}}})
 	}
+	if p.Order == items.ListByNeedsPersonSince {
+		if p.Cursor != "" {
+			c, err := items.DecodeSinceCursor(p.Cursor)
+			if err != nil {
+				return items.ItemPage{}, err
+			}
+			conds = append(conds, afterSince(c))
+		}
+		return s.listPage(ctx, and(conds...), limit, bySince)
+	}
 	if p.Cursor != "" {
 		c, err := items.DecodeListCursor(p.Cursor)
 		if err != nil {
@@ -500,49 +513,127 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 			bson.D{{Key: "updated_at", Value: c.UpdatedAt}, {Key: "key", Value: bson.D{{Key: "$lt", Value: c.Key}}}},
 		}}})
 	}
-	return s.listPage(ctx, and(conds...), limit)
+	return s.listPage(ctx, and(conds...), limit, byChange)
 }
 
-// listPage reads up to limit+1 items of a list, newest change first, and makes its page. A document that
+// afterSince is the filter of a page by needs_person_since that continues after c. A null or missing
+// needs_person_since sorts before every time, and a comparison with a time never matches it.
+func afterSince(c items.SinceCursor) bson.D {
+	if c.Since == nil {
+		return bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "needs_person_since", Value: nil}, {Key: "key", Value: bson.D{{Key: "$gt", Value: c.Key}}}},
+			bson.D{{Key: "needs_person_since", Value: bson.D{{Key: "$ne", Value: nil}}}},
+		}}}
+	}
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: "needs_person_since", Value: bson.D{{Key: "$gt", Value: *c.Since}}}},
+		bson.D{{Key: "needs_person_since", Value: *c.Since}, {Key: "key", Value: bson.D{{Key: "$gt", Value: c.Key}}}},
+	}}}
+}
+
+// listOrder is the sort of a list, and the cursor after a listed document (decoded, or only its raw
+// top-level fields when it cannot be decoded; ok false when even those cannot be read).
+type listOrder struct {
+	sort   bson.D
+	cursor func(d *itemDoc, raw bson.Raw) (cursor string, ok bool)
+}
+
+var (
+	byChange = listOrder{sort: bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}},
+		cursor: func(d *itemDoc, raw bson.Raw) (string, bool) {
+			if d != nil {
+				return items.ListCursor{UpdatedAt: d.UpdatedAt.UTC(), Key: d.Key}.Encode(), true
+			}
+			key, okKey := raw.Lookup("key").StringValueOK()
+			at, okAt := raw.Lookup("updated_at").DateTimeOK()
+			return items.ListCursor{UpdatedAt: time.UnixMilli(at).UTC(), Key: key}.Encode(), okKey && okAt
+		}}
+	bySince = listOrder{sort: bson.D{{Key: "needs_person_since", Value: 1}, {Key: "key", Value: 1}},
+		cursor: func(d *itemDoc, raw bson.Raw) (string, bool) {
+			if d != nil {
+				return items.SinceCursor{Since: utcPtr(d.NeedsPersonSince), Key: d.Key}.Encode(), true
+			}
+			key, okKey := raw.Lookup("key").StringValueOK()
+			c := items.SinceCursor{Key: key}
+			v, err := raw.LookupErr("needs_person_since")
+			switch {
+			case err != nil || v.Type == bson.TypeNull:
+			case v.Type == bson.TypeDateTime:
+				t := time.UnixMilli(v.DateTime()).UTC()
+				c.Since = &t
+			default:
+				return "", false
+			}
+			return c.Encode(), okKey
+		}}
+)
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// listPage reads up to limit+1 items of a list in the given order, and makes its page. A document that
 // cannot be decoded into an item does not fail the list (one corrupt item would hide every other from the
 // operator): it is named in the page's Unreadable and keeps its place, so the cursor goes on past it, also
-// when it is the page's last; its top-level key and updated_at, read on their own, give that place. Only a
-// document without even those fails the list.
-func (s *Store) listPage(ctx context.Context, filter bson.D, limit int) (items.ItemPage, error) {
-	cur, err := s.items.Find(ctx, filter, options.Find().
-		SetSort(bson.D{{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}).SetLimit(int64(limit+1)))
+// when it is the page's last; its top-level key and the order's field, read on their own, give that place.
+// Only a document without even those fails the list.
+func (s *Store) listPage(ctx context.Context, filter bson.D, limit int, order listOrder) (items.ItemPage, error) {
+	cur, err := s.items.Find(ctx, filter, options.Find().SetSort(order.sort).SetLimit(int64(limit+1)))
 	if err != nil {
 		return items.ItemPage{}, unavailable("list items", err)
 	}
 	defer cur.Close(ctx)
 	page := items.ItemPage{Items: []*items.Item{}}
 	n := 0
-	var last items.ListCursor
+	last := ""
 	for cur.Next(ctx) {
 		if n == limit {
-			page.NextCursor = last.Encode()
+			page.NextCursor = last
 			break
 		}
 		n++
 		var d itemDoc
 		if err := cur.Decode(&d); err != nil {
-			key, okKey := cur.Current.Lookup("key").StringValueOK()
-			at, okAt := cur.Current.Lookup("updated_at").DateTimeOK()
-			if !okKey || !okAt {
+			c, ok := order.cursor(nil, cur.Current)
+			if !ok {
 				return items.ItemPage{}, unavailable("list items", err)
 			}
+			key, _ := cur.Current.Lookup("key").StringValueOK()
 			page.Unreadable = append(page.Unreadable, key)
-			last = items.ListCursor{UpdatedAt: time.UnixMilli(at).UTC(), Key: key}
+			last = c
 			continue
 		}
-		it := d.item()
-		page.Items = append(page.Items, it)
-		last = items.ListCursor{UpdatedAt: it.UpdatedAt, Key: it.Key}
+		last, _ = order.cursor(&d, nil)
+		page.Items = append(page.Items, d.item())
 	}
 	if err := cur.Err(); err != nil {
 		return items.ItemPage{}, unavailable("list items", err)
 	}
 	return page, nil
+}
+
+// NeedsPersonCount returns how many of the tenant's items need a person, from the kept counts (one
+// document per destination and state; see Stats for how exact they are): the console's queue counts its
+// pages by it. Returns ErrUnavailable.
+func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error) {
+	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "tenant", Value: tenant}, {Key: "needs_person", Value: true}},
+		options.Find().SetProjection(bson.D{{Key: "items", Value: 1}}))
+	if err != nil {
+		return 0, unavailable("count items needing a person", err)
+	}
+	var docs []countsDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return 0, unavailable("count items needing a person", err)
+	}
+	n := 0
+	for _, d := range docs {
+		n += d.Items
+	}
+	return n, nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.

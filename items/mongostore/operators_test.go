@@ -2,10 +2,13 @@ package mongostore_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
@@ -65,5 +68,78 @@ func TestListSkipsACorruptItem(t *testing.T) {
 	page, err := store.ListItems(t.Context(), items.ListParams{Tenant: "acme"})
 	if err != nil || len(page.Items) != 3 || fmt.Sprint(page.Unreadable) != "[k-3]" || page.NextCursor != "" {
 		t.Errorf("one page: %d items, unreadable %v, next %q, %v", len(page.Items), page.Unreadable, page.NextCursor, err)
+	}
+}
+
+// TestListByNeedsPersonSinceSkipsACorruptItem: in the queue's order (items.ListByNeedsPersonSince) a
+// corrupt item is named in unreadable and keeps its place, whether it has a needs_person_since (null
+// here) or not, and pages of one go on past it (as on SQLite).
+func TestListByNeedsPersonSinceSkipsACorruptItem(t *testing.T) {
+	e := newEnv(t)
+	store := e.open()
+	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	at := func(h int) *time.Time { v := t0.Add(time.Duration(h) * time.Hour); return &v }
+	for key, since := range map[string]*time.Time{"k-1": at(2), "k-2": at(1), "k-3": nil, "k-4": at(3)} {
+		if _, err := store.Transition(t.Context(), "acme", key, func(*items.Item) (*items.Item, error) {
+			return &items.Item{Tenant: "acme", Key: key, State: items.StateUnknown, Fingerprint: fp1, Attempt: 1,
+				NeedsPerson: true, NeedsPersonCause: items.CauseNoDedupe, NeedsPersonSince: since, CreatedAt: t0, UpdatedAt: *at(4),
+				Attempts: []items.Attempt{}, History: []items.Event{{At: *at(4), Kind: items.EventNeedsPerson}}}, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"k-3", "k-1"} { // the first (no since) and the third
+		if _, err := e.collection(mongostore.ItemsCollection).UpdateOne(t.Context(),
+			bson.D{{Key: "tenant", Value: "acme"}, {Key: "key", Value: key}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "attempts", Value: "not a list of attempts"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yes := true
+	var keys, unreadable []string
+	pages := 0
+	for p := (items.ListParams{Tenant: "acme", NeedsPerson: &yes, Order: items.ListByNeedsPersonSince, Limit: 1}); ; {
+		page, err := store.ListItems(t.Context(), p)
+		pages++
+		if err != nil {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, it := range page.Items {
+			keys = append(keys, it.Key)
+		}
+		unreadable = append(unreadable, page.Unreadable...)
+		if page.NextCursor == "" || pages > 10 {
+			break
+		}
+		p.Cursor = page.NextCursor
+	}
+	if fmt.Sprint(keys) != "[k-2 k-4]" || fmt.Sprint(unreadable) != "[k-3 k-1]" || pages != 4 {
+		t.Errorf("pages of 1 list %v and unreadable %v in %d pages, want [k-2 k-4], [k-3 k-1], 4 pages", keys, unreadable, pages)
+	}
+}
+
+// TestOpenRetiresNeedsPersonTenant: a ledger of an earlier build has the index needs_person_tenant
+// (needs_person, tenant), the start of needs_person_tenant_since; opening it drops the old one.
+func TestOpenRetiresNeedsPersonTenant(t *testing.T) {
+	e := newEnv(t)
+	coll := e.collection(mongostore.ItemsCollection)
+	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}},
+		Options: options.Index().SetName("needs_person_tenant")}); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	cur, err := coll.Indexes().List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []struct {
+		Name string `bson:"name"`
+	}
+	if err := cur.All(t.Context(), &specs); err != nil {
+		t.Fatal(err)
+	}
+	names := fmt.Sprint(specs)
+	if strings.Contains(names, "{needs_person_tenant}") || !strings.Contains(names, "{needs_person_tenant_since}") {
+		t.Errorf("indexes after open: %s; want needs_person_tenant_since and not needs_person_tenant", names)
 	}
 }

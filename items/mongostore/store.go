@@ -174,8 +174,8 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 // names its index), so models shared by stores opened at once in one process were a data race, and every
 // start grew their option lists.
 //
-// needs_person is a plain index rather than a partial one ({needs_person: true}): the items a person
-// must look at are a small range of it either way, and FerretDB, the test server, refuses partial
+// needs_person_tenant_since is a plain index rather than a partial one ({needs_person: true}): the items
+// a person must look at are a small range of it either way, and FerretDB, the test server, refuses partial
 // indexes.
 func indexes() []mongo.IndexModel {
 	return []mongo.IndexModel{
@@ -190,8 +190,12 @@ func indexes() []mongo.IndexModel {
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "batch_id", Value: 1}, {Key: "batch_index", Value: 1}, {Key: "key", Value: 1}}, Options: options.Index().SetName("tenant_batch")},
 		// A run's items (the operator list by execution_id), newest change first.
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1}, {Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")},
-		// Items waiting for a person (alerts, the operator's queue).
-		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}}, Options: options.Index().SetName("needs_person_tenant")},
+		// Items waiting for a person (alerts, stats, the console's queue). needs_person and tenant first, so
+		// that the same index finds every tenant's items waiting for a person; then the console queue's order,
+		// the one waiting longest first (an item without a needs_person_since, null, sorts first), key
+		// breaking ties, read in index order.
+		{Keys: bson.D{{Key: "needs_person", Value: 1}, {Key: "tenant", Value: 1}, {Key: "needs_person_since", Value: 1}, {Key: "key", Value: 1}},
+			Options: options.Index().SetName("needs_person_tenant_since")},
 		// Lookups by business reference (the operator list by reference, the console's Find). A reference names
 		// one or a few items, so the list sorts those few by last change without an index for the order.
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
@@ -199,8 +203,9 @@ func indexes() []mongo.IndexModel {
 }
 
 // retiredIndexes are indexes of earlier builds that indexes() replaced (tenant_updated and
-// tenant_state_updated sorted ties by key ascending); they only cost writes now.
-var retiredIndexes = []string{"tenant_updated", "tenant_state_updated"}
+// tenant_state_updated sorted ties by key ascending; needs_person_tenant is the start of
+// needs_person_tenant_since); they only cost writes now.
+var retiredIndexes = []string{"tenant_updated", "tenant_state_updated", "needs_person_tenant"}
 
 // ensureIndexes creates the indexes one command each: FerretDB v1 (the test server) fails a createIndexes
 // that names more than one existing index, and six commands once per start cost nothing.

@@ -416,6 +416,9 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 	if err != nil {
 		return items.ItemPage{}, err
 	}
+	if p.Order == items.ListByNeedsPersonSince {
+		return s.listPageBySince(ctx, limit, where, args...)
+	}
 	return s.listPage(ctx, limit, where, args...)
 }
 
@@ -455,8 +458,64 @@ func (s *Store) listPage(ctx context.Context, limit int, where string, args ...a
 	return page, nil
 }
 
+// listPageBySince is listPage for the order by needs_person_since (items.ListByNeedsPersonSince): the
+// rows lead with the needs_person_since column, which gives each its place for the cursor (scanItem reads
+// the rest).
+func (s *Store) listPageBySince(ctx context.Context, limit int, where string, args ...any) (items.ItemPage, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT needs_person_since, `+storedColumns+` FROM items `+where, args...)
+	if err != nil {
+		return items.ItemPage{}, unavailable(err)
+	}
+	defer rows.Close()
+	page := items.ItemPage{Items: []*items.Item{}}
+	n := 0
+	var last items.SinceCursor
+	sc := &sinceScanner{rows: rows}
+	for rows.Next() {
+		if n == limit {
+			page.NextCursor = last.Encode()
+			break
+		}
+		it, r, err, scanErr := scanItem(sc)
+		if scanErr != nil {
+			return items.ItemPage{}, unavailable(scanErr)
+		}
+		n++
+		last = items.SinceCursor{Key: r.key}
+		if sc.since.Valid {
+			t := time.Unix(0, sc.since.Int64).UTC()
+			last.Since = &t
+		}
+		if err != nil {
+			page.Unreadable = append(page.Unreadable, r.key)
+			continue
+		}
+		page.Items = append(page.Items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return items.ItemPage{}, unavailable(err)
+	}
+	return page, nil
+}
+
+// sinceScanner scans a row of needs_person_since and storedColumns: the first into since, the others
+// where scanItem asks.
+type sinceScanner struct {
+	rows  *sql.Rows
+	since sql.NullInt64
+	dest  []any
+}
+
+func (sc *sinceScanner) Scan(dest ...any) error {
+	sc.dest = append(append(sc.dest[:0], &sc.since), dest...)
+	return sc.rows.Scan(sc.dest...)
+}
+
 // listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
 func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
+	if err := p.CheckOrder(); err != nil {
+		return "", nil, err
+	}
 	var where []string
 	args := []any{}
 	add := func(cond string, a ...any) {
@@ -499,7 +558,23 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	if p.ChangedBefore != nil {
 		add("updated_at <= ?", nanos(*p.ChangedBefore))
 	}
-	if p.Cursor != "" {
+	order := " ORDER BY updated_at DESC, key DESC LIMIT ?"
+	switch {
+	case p.Order == items.ListByNeedsPersonSince:
+		// Read in the order of items_needs_person_since, where NULL (no recorded since) sorts first.
+		order = " ORDER BY needs_person_since, key LIMIT ?"
+		if p.Cursor != "" {
+			c, err := items.DecodeSinceCursor(p.Cursor)
+			if err != nil {
+				return "", nil, err
+			}
+			if c.Since == nil {
+				add("(needs_person_since IS NOT NULL OR key > ?)", c.Key)
+			} else {
+				add("(needs_person_since, key) > (?, ?)", nanos(*c.Since), c.Key)
+			}
+		}
+	case p.Cursor != "":
 		c, err := items.DecodeListCursor(p.Cursor)
 		if err != nil {
 			return "", nil, err
@@ -508,12 +583,29 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	}
 	args = append(args, limit)
 	from := ""
-	if p.Reference != "" {
+	switch {
+	case p.Reference != "":
 		// A reference names a handful of items: its index is the narrowest, though the planner (without
 		// statistics) prefers the items needing a person's, which holds the list's order whole.
 		from = "INDEXED BY items_reference "
+	case p.Order == items.ListByNeedsPersonSince:
+		// Without statistics the planner may take items_needs_person_changed, whose order is another.
+		from = "INDEXED BY items_needs_person_since "
 	}
-	return from + "WHERE " + strings.Join(where, " AND ") + " ORDER BY updated_at DESC, key DESC LIMIT ?", args, nil
+	return from + "WHERE " + strings.Join(where, " AND ") + order, args, nil
+}
+
+// needsPersonCountSQL sums the kept counts of a tenant's items needing a person.
+const needsPersonCountSQL = `SELECT coalesce(sum(items), 0) FROM item_counts WHERE tenant = ? AND needs_person = 1`
+
+// NeedsPersonCount returns how many of the tenant's items need a person, from the kept counts (one row
+// per destination and state): the console's queue counts its pages by it. Returns ErrUnavailable.
+func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error) {
+	var n int
+	if err := s.r.QueryRowContext(ctx, needsPersonCountSQL, tenant).Scan(&n); err != nil {
+		return 0, unavailable(err)
+	}
+	return n, nil
 }
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.

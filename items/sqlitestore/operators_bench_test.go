@@ -33,6 +33,21 @@ func BenchmarkOperatorQueries(b *testing.B) {
 			}
 		}
 	})
+	// The console queue's order: the oldest needs_person_since first, from items_needs_person_since.
+	b.Run("ListNeedsPersonOldestFirst100", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", NeedsPerson: &yes, Order: items.ListByNeedsPersonSince, Limit: 100}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("NeedsPersonCount", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.NeedsPersonCount(ctx, "acme"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	// Every item of benchLedger changed at the same moment (its clock stands still): the worst case of
 	// the lists' tie break by key, which sorts the items of one change time.
 	b.Run("List100AllAtOneTime", func(b *testing.B) {

@@ -30,6 +30,7 @@ func TestQueryPlans(t *testing.T) {
 		return `SELECT doc FROM items ` + where, args
 	}
 	cursor := items.ListCursor{UpdatedAt: now, Key: "k"}.Encode()
+	sinceCursor, nullSinceCursor := items.SinceCursor{Since: &now, Key: "k"}.Encode(), items.SinceCursor{Key: "k"}.Encode()
 	tests := []struct {
 		name, query string
 		args        []any
@@ -50,6 +51,10 @@ func TestQueryPlans(t *testing.T) {
 		{"ListItemsCursor", "", nil, []string{"USING INDEX items_changed"}},
 		{"ListItemsExecution", "", nil, []string{"USING INDEX items_execution"}},
 		{"ListItemsExecutionCursor", "", nil, []string{"USING INDEX items_execution"}},
+		{"ListItemsNeedsPersonSince", "", nil, []string{"USING INDEX items_needs_person_since (tenant=?)"}},
+		{"ListItemsNeedsPersonSinceCursor", "", nil, []string{"USING INDEX items_needs_person_since (tenant=? AND (needs_person_since,key)>(?,?))"}},
+		{"ListItemsNeedsPersonSinceNullCursor", "", nil, []string{"USING INDEX items_needs_person_since (tenant=?)"}},
+		{"ListItemsNeedsPersonSinceFiltered", "", nil, []string{"USING INDEX items_needs_person_since"}},
 		{"ListItemsReference", "", nil, []string{"USING INDEX items_reference"}},
 		{"ListItemsReferenceCursor", "", nil, []string{"USING INDEX items_reference"}},
 		{"BatchItems", `SELECT doc FROM items ` + batchItemsWhere + ` AND (batch_index, key) > (?, ?)
@@ -64,6 +69,7 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_state_changed"}},
 		{"RetentionRemoveItem", "DELETE FROM items WHERE tenant = ? AND key = ? AND version = ?", []any{"acme", "k", 3},
 			[]string{"USING INDEX items_key"}},
+		{"NeedsPersonCount", needsPersonCountSQL, []any{"acme"}, []string{"SEARCH item_counts USING PRIMARY KEY (tenant=?)"}},
 		{"StatsCountsTenant", countsSQL, []any{"acme"}, []string{"SCAN item_counts"}},
 		{"StatsUnresolvedTenant", unresolvedSQL, []any{now.UnixMilli(), "acme"},
 			[]string{"USING INDEX items_needs_person_changed", "USING INDEX items_lease", "USING INDEX items_sweep"}},
@@ -78,13 +84,18 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_key"}},
 	}
 	lists := map[string]items.ListParams{
-		"ListItems":                {},
-		"ListItemsNeedsPerson":     {NeedsPerson: &yes},
-		"ListItemsNotNeedsPerson":  {NeedsPerson: &no, Destination: "billing"},
-		"ListItemsState":           {States: []items.State{items.StateUnknown}},
-		"ListItemsCursor":          {Cursor: cursor, Workflow: "wf"},
-		"ListItemsExecution":       {ExecutionID: "1234"},
-		"ListItemsExecutionCursor": {ExecutionID: "1234", Cursor: cursor, States: []items.State{items.StateUnknown, items.StateFailed}},
+		"ListItems":                           {},
+		"ListItemsNeedsPerson":                {NeedsPerson: &yes},
+		"ListItemsNotNeedsPerson":             {NeedsPerson: &no, Destination: "billing"},
+		"ListItemsState":                      {States: []items.State{items.StateUnknown}},
+		"ListItemsCursor":                     {Cursor: cursor, Workflow: "wf"},
+		"ListItemsExecution":                  {ExecutionID: "1234"},
+		"ListItemsExecutionCursor":            {ExecutionID: "1234", Cursor: cursor, States: []items.State{items.StateUnknown, items.StateFailed}},
+		"ListItemsNeedsPersonSince":           {NeedsPerson: &yes, Order: items.ListByNeedsPersonSince},
+		"ListItemsNeedsPersonSinceCursor":     {NeedsPerson: &yes, Order: items.ListByNeedsPersonSince, Cursor: sinceCursor},
+		"ListItemsNeedsPersonSinceNullCursor": {NeedsPerson: &yes, Order: items.ListByNeedsPersonSince, Cursor: nullSinceCursor},
+		"ListItemsNeedsPersonSinceFiltered": {NeedsPerson: &yes, Order: items.ListByNeedsPersonSince, Cursor: sinceCursor,
+			Destination: "billing", BatchID: "b", Owner: "U1"},
 		"ListItemsReference":       {Reference: "QT-2026-0417"},
 		"ListItemsReferenceCursor": {Reference: "QT-2026-0417", Cursor: cursor, NeedsPerson: &yes},
 	}

@@ -26,7 +26,13 @@ func TestFailedGroupLeavesNoClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := strings.Repeat("c", 64)
-	const statements = 3 + 4 + 1 // an update per prepared item, an insert per new one (fewer than 10), the commit
+	// An update per prepared item, the inserts of the four new ones, the commit.
+	inserts, rows := 0, 4
+	for _, size := range insertRows {
+		inserts += rows / size
+		rows %= size
+	}
+	statements := 3 + inserts + 1
 	for k := 1; k <= statements; k++ {
 		var ps []items.BeforeWriteParams
 		for i := range 3 {
