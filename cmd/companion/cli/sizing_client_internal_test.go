@@ -109,6 +109,7 @@ func newTestConn(t *testing.T, rawURL, token string) *benchConn {
 // a 204, and an error answer with its body; then an HTTP/1.0 answer that runs to the connection's end,
 // after which the next call opens a new connection. The server checks the requests.
 func TestBenchConnReadsEveryFormOfAnswer(t *testing.T) {
+	t.Parallel()
 	chunked := strings.Repeat("0123456789abcdef", 300)
 	s := newRawServer(t,
 		rawAnswer{text: "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"a\":\"one\"}"},
@@ -149,6 +150,7 @@ func TestBenchConnReadsEveryFormOfAnswer(t *testing.T) {
 // answer. Each following call opens a new connection and succeeds; the broken call is an error of its
 // own, sent once.
 func TestBenchConnReopensClosedConnectionsAndNeverResends(t *testing.T) {
+	t.Parallel()
 	s := newRawServer(t,
 		rawAnswer{text: "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 1\r\n\r\na", close: true},
 		rawAnswer{text: "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nb", close: true},
@@ -192,6 +194,7 @@ func TestBenchConnReopensClosedConnectionsAndNeverResends(t *testing.T) {
 // TestBenchConnRefusesWhatItCannotRead: answers that are not HTTP/1.x, or that it does not read (other
 // transfer codings), are errors of the call.
 func TestBenchConnRefusesWhatItCannotRead(t *testing.T) {
+	t.Parallel()
 	for _, text := range []string{
 		"HTTP/2 200\r\n\r\n",
 		"HTTP/1.1 2000 OK\r\n\r\n",
@@ -215,6 +218,7 @@ func TestBenchConnRefusesWhatItCannotRead(t *testing.T) {
 
 // TestBenchConnStopsWithItsContext: a call waiting for an answer ends when the run's context does.
 func TestBenchConnStopsWithItsContext(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
 	defer srv.Close()
