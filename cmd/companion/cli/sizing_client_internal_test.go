@@ -136,7 +136,9 @@ func TestBenchConnReadsEveryFormOfAnswer(t *testing.T) {
 		if got := s.conns.Load(); got != want.conns {
 			t.Errorf("call %d: %d connections; want %d", i, got, want.conns)
 		}
+		s.mu.Lock()
 		req, got := s.requests[i], s.bodies[i]
+		s.mu.Unlock()
 		if req.Method != "POST" || req.URL.Path != "/base/v1/call" || req.Proto != "HTTP/1.1" || req.Host != s.ln.Addr().String() ||
 			req.Header.Get("Authorization") != "Bearer tok-1" || req.Header.Get("Content-Type") != "application/json" ||
 			req.ContentLength != int64(len(body)) || got != body {
