@@ -450,6 +450,9 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 			continue
 		}
 		row := stored[id]
+		if row == nil { // cannot happen: every item found was read with its row
+			return unavailable(fmt.Errorf("sqlitestore: the row of a changed item was not read"))
+		}
 		args = appendColumns(args[:0], next, doc)
 		mask := row.changedColumns(args)
 		set := args[:0] // the values of the columns of mask, moved to the front of args

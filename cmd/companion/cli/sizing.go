@@ -2,8 +2,9 @@ package cli
 
 import (
 	"bufio"
-	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +20,8 @@ import (
 	"sync/atomic"
 	"text/tabwriter"
 	"time"
+
+	"golang.org/x/net/http/httpproxy"
 
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
@@ -48,12 +51,16 @@ bench-<UTC time>): it prints how to list them at the end. They are real items of
 token; keep them apart by running against a tenant of its own.
 
 It talks to COMPANION_URL (default http://127.0.0.1:8080) with COMPANION_TOKEN, a workflow or operator
-token (not needed when the service runs open on loopback); --url and --token override them.`
+token (not needed when the service runs open on loopback); --url and --token override them. An https
+URL's certificate is verified against the system's roots, or --cacert's. Each caller keeps one HTTP/1.1
+connection of its own and reads answers without encoding/json, so that the bench takes little of the CPU
+of a service on the same machine; a failed call is counted, never sent again. Through a proxy (HTTP_PROXY,
+HTTPS_PROXY, NO_PROXY, as net/http reads them) it makes its calls with net/http instead.`
 
 // benchOptions are the flags of companion bench.
 type benchOptions struct {
-	url, token, mode, prefix, floor   string
-	callers, items, batch, floorItems int
+	url, token, mode, prefix, floor, cacert string
+	callers, items, batch, floorItems       int
 }
 
 // benchPrefix is what a key's workflow part may be.
@@ -71,6 +78,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	fs.StringVar(&o.prefix, "prefix", "bench-"+time.Now().UTC().Format("20060102T150405"), "the keys' first part (their `workflow`)")
 	fs.StringVar(&o.floor, "floor", "", "also measure the fsync'd SQLite floor in `DIR`")
 	fs.IntVar(&o.floorItems, "floor-items", 2000, "items of the floor measurement")
+	fs.StringVar(&o.cacert, "cacert", "", "PEM `file` of the certificate authorities an https --url's certificate must chain to (default: the system's)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
@@ -91,8 +99,22 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return usageErrorf("bench: --floor-items must be at least 1")
 	}
 	base := strings.TrimRight(o.url, "/")
-	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return usageErrorf("bench: --url %q is not an http(s) URL", o.url)
+	}
+	if strings.ContainsAny(o.token, "\r\n\x00") {
+		return usageErrorf("bench: the token has a line break or NUL in it")
+	}
+	var roots *x509.CertPool
+	if o.cacert != "" {
+		pem, err := os.ReadFile(o.cacert)
+		if err != nil {
+			return usageErrorf("bench: --cacert: %v", err)
+		}
+		if roots = x509.NewCertPool(); !roots.AppendCertsFromPEM(pem) {
+			return usageErrorf("bench: --cacert %s has no PEM certificate", o.cacert)
+		}
 	}
 	var floor *sqlitestore.FloorResult
 	if o.floor != "" {
@@ -108,7 +130,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	}
 	var run *benchRun
 	if o.items > 0 {
-		run = newBenchRun(base, o)
+		run = newBenchRun(u, o, roots, m.proxyFunc())
 		before, err := run.serviceCPU(ctx)
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
@@ -132,8 +154,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 type benchRun struct {
 	o      benchOptions
 	base   string
-	client *http.Client
-	header http.Header  // every call's: shared, as the client only reads it
+	client *http.Client // for GET /metrics, and every call behind a proxy
+	header http.Header  // every call's through client: shared, as the client only reads it
+	target *benchTarget // the lean client's; nil behind a proxy
 	next   atomic.Int64 // the next item to claim
 	done   atomic.Int64 // items reported
 	failed atomic.Int64 // calls that failed
@@ -147,16 +170,52 @@ type benchRun struct {
 	calls map[string][]time.Duration // per kind of call, the duration of each call that succeeded
 }
 
-func newBenchRun(base string, o benchOptions) *benchRun {
+// newBenchRun prepares a run against u: the lean client (sizing_client.go), unless proxy (as net/http
+// reads HTTP_PROXY, HTTPS_PROXY and NO_PROXY) names a proxy for u; then net/http makes the calls.
+func newBenchRun(u *url.URL, o benchOptions, roots *x509.CertPool, proxy func(*url.URL) (*url.URL, error)) *benchRun {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = func(req *http.Request) (*url.URL, error) { return proxy(req.URL) }
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = o.callers*2, o.callers*2
 	tr.DisableCompression = true // the answers are small JSON; no gzip reader per call
+	if roots != nil {
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots}
+	}
 	header := http.Header{"Content-Type": {"application/json"}}
 	if o.token != "" {
 		header.Set("Authorization", "Bearer "+o.token)
 	}
-	return &benchRun{o: o, base: base, header: header, client: &http.Client{Transport: tr, Timeout: 60 * time.Second},
+	r := &benchRun{o: o, base: u.String(), header: header, client: &http.Client{Transport: tr, Timeout: benchCallTimeout},
 		calls: map[string][]time.Duration{}}
+	if p, err := proxy(u); err == nil && p == nil {
+		r.target = newBenchTarget(u, o.token, roots)
+	}
+	return r
+}
+
+// poster is a new caller's connection.
+func (r *benchRun) poster() benchPoster {
+	if r.target != nil {
+		return &benchConn{t: r.target}
+	}
+	return &benchStd{client: r.client, base: r.base, header: r.header}
+}
+
+// proxyFunc returns the proxy of a URL as net/http's ProxyFromEnvironment finds it, from m.Getenv.
+func (m *Main) proxyFunc() func(*url.URL) (*url.URL, error) {
+	env := func(names ...string) string {
+		for _, n := range names {
+			if v := m.Getenv(n); v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	c := &httpproxy.Config{HTTPProxy: env("HTTP_PROXY", "http_proxy"), HTTPSProxy: env("HTTPS_PROXY", "https_proxy"),
+		NoProxy: env("NO_PROXY", "no_proxy")}
+	if m.Getenv("REQUEST_METHOD") != "" { // as net/http: under CGI, HTTP_PROXY may be a request's header
+		c.HTTPProxy = ""
+	}
+	return c.ProxyFunc()
 }
 
 func (r *benchRun) firstError() error {
@@ -190,7 +249,8 @@ func (r *benchRun) do(ctx context.Context, progress io.Writer) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mine := &caller{calls: map[string][]time.Duration{}}
+			mine := &caller{conn: r.poster(), calls: map[string][]time.Duration{}}
+			defer mine.conn.close()
 			for ctx.Err() == nil {
 				n := 1
 				if r.o.mode == "batch" {
@@ -244,56 +304,63 @@ func (r *benchRun) appendKey(b []byte, i int) []byte {
 	return append(b, ":write:0"...)
 }
 
-// benchAnswer is what the bench reads of a before-write answer.
-type benchAnswer struct {
-	Key      string `json:"key"`
-	Decision string `json:"decision"`
-	Reason   string `json:"reason"`
-	Claim    string `json:"claim"`
-}
-
-// caller is what one caller keeps from one call to the next: the buffer answers are read into, and the
-// durations of its calls. The bench shares the machine's CPU with the service it measures when both run
-// on one host, so what it spends per call is kept small: bodies are written with append rather than
-// json.Marshal of maps, and every call sends the same header.
+// caller is what one caller keeps from one call to the next: its connection, the buffer bodies are
+// written into, a batch's answers, and the durations of its calls. The bench shares the machine's CPU
+// with the service it measures when both run on one host, so what it spends per call is kept small:
+// bodies are written with append rather than json.Marshal of maps, answers are read by a scan of the
+// fields it needs (sizing_json.go), and the connection is the lean client of sizing_client.go.
 type caller struct {
-	answer bytes.Buffer
-	calls  map[string][]time.Duration
+	conn    benchPoster
+	body    []byte
+	answers []benchAnswer
+	calls   map[string][]time.Duration
 }
 
 // claimAndReport claims items [from, to) and reports each succeeded: two calls, single or batch.
 func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) error {
 	if r.o.mode == "single" {
-		var a benchAnswer
-		b := r.appendItem(make([]byte, 0, 256), from)
-		if err := r.call(ctx, c, "before-write", "/v1/before-write", b, &a); err != nil {
+		c.body = r.appendItem(c.body[:0], from)
+		answer, took, err := r.call(ctx, c, "before-write", "/v1/before-write", c.body)
+		if err != nil {
 			return err
 		}
+		a, err := decodeAnswer(answer)
+		if err != nil {
+			return fmt.Errorf("before-write: %w", err)
+		}
+		c.calls["before-write"] = append(c.calls["before-write"], took)
 		if err := claimed(a); err != nil {
 			return err
 		}
-		if err := r.call(ctx, c, "after-write", "/v1/after-write", appendReport(make([]byte, 0, 256), a), nil); err != nil {
+		c.body = appendReport(c.body[:0], a)
+		if _, took, err = r.call(ctx, c, "after-write", "/v1/after-write", c.body); err != nil {
 			return err
 		}
+		c.calls["after-write"] = append(c.calls["after-write"], took)
 		r.done.Add(1)
 		return nil
 	}
-	b := fmt.Appendf(make([]byte, 0, 128*(to-from+1)), `{"batch_id":"%s-b%07d","items":[`, r.o.prefix, from)
+	b := fmt.Appendf(c.body[:0], `{"batch_id":"%s-b%07d","items":[`, r.o.prefix, from)
 	for i := from; i < to; i++ {
 		if i > from {
 			b = append(b, ',')
 		}
 		b = r.appendItem(b, i)
 	}
-	b = append(b, "]}"...)
-	var answers struct {
-		Items []benchAnswer `json:"items"`
-	}
-	if err := r.call(ctx, c, "batch before-write", "/v1/batches/before-write", b, &answers); err != nil {
+	c.body = append(b, "]}"...)
+	answer, took, err := r.call(ctx, c, "batch before-write", "/v1/batches/before-write", c.body)
+	if err != nil {
 		return err
 	}
-	b = append(make([]byte, 0, 160*len(answers.Items)+16), `{"items":[`...)
-	for i, a := range answers.Items {
+	if c.answers, err = decodeItems(answer, c.answers); err != nil {
+		return fmt.Errorf("batch before-write: %w", err)
+	}
+	c.calls["batch before-write"] = append(c.calls["batch before-write"], took)
+	if len(c.answers) != to-from {
+		return fmt.Errorf("batch before-write of %d items answered %d", to-from, len(c.answers))
+	}
+	b = append(c.body[:0], `{"items":[`...)
+	for i, a := range c.answers {
 		if err := claimed(a); err != nil {
 			return err
 		}
@@ -302,9 +369,19 @@ func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) 
 		}
 		b = appendReport(b, a)
 	}
-	b = append(b, "]}"...)
-	if err := r.call(ctx, c, "batch after-write", "/v1/batches/after-write", b, nil); err != nil {
+	c.body = append(b, "]}"...)
+	if answer, took, err = r.call(ctx, c, "batch after-write", "/v1/batches/after-write", c.body); err != nil {
 		return err
+	}
+	// An item's unknown claim or missing key is an error of its own in a 200 answer.
+	if c.answers, err = decodeItems(answer, c.answers); err != nil {
+		return fmt.Errorf("batch after-write: %w", err)
+	}
+	c.calls["batch after-write"] = append(c.calls["batch after-write"], took)
+	for _, a := range c.answers {
+		if a.Error != "" {
+			return fmt.Errorf("batch after-write %s answered %s", a.Key, a.Error)
+		}
 	}
 	r.done.Add(int64(to - from))
 	return nil
@@ -354,37 +431,19 @@ func claimed(a benchAnswer) error {
 	return nil
 }
 
-// call POSTs body to path and decodes a 200 answer into out (unless nil), recording the call's duration
-// under kind.
-func (r *benchRun) call(ctx context.Context, c *caller, kind, path string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header = r.header
+// call POSTs body to path on the caller's connection and returns a 200 answer (valid until the
+// caller's next call) and how long the call took.
+func (r *benchRun) call(ctx context.Context, c *caller, kind, path string, body []byte) ([]byte, time.Duration, error) {
 	start := time.Now()
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", kind, err)
-	}
-	c.answer.Reset()
-	_, err = c.answer.ReadFrom(resp.Body)
-	resp.Body.Close()
+	status, answer, err := c.conn.post(ctx, path, body)
 	took := time.Since(start)
 	if err != nil {
-		return fmt.Errorf("%s: %w", kind, err)
+		return nil, 0, fmt.Errorf("%s: %w", kind, err)
 	}
-	answer := c.answer.Bytes()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: HTTP %d: %s", kind, resp.StatusCode, strings.TrimSpace(string(answer[:min(len(answer), 300)])))
+	if status != http.StatusOK {
+		return nil, 0, fmt.Errorf("%s: HTTP %d: %s", kind, status, strings.TrimSpace(string(answer[:min(len(answer), 300)])))
 	}
-	if out != nil {
-		if err := json.Unmarshal(answer, out); err != nil {
-			return fmt.Errorf("%s: %w", kind, err)
-		}
-	}
-	c.calls[kind] = append(c.calls[kind], took)
-	return nil
+	return answer, took, nil
 }
 
 // serviceCPU returns the CPU time the service's process has used (user and system, in seconds), as its

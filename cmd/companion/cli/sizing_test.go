@@ -1,9 +1,18 @@
 package cli_test
 
 import (
+	"encoding/pem"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -67,5 +76,94 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 		if _, err := run(t, env, append([]string{"bench"}, args...)...); err == nil {
 			t.Errorf("bench %v: no error", args)
 		}
+	}
+}
+
+// TestBenchOverHTTPSAndThroughAProxy runs companion bench against the service behind a TLS server
+// (verified against --cacert, refused without it), and through an HTTP proxy named by HTTP_PROXY.
+func TestBenchOverHTTPSAndThroughAProxy(t *testing.T) {
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	backend := &url.URL{Scheme: "http", Host: svc.Addr()}
+
+	var conns atomic.Int32
+	tlsServer := httptest.NewUnstartedServer(httputil.NewSingleHostReverseProxy(backend))
+	tlsServer.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	tlsServer.StartTLS()
+	defer tlsServer.Close()
+	cacert := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(cacert, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsServer.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"COMPANION_URL": tlsServer.URL, "COMPANION_TOKEN": "wf-secret-0123456789"}
+	out, err := run(t, env, "bench", "--items", "30", "--callers", "2", "--prefix", "bench-tls", "--cacert", cacert)
+	if err != nil || !regexp.MustCompile(`(?m)^\s+single, 2 callers\s+30\s+[0-9]+\s+0\s*$`).MatchString(out) {
+		t.Fatalf("bench over https: %v\n%s", err, out)
+	}
+	// One connection per caller, kept alive, and the one that reads GET /metrics.
+	if n := conns.Load(); n > 3 {
+		t.Errorf("60 calls of 2 callers opened %d TLS connections; want at most 3", n)
+	}
+	out, err = run(t, env, "bench", "--items", "4", "--callers", "1", "--prefix", "bench-tls-unknown-ca")
+	if err == nil || !strings.Contains(err.Error(), "4 calls failed") || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("bench over https with a certificate of an unknown authority: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--cacert", filepath.Join(t.TempDir(), "none.pem")}, {"--cacert", cacert + "x"}} {
+		if _, err := run(t, env, append([]string{"bench"}, args...)...); err == nil {
+			t.Errorf("bench %v: no error", args)
+		}
+	}
+
+	// HTTP_PROXY names a proxy for the URL (not a loopback one, which net/http never proxies): the calls
+	// go through it.
+	var proxied atomic.Int32
+	forward := httputil.NewSingleHostReverseProxy(backend)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Host == "companion.bench.invalid:8080" {
+			proxied.Add(1)
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	env = map[string]string{"COMPANION_URL": "http://companion.bench.invalid:8080", "COMPANION_TOKEN": "wf-secret-0123456789", "HTTP_PROXY": proxy.URL}
+	out, err = run(t, env, "bench", "--items", "10", "--callers", "2", "--prefix", "bench-proxy")
+	if err != nil || !regexp.MustCompile(`(?m)^\s+single, 2 callers\s+10\s+[0-9]+\s+0\s*$`).MatchString(out) {
+		t.Fatalf("bench through a proxy: %v\n%s", err, out)
+	}
+	if n := proxied.Load(); n < 20 {
+		t.Errorf("the proxy forwarded %d calls; want 20 and GET /metrics", n)
+	}
+}
+
+// TestBenchShowsHTTPErrorAnswers: an answer other than 200 is an error of its call, shown with its
+// status and body, whether it comes with a Content-Length (401 of the service) or chunked (503).
+func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wrong-secret-0123456789"}
+	out, err := run(t, env, "bench", "--items", "3", "--callers", "1", "--prefix", "bench-401")
+	if err == nil || !regexp.MustCompile(`^bench: 3 calls failed; the first: before-write: HTTP 401: \{"error":\{"code":"[a-z_]+"`).MatchString(err.Error()) ||
+		!regexp.MustCompile(`(?m)^\s+single, 1 callers\s+0\s+0\s+3\s*$`).MatchString(out) {
+		t.Errorf("bench with a wrong token: %v\n%s", err, out)
+	}
+
+	draining := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, `{"error":{"code":"unavailable",`)
+		w.(http.Flusher).Flush() // chunked
+		io.WriteString(w, `"message":"draining"}}`)
+	}))
+	defer draining.Close()
+	env["COMPANION_URL"] = draining.URL
+	out, err = run(t, env, "bench", "--mode", "batch", "--batch", "5", "--items", "12", "--callers", "2", "--prefix", "bench-503")
+	if err == nil || !strings.Contains(err.Error(), `3 calls failed; the first: batch before-write: HTTP 503: {"error":{"code":"unavailable","message":"draining"}}`) ||
+		!regexp.MustCompile(`(?m)^\s+batch of 5, 2 callers\s+0\s+0\s+3\s*$`).MatchString(out) ||
+		!strings.Contains(out, "Service CPU not measured (GET /metrics answered 503)") {
+		t.Errorf("bench against a service that answers 503: %v\n%s", err, out)
 	}
 }
