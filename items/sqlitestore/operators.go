@@ -427,65 +427,46 @@ func (s *Store) ListItems(ctx context.Context, p items.ListParams) (items.ItemPa
 // named in the page's Unreadable and keeps its place, so the cursor goes on past it, also when it is
 // the page's last row; its columns, not its document, give that place.
 func (s *Store) listPage(ctx context.Context, limit int, where string, args ...any) (items.ItemPage, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+storedColumns+` FROM items `+where, args...)
-	if err != nil {
-		return items.ItemPage{}, unavailable(err)
-	}
-	defer rows.Close()
-	page := items.ItemPage{Items: []*items.Item{}}
-	n := 0
 	var last items.ListCursor
-	for rows.Next() {
-		if n == limit {
-			page.NextCursor = last.Encode()
-			break
-		}
-		it, r, err, scanErr := scanItem(rows)
-		if scanErr != nil {
-			return items.ItemPage{}, unavailable(scanErr)
-		}
-		n++
-		last = items.ListCursor{UpdatedAt: time.Unix(0, r.updatedAt).UTC(), Key: r.key}
-		if err != nil {
-			page.Unreadable = append(page.Unreadable, r.key)
-			continue
-		}
-		page.Items = append(page.Items, it)
-	}
-	if err := rows.Err(); err != nil {
-		return items.ItemPage{}, unavailable(err)
-	}
-	return page, nil
+	return s.readPage(ctx, limit, "", nil, func(r *row) { last = items.ListCursor{UpdatedAt: time.Unix(0, r.updatedAt).UTC(), Key: r.key} },
+		func() string { return last.Encode() }, where, args...)
 }
 
 // listPageBySince is listPage for the order by needs_person_since (items.ListByNeedsPersonSince): the
-// rows lead with the needs_person_since column, which gives each its place for the cursor (scanItem reads
-// the rest).
+// rows also give the needs_person_since column, each row's place for the cursor.
 func (s *Store) listPageBySince(ctx context.Context, limit int, where string, args ...any) (items.ItemPage, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT needs_person_since, `+storedColumns+` FROM items `+where, args...)
+	var since sql.NullInt64
+	var last items.SinceCursor
+	return s.readPage(ctx, limit, ", needs_person_since", []any{&since}, func(r *row) {
+		last = items.SinceCursor{Key: r.key}
+		if since.Valid {
+			t := time.Unix(0, since.Int64).UTC()
+			last.Since = &t
+		}
+	}, func() string { return last.Encode() }, where, args...)
+}
+
+// readPage reads up to limit+1 rows of storedColumns and the columns more names (into dest) and makes the
+// page of a list: at is told of each row read, and cursor then gives the place of the last one told.
+func (s *Store) readPage(ctx context.Context, limit int, more string, dest []any, at func(r *row), cursor func() string, where string, args ...any) (items.ItemPage, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+storedColumns+more+` FROM items `+where, args...)
 	if err != nil {
 		return items.ItemPage{}, unavailable(err)
 	}
 	defer rows.Close()
 	page := items.ItemPage{Items: []*items.Item{}}
 	n := 0
-	var last items.SinceCursor
-	sc := &sinceScanner{rows: rows}
 	for rows.Next() {
 		if n == limit {
-			page.NextCursor = last.Encode()
+			page.NextCursor = cursor()
 			break
 		}
-		it, r, err, scanErr := scanItem(sc)
+		it, r, err, scanErr := scanItem(rows, dest...)
 		if scanErr != nil {
 			return items.ItemPage{}, unavailable(scanErr)
 		}
 		n++
-		last = items.SinceCursor{Key: r.key}
-		if sc.since.Valid {
-			t := time.Unix(0, sc.since.Int64).UTC()
-			last.Since = &t
-		}
+		at(&r)
 		if err != nil {
 			page.Unreadable = append(page.Unreadable, r.key)
 			continue
@@ -496,19 +477,6 @@ func (s *Store) listPageBySince(ctx context.Context, limit int, where string, ar
 		return items.ItemPage{}, unavailable(err)
 	}
 	return page, nil
-}
-
-// sinceScanner scans a row of needs_person_since and storedColumns: the first into since, the others
-// where scanItem asks.
-type sinceScanner struct {
-	rows  *sql.Rows
-	since sql.NullInt64
-	dest  []any
-}
-
-func (sc *sinceScanner) Scan(dest ...any) error {
-	sc.dest = append(append(sc.dest[:0], &sc.since), dest...)
-	return sc.rows.Scan(sc.dest...)
 }
 
 // listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
