@@ -134,7 +134,10 @@ return { json: {
 
 const surfaceJS = `// conflict (or an answer this template does not handle): nothing is written.
 // The run stops with an error after recording, so a person sees it.
-return { json: {
+` + surfaceReturnJS
+
+// surfaceReturnJS returns the item to record and surface: companion's answer, and what a person reads.
+const surfaceReturnJS = `return { json: {
   key: $json.key,
   decision: $json.decision,
   reason: $json.reason,
@@ -209,14 +212,7 @@ const otherAnswerJS = `// Not one of the routed decisions. A request companion r
 if ($json.refused) {
   return { json: { key: $json.key, refused: true, http_status: $json.http_status, error: $json.error, retry_after: $json.retry_after ?? null } };
 }
-return { json: {
-  key: $json.key,
-  decision: $json.decision,
-  reason: $json.reason,
-  state: $json.state,
-  surface: true,
-  message: 'companion answered ' + $json.decision + '/' + $json.reason + ' for ' + $json.key + ': ' + ($json.message || ''),
-} };`
+` + surfaceReturnJS
 
 // answerJS decides what the webhook answers, so that a sender (Stripe, Shopify, a form tool) that
 // redelivers on any non-2xx answer redelivers exactly when a later delivery can still make the effect exist.
