@@ -121,42 +121,22 @@ func scenarioSingleItems(ctx context.Context, e *env) error {
 		body, key, ref := reminder(inv)
 		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
 	}
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
-		return err
-	}
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
-		return err
-	}
-	code, h, out, err := e.triggerHeader(singleItemsPath, map[string]any{"items": events})
+	err := e.threeFaultedItems(singleItemsPath, events, keys, refs, "the template (its error output never ran)", func() (errs []error) {
+		if it, _ := e.item(keys[1]); it.HTTPStatus != 429 {
+			errs = append(errs, fmt.Errorf("ledger %s: http_status %d, want the 429 the template reported", keys[1], it.HTTPStatus))
+		}
+		for i, state := range []string{"succeeded", "failed", "unknown"} {
+			if _, err := e.expectState(keys[i]+":trigger", state, 1); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errs
+	})
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for i, w := range []struct {
-		state   string
-		records int
-	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
-		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if it, _ := e.item(keys[1]); it.HTTPStatus != 429 {
-		errs = append(errs, fmt.Errorf("ledger %s: http_status %d, want the 429 the template reported", keys[1], it.HTTPStatus))
-	}
-	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
-		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: the template did not report the dropped write, its error output never ran", keys[2], it.FailureClass, it.Cause))
-	}
-	for i, state := range []string{"succeeded", "failed", "unknown"} {
-		if _, err := e.expectState(keys[i]+":trigger", state, 1); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
 	time.Sleep(2 * time.Second)
-	code, h, out, err = e.triggerHeader(singleItemsPath, map[string]any{"items": events})
+	code, h, out, err := e.triggerHeader(singleItemsPath, map[string]any{"items": events})
 	if err != nil {
 		return err
 	}
@@ -170,6 +150,41 @@ func scenarioSingleItems(ctx context.Context, e *env) error {
 		}
 	}
 	return nil
+}
+
+// threeFaultedItems delivers three events at once to path, the second item's write refused with 429 and the
+// third's dropped after the receiver committed it, and checks what every scenario of several items checks
+// of that delivery: the first succeeded, the second failed, the third unknown with its transport class
+// (reported by reporter), each at attempt 1 with its records, more's own checks (when not nil), and one
+// answer, 503 with the soonest Retry-After, naming each item's own.
+func (e *env) threeFaultedItems(path string, events []map[string]any, keys, refs []string, reporter string, more func() []error) error {
+	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
+		return err
+	}
+	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
+		return err
+	}
+	code, h, out, err := e.triggerHeader(path, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i, w := range []struct {
+		state   string
+		records int
+	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
+		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
+		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: %s did not report the dropped write", keys[2], it.FailureClass, it.Cause, reporter))
+	}
+	if more != nil {
+		errs = append(errs, more()...)
+	}
+	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
+	return errors.Join(errs...)
 }
 
 // scenarioLookupItems: lookup-reconcile fed three quotes at once, the second refused with 429 and the third
@@ -189,30 +204,7 @@ func scenarioLookupItems(ctx context.Context, e *env) error {
 		events = append(events, map[string]any{"reference": ref, "customer": "c-88", "amount": 4200 + n})
 		keys, refs = append(keys, "quote:"+ref+":create"), append(refs, ref)
 	}
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
-		return err
-	}
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
-		return err
-	}
-	code, h, out, err := e.triggerHeader(lookupItemsPath, map[string]any{"items": events})
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for i, w := range []struct {
-		state   string
-		records int
-	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
-		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
-		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: the template did not report the dropped write", keys[2], it.FailureClass, it.Cause))
-	}
-	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
-	if err := errors.Join(errs...); err != nil {
+	if err := e.threeFaultedItems(lookupItemsPath, events, keys, refs, "the template", nil); err != nil {
 		return err
 	}
 	// Delivered again while the destination's search fails for the dropped one: the first is a stored result, the
@@ -223,7 +215,7 @@ func scenarioLookupItems(ctx context.Context, e *env) error {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	code, h, out, err = e.triggerHeader(lookupItemsPath, map[string]any{"items": events})
+	code, h, out, err := e.triggerHeader(lookupItemsPath, map[string]any{"items": events})
 	if err != nil {
 		return err
 	}
@@ -387,34 +379,11 @@ func scenarioNodeItems(ctx context.Context, e *env) error {
 		body, key, ref := reminder(inv)
 		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
 	}
-	if err := e.fault(map[string]any{"fault": "reject_429", "count": 1, "reference": refs[1], "retry_after": 1}); err != nil {
-		return err
-	}
-	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[2]}); err != nil {
-		return err
-	}
-	code, h, out, err := e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for i, w := range []struct {
-		state   string
-		records int
-	}{{"succeeded", 1}, {"failed", 0}, {"unknown", 1}} {
-		if err := e.expect(keys[i], w.state, 1, refs[i], w.records); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if it, _ := e.item(keys[2]); it.FailureClass != "connection_reset" {
-		errs = append(errs, fmt.Errorf("ledger %s: failure class %q (cause %q), want connection_reset: After write did not report the dropped write", keys[2], it.FailureClass, it.Cause))
-	}
-	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", map[string]int{keys[0]: 200, keys[1]: 503, keys[2]: 503}))
-	if err := errors.Join(errs...); err != nil {
+	if err := e.threeFaultedItems(nodeItemsPath, events, keys, refs, "After write", nil); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second)
-	code, h, out, err = e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
+	code, h, out, err := e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
 	if err != nil {
 		return err
 	}
