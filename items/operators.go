@@ -121,20 +121,28 @@ type ListCursor struct {
 }
 
 // Encode returns the cursor as an opaque URL-safe string.
-func (c ListCursor) Encode() string {
-	b, _ := json.Marshal(c)
+func (c ListCursor) Encode() string { return encodeCursor(c) }
+
+// encodeCursor writes a cursor's fields as JSON in URL-safe base64: the API's opaque cursor.
+func encodeCursor(v any) string {
+	b, _ := json.Marshal(v)
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor reads into v what encodeCursor wrote.
+func decodeCursor(s string, v any) error {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err == nil {
+		err = json.Unmarshal(b, v)
+	}
+	return err
 }
 
 // DecodeListCursor reads a cursor made by Encode. Returns an invalid_request error naming "cursor" when s
 // was not made by Encode.
 func DecodeListCursor(s string) (ListCursor, error) {
 	var c ListCursor
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil || c.Key == "" || c.UpdatedAt.IsZero() {
+	if err := decodeCursor(s, &c); err != nil || c.Key == "" || c.UpdatedAt.IsZero() {
 		return ListCursor{}, Invalid("cursor", "is not a cursor this service returned")
 	}
 	return c, nil
@@ -156,19 +164,14 @@ type sinceCursorJSON struct {
 
 // Encode returns the cursor as an opaque URL-safe string.
 func (c SinceCursor) Encode() string {
-	b, _ := json.Marshal(sinceCursorJSON{Order: ListByNeedsPersonSince, Since: c.Since, Key: c.Key})
-	return base64.RawURLEncoding.EncodeToString(b)
+	return encodeCursor(sinceCursorJSON{Order: ListByNeedsPersonSince, Since: c.Since, Key: c.Key})
 }
 
 // DecodeSinceCursor reads a cursor made by SinceCursor.Encode. Returns an invalid_request error naming
 // "cursor" when s was not made by it.
 func DecodeSinceCursor(s string) (SinceCursor, error) {
 	var c sinceCursorJSON
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		err = json.Unmarshal(b, &c)
-	}
-	if err != nil || c.Order != ListByNeedsPersonSince || c.Key == "" || (c.Since != nil && c.Since.IsZero()) {
+	if err := decodeCursor(s, &c); err != nil || c.Order != ListByNeedsPersonSince || c.Key == "" || (c.Since != nil && c.Since.IsZero()) {
 		return SinceCursor{}, Invalid("cursor", "is not a cursor this service returned for this order")
 	}
 	return SinceCursor{Since: c.Since, Key: c.Key}, nil
