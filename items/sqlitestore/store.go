@@ -322,8 +322,9 @@ type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-// scanItem reads a row of storedColumns (and into more, the columns the query selects after them): the item and the row, or errCorrupt (wrapped) as decodeErr when
-// its document cannot be read. A failure to read the row itself is returned as scanErr.
+// scanItem reads a row of storedColumns, and into more the columns the query selects after them: the
+// item and the row, or errCorrupt (wrapped) as decodeErr when its document cannot be read. A failure to
+// read the row itself is returned as scanErr.
 func scanItem(sc rowScanner, more ...any) (it *items.Item, r row, decodeErr, scanErr error) {
 	var batchIndex sql.NullInt64
 	var workflow sql.NullString

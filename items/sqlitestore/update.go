@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
+	"slices"
 	"strings"
 )
 
@@ -17,10 +18,14 @@ import (
 // setColumns are the columns an UPDATE may set besides doc, which it always sets: itemColumns before doc.
 var setColumns = itemColumns[:len(itemColumns)-3]
 
-// writtenColumns are what readMany selects after storedColumns for write: the row's id, and the columns
-// of setColumns that storedColumns does not give as stored.
-const writtenColumns = `id, workflow, lease_expires_at, attempt, same_key_recovered, resolutions, duplicate_effect,
-	entered_unknown, needs_person_since, sweep_candidate, alert_pending`
+// writtenNames are the columns of setColumns that storedColumns does not give as stored (workflow: NULL
+// where it is the key's); writtenColumns, what readMany selects after storedColumns for write, are the
+// row's id and those.
+var (
+	writtenNames = []string{"workflow", "lease_expires_at", "attempt", "same_key_recovered", "resolutions",
+		"duplicate_effect", "entered_unknown", "needs_person_since", "sweep_candidate", "alert_pending"}
+	writtenColumns = "id, " + strings.Join(writtenNames, ", ")
+)
 
 // written is an item's row as it is stored: its id, and the values of setColumns in appendColumns' form
 // (integers of either width, nil for NULL).
@@ -36,8 +41,14 @@ type writtenScan struct {
 	w  written
 }
 
-// writtenAt are the places in setColumns of writtenColumns after id.
-var writtenAt = []int{3, 10, 13, 14, 15, 16, 17, 18, 19, 20}
+// writtenAt are the places of writtenNames in setColumns.
+var writtenAt = func() []int {
+	at := make([]int, len(writtenNames))
+	for i, name := range writtenNames {
+		at[i] = slices.Index(setColumns, name)
+	}
+	return at
+}()
 
 func (w *writtenScan) dest() []any {
 	w.w.cols = make([]any, len(setColumns))
