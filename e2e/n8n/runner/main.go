@@ -358,28 +358,11 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 		if t.ErrorWorkflow {
 			ts.ServiceURL = e.companion // the error workflow reports past the fault proxy
 		}
-		wf := blueprints.RenderN8n(t, ts)
-		b, err := json.Marshal(wf)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		m["id"] = workflowIDs[t.Slug]
-		b, _ = json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, t.Slug+".json"), b, 0o644); err != nil {
+		if err := writeWorkflow(dir, t.Slug+".json", workflowIDs[t.Slug], blueprints.RenderN8n(t, ts)); err != nil {
 			return err
 		}
 	}
-	ewf, err := json.Marshal(emailWorkflow(s))
-	if err != nil {
-		return err
-	}
-	var em map[string]any
-	_ = json.Unmarshal(ewf, &em)
-	em["id"] = emailWorkflowID
-	ewf, _ = json.Marshal(em)
-	if err := os.WriteFile(filepath.Join(dir, "email-write.json"), ewf, 0o644); err != nil {
+	if err := writeWorkflow(dir, "email-write.json", emailWorkflowID, emailWorkflow(s)); err != nil {
 		return err
 	}
 	if err := e.nodeExtensions(filepath.Join(e.work, "custom")); err != nil {
@@ -680,4 +663,17 @@ func (e *env) expect(key, state string, attempt int, ref string, records int) er
 		return fmt.Errorf("receiver: %d records under the item's idempotency key %s, want %d", got, it.IdempotencyKey, records)
 	}
 	return nil
+}
+
+// writeWorkflow writes wf to dir/file as the import reads it, with id as its workflow id.
+func writeWorkflow(dir, file, id string, wf any) error {
+	b, err := json.Marshal(wf)
+	if err != nil {
+		return err
+	}
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	m["id"] = id
+	b, _ = json.Marshal(m)
+	return os.WriteFile(filepath.Join(dir, file), b, 0o644)
 }

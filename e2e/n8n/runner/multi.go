@@ -11,8 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -59,15 +57,7 @@ func writeItemsVariants(dir string, s blueprints.Settings) error {
 		tpl.WebhookPath = v.path
 		wf := blueprints.RenderN8n(tpl, s)
 		withSplitItems(&wf, v.name, "e2e-"+v.id+"-webhook")
-		b, err := json.Marshal(wf)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		m["id"] = v.id
-		b, _ = json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, v.file), b, 0o644); err != nil {
+		if err := writeWorkflow(dir, v.file, v.id, wf); err != nil {
 			return err
 		}
 	}

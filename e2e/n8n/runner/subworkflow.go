@@ -8,12 +8,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/replaysafe/companion/blueprints"
@@ -62,15 +59,7 @@ func writeSubWorkflowVariants(dir string, s blueprints.Settings) error {
 		id   string
 		file string
 	}{{multi, subMultiWorkflowID, "sub-items.json"}, {email, subEmailWorkflowID, "sub-email.json"}} {
-		b, err := json.Marshal(v.wf)
-		if err != nil {
-			return err
-		}
-		var m map[string]any
-		_ = json.Unmarshal(b, &m)
-		m["id"] = v.id
-		b, _ = json.Marshal(m)
-		if err := os.WriteFile(filepath.Join(dir, v.file), b, 0o644); err != nil {
+		if err := writeWorkflow(dir, v.file, v.id, v.wf); err != nil {
 			return err
 		}
 	}
