@@ -55,14 +55,8 @@ let out;
 if ('` + p.Mode + `' === 'runOnceForEachItem') out = INPUT.map(($json) => run(CODE, $json));
 else out = run(CODE, undefined);
 process.stdout.write(JSON.stringify(out.map((o) => o.json)));`
-	b, err := exec.Command(bin, "-e", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, b)
-	}
 	var got []map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("output %s: %v", b, err)
-	}
+	runNode(t, bin, prog, &got)
 	return got
 }
 

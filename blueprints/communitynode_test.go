@@ -273,14 +273,8 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 const $input = { all: () => [{ json: $json }], first: () => ({ json: $json }) };
 const out = eval('(() => {' + ` + string(code) + ` + '\n})()');
 process.stdout.write(JSON.stringify(out[0].json));`
-			b, err := exec.Command(bin, "-e", prog).CombinedOutput()
-			if err != nil {
-				t.Fatalf("node: %v\n%s", err, b)
-			}
 			var got map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatalf("output %s: %v", b, err)
-			}
+			b := runNode(t, bin, prog, &got)
 			if got["status"] != c.status || got["retry_after"] != c.retryAfter || got["end"] != c.end || (got["later"] == "later") != (c.status == 503) {
 				t.Errorf("answer status %v retry_after %v end %v later %v, want %v %v %s", got["status"], got["retry_after"], got["end"], got["later"], c.status, c.retryAfter, c.end)
 			}

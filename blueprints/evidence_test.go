@@ -65,15 +65,8 @@ func TestEvidenceJudgesAnyWriteNode(t *testing.T) {
 const $ = (name) => ({ item: { json: ` + claim + ` }, first: () => ({ json: { external_id_fields: '` + ExternalIDFields + `' } }) });
 const out = (() => {` + code + `})();
 process.stdout.write(JSON.stringify(out.json));`
-			cmd := exec.Command(node, "-e", prog)
-			b, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("node: %v\n%s", err, b)
-			}
 			var got map[string]any
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatalf("output %s: %v", b, err)
-			}
+			b := runNode(t, node, prog, &got)
 			if got["key"] != "invoice-742:reminder:2" || got["claim"] != "c_1" {
 				t.Errorf("report does not name the claim: %s", b)
 			}
@@ -115,14 +108,8 @@ const $input = { all: () => [{ json: $json }], first: () => ({ json: $json }) };
 const $ = (name) => ({ item: { json: ` + self + ` }, first: () => ({ json: ` + self + ` }) });
 const out = (() => {` + code + `})();
 process.stdout.write(JSON.stringify(Array.isArray(out) ? out[0].json : out.json));`
-	b, err := exec.Command(node, "-e", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, b)
-	}
 	var got map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("output %s: %v", b, err)
-	}
+	runNode(t, node, prog, &got)
 	return got
 }
 
@@ -181,4 +168,18 @@ func TestDeliveryIsCheckedBeforeTheKey(t *testing.T) {
 	if got["delivery"] != "incomplete" {
 		t.Errorf("a delivery without a body is %v", got)
 	}
+}
+
+// runNode runs the JavaScript prog with node (bin) and decodes what it writes to standard output into
+// out; it returns that output.
+func runNode(t *testing.T, bin, prog string, out any) []byte {
+	t.Helper()
+	b, err := exec.Command(bin, "-e", prog).CombinedOutput()
+	if err != nil {
+		t.Fatalf("node: %v\n%s", err, b)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("output %s: %v", b, err)
+	}
+	return b
 }

@@ -112,14 +112,8 @@ const $input = { all: () => ITEMS.map((json) => ({ json })), first: () => ({ jso
 const out = (() => {` + code + `})();
 if (out.length !== 1) throw new Error(out.length + ' answers');
 process.stdout.write(JSON.stringify(out[0].json));`
-	b, err := exec.Command(bin, "-e", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, b)
-	}
 	var got map[string]any
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("output %s: %v", b, err)
-	}
+	runNode(t, bin, prog, &got)
 	return got
 }
 

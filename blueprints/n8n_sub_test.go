@@ -136,17 +136,11 @@ try {
 } catch (e) {
   process.stdout.write(JSON.stringify({ thrown: e.message }));
 }`
-	b, err := exec.Command(node, "-e", prog).CombinedOutput()
-	if err != nil {
-		t.Fatalf("node: %v\n%s", err, b)
-	}
 	var got struct {
 		JSON   map[string]any `json:"json"`
 		Thrown string         `json:"thrown"`
 	}
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("output %s: %v", b, err)
-	}
+	runNode(t, node, prog, &got)
 	return got.JSON, got.Thrown
 }
 
