@@ -81,11 +81,20 @@ type Failure = ReturnType<typeof describeFailure>;
 
 /** The companion field of an item whose call failed: companion's HTTP status, error word and message when
  * it answered (a refused request, e.g. 400 invalid_request: nothing was claimed; n8n replaces the message of
- * a NodeApiError with a 400 by its own "Bad request"), else the error's message. */
+ * a NodeApiError with a 400 by its own "Bad request"), else the error's message. A call that got no answer at
+ * all (companion unreachable, the connection reset, a timeout: no HTTP status) is marked unanswered with the
+ * word no_answer: only its own items are concerned (asked again, the items of the other calls would meet
+ * their own claims), and the workflow answers them 503 so that the sender delivers them again. */
 function failureOf(error: unknown): IDataObject {
 	const f = (error as { companionFailure?: Failure }).companionFailure;
 	const words = f?.code ? f.message : undefined;
-	return { error: words ?? (error as Error).message, http_status: f?.status ?? null, code: f?.code ?? null };
+	const unanswered = f !== undefined && f.status === undefined;
+	return {
+		error: words ?? (error as Error).message,
+		http_status: f?.status ?? null,
+		code: f?.code ?? (unanswered ? 'no_answer' : null),
+		...(unanswered ? { unanswered: true } : {}),
+	};
 }
 
 /** The position "items[3].key" names in a batch call's 400, if any. */
