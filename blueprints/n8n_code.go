@@ -168,7 +168,7 @@ if (w.state === 'succeeded') {
 } else if (w.evidence) {
   for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
 } else {
-  const why = w.refused ? 'before-write refused: ' + w.error.code : w.decision + '/' + w.reason;
+  const why = w.unanswered ? 'before-write got no answer' : w.refused ? 'before-write refused: ' + w.error.code : w.decision + '/' + w.reason;
   report.outcome = 'failed';
   report.error = { class: 'validation', code: w.refused ? w.error.code : why, message: 'this run sent nothing: ' + why };
 }

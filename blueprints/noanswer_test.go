@@ -106,3 +106,23 @@ func TestBatchCallWithoutAnswer(t *testing.T) {
 		t.Fatalf("decided %v", decided)
 	}
 }
+
+// TestTriggerClaimAfterNoAnswer: in guarded-write, an item whose write claim got no answer reports its trigger
+// claim failed (class validation: this run sent nothing), so the redelivery claims the trigger again at once.
+func TestTriggerClaimAfterNoAnswer(t *testing.T) {
+	var tpl Template
+	for _, x := range Templates() {
+		if x.TriggerGuard && x.Sub == NotSub {
+			tpl = x
+			break
+		}
+	}
+	code := nodeNamed(t, RenderN8n(tpl, DefaultSettings()), "Run outcome").Parameters.(CodeParams).JSCode
+	got, thrown := runJS(t, code, `{"key": "k", "refused": true, "unanswered": true, "http_status": 503, "error": {"code": "no_answer", "message": "companion gave no answer (ECONNRESET): socket hang up"}, "retry_after": null}`,
+		map[string]string{"Trigger claim answer": `{"key": "k:trigger", "decision": "proceed", "claim": "c_t"}`})
+	report, _ := got["report"].(map[string]any)
+	e, _ := report["error"].(map[string]any)
+	if thrown != "" || got["trigger"] != "claimed" || report["outcome"] != "failed" || report["claim"] != "c_t" || e["class"] != "validation" || e["code"] != "no_answer" || e["message"] != "this run sent nothing: before-write got no answer" {
+		t.Errorf("the trigger claim's report: %v %q", got, thrown)
+	}
+}
