@@ -590,8 +590,8 @@ func TestMakeTriggerGuardFallsThrough(t *testing.T) {
 		}
 		trig := makeModuleID(t, raw, "Claim trigger event")
 		guard := findMakeModule(bp.Flow, "First delivery?")
-		if guard == nil || len(guard.Routes) != 2 {
-			t.Fatalf("%s: no two-route First delivery? router", tpl.Slug)
+		if guard == nil || len(guard.Routes) != 3 {
+			t.Fatalf("%s: no three-route First delivery? router (write, duplicate, refused)", tpl.Slug)
 		}
 		write, dup := guard.Routes[0].Flow[0], guard.Routes[1].Flow[0]
 		if write.Metadata.Designer.Name != NodeBeforeWrite {

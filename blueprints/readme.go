@@ -252,7 +252,7 @@ DECISIONS
 After the write, the **Classify the answer** router reports 2xx as ` + "`succeeded`" + `, 3xx as ` + "`unknown`" + ` (a
 redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (parsed to seconds, an HTTP-date too; the
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
-the JSON the aggregator kept for the item with the decision's key (` + "`first(map(12.array; \"invoice\"; \"key\"; 17.key))`" + `), since Make
+the JSON the aggregator kept for the item with the decision's key (` + "`first(map(12.array; \"invoice\"; \"key\"; 27.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
 the batch call. Its **Decision** router sends each ` + "`proceed`" + ` bundle to the write and every other decision (skip,
 conflict) to **Not written: stored result, retry later or conflict**; a batch where nothing proceeded reports nothing. The error handler route

@@ -1,0 +1,229 @@
+package blueprints
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// makeClaims are the companion claims of each Make blueprint: every before-write, single or batch.
+var makeClaims = map[string][]string{
+	"guarded-write":       {"Claim trigger event", NodeBeforeWrite},
+	"lookup-reconcile":    {NodeBeforeWrite, "Before-write again"},
+	"batch-guarded-write": {"Batch before-write"},
+}
+
+// afterClaim is the router that takes the claim's answer: the module after it in its flow.
+func afterClaim(t *testing.T, bp MakeBlueprint, claim *MakeModule) MakeModule {
+	t.Helper()
+	flow := makeFlowOf(bp.Flow, claim.ID)
+	for i, m := range flow {
+		if m.ID == claim.ID && i+1 < len(flow) && flow[i+1].Module == "builtin:BasicRouter" {
+			return flow[i+1]
+		}
+	}
+	t.Fatalf("no router takes the answer of %s", claim.Metadata.Designer.Name)
+	return MakeModule{}
+}
+
+// claimRun is where a simulated run of the blueprint starts (a single-item blueprint at its trigger, the
+// batch at the claim's route of Check delivery) and the mappings it has: the example delivery with a
+// space in the field the key is built from, the trigger claim held (when c is another claim) and the
+// batch's two aggregated keys; claim c answered status, with companion's error body unless it is 200
+// (then the decision is proceed).
+func claimRun(t *testing.T, tpl Template, bp MakeBlueprint, c int, status int) ([]MakeModule, map[string]any) {
+	t.Helper()
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(tpl.Example.Event), &ev); err != nil {
+		t.Fatal(err)
+	}
+	vals := map[string]any{}
+	for k, v := range ev {
+		vals["1."+k] = v
+	}
+	vals["1.invoice"], vals["1.reference"] = "INV 742", "QT 417"
+	if status != 0 {
+		vals[fmt.Sprintf("%d.statusCode", c)] = float64(status)
+	}
+	if status == 200 {
+		vals[fmt.Sprintf("%d.data.decision", c)] = "proceed"
+	} else {
+		vals[fmt.Sprintf("%d.data.error.code", c)] = "invalid_request"
+		vals[fmt.Sprintf("%d.data.error.message", c)] = "key: must be 1-200 characters of A-Z a-z 0-9 . _ : @ + = ~ -"
+		vals[fmt.Sprintf("%d.data.error.fields", c)] = []any{map[string]any{"field": "key", "problem": "a space"}}
+	}
+	if trig := findMakeModule(bp.Flow, "Claim trigger event"); trig != nil && trig.ID != c {
+		vals[fmt.Sprintf("%d.statusCode", trig.ID)] = 200.0
+		vals[fmt.Sprintf("%d.data.decision", trig.ID)] = "proceed"
+	}
+	if tpl.Shape != Batch {
+		if again := findMakeModule(bp.Flow, "Before-write again"); again != nil && again.ID == c {
+			// The second claim is asked after a lookup that found no record.
+			bw, lk := findMakeModule(bp.Flow, NodeBeforeWrite).ID, findMakeModule(bp.Flow, "YOUR LOOKUP: find by reference").ID
+			vals[fmt.Sprintf("%d.statusCode", bw)] = 200.0
+			vals[fmt.Sprintf("%d.data.decision", bw)] = "reconcile"
+			vals[fmt.Sprintf("%d.statusCode", lk)] = 200.0
+			vals[fmt.Sprintf("%d.data.records", lk)] = []any{}
+		}
+		return bp.Flow, vals
+	}
+	agg := findMakeModule(bp.Flow, "All items")
+	vals[fmt.Sprintf("%d.array", agg.ID)] = []any{map[string]any{"key": "invoice-INV 742:reminder:2", "missing": ""}, map[string]any{"key": "invoice-743:reminder:1", "missing": ""}}
+	return findMakeModule(bp.Flow, "Check delivery").Routes[0].Flow, vals
+}
+
+// A claim companion refuses is answered with companion's status and words, like the n8n templates
+// answer it: 400 and 413 as they are, 503 with a Retry-After, anything else 500; the body carries
+// companion's error word, message and fields, and nothing after the answer writes. Before 2026-12-01
+// every companion call ran with Evaluate all states as errors: a refused claim stopped the run with an
+// error, and the sender got Make's own failure (no answer module ran).
+func TestMakeRefusedClaimIsAnswered(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		bp := RenderMake(tpl, DefaultSettings())
+		for _, name := range makeClaims[tpl.Slug] {
+			claim := findMakeModule(bp.Flow, name)
+			if claim == nil {
+				t.Fatalf("%s: no %s", tpl.Slug, name)
+			}
+			if claim.Mapper.(MakeHTTPMapper).StopOnHTTPError {
+				t.Errorf("%s: %s stops the run on a refused claim (Evaluate all states as errors is on)", tpl.Slug, name)
+			}
+			for status, want := range map[int]string{400: "400", 413: "413", 503: "503", 401: "500", 403: "500", 500: "500", 502: "500"} {
+				flow, vals := claimRun(t, tpl, bp, claim.ID, status)
+				run := simulateMake(t, flow, vals)
+				if len(run.answers) != 1 {
+					t.Errorf("%s: %s answered %d: %d webhook answers, want 1", tpl.Slug, name, status, len(run.answers))
+					continue
+				}
+				a := run.answers[0]
+				if a.status != want || a.body["status"] != any(float64(atoi(want))) {
+					t.Errorf("%s: %s answered %d: the webhook is answered %s (body status %v), want %s", tpl.Slug, name, status, a.status, a.body["status"], want)
+				}
+				if (a.retryAfter != "") != (want == "503") || (want == "503" && a.retryAfter != "60") {
+					t.Errorf("%s: %s answered %d: Retry-After %q", tpl.Slug, name, status, a.retryAfter)
+				}
+				msg, _ := a.body["message"].(string)
+				if a.body["error"] != "invalid_request" || !strings.Contains(msg, "key: must be 1-200") || !strings.Contains(msg, "nothing was claimed") || a.body["fields"] == nil {
+					t.Errorf("%s: %s answered %d: the body does not carry companion's words: %v", tpl.Slug, name, status, a.body)
+				}
+				for _, r := range run.reached {
+					if !slices.Contains(makeClaims[tpl.Slug], r) && r != "YOUR LOOKUP: find by reference" && !strings.HasPrefix(r, "Record trigger outcome") && !strings.HasPrefix(r, "Reconcile: ") {
+						t.Errorf("%s: %s answered %d: the run goes on to %s", tpl.Slug, name, status, r)
+					}
+				}
+				if tpl.Shape == Batch {
+					if keys, _ := a.body["items"].([]any); len(keys) != 2 {
+						t.Errorf("%s: the refused call's answer does not name its items: %v", tpl.Slug, a.body)
+					}
+				} else if key, _ := a.body["key"].(string); !strings.Contains(key, " ") || !strings.Contains(msg, key) {
+					t.Errorf("%s: %s answered %d: the answer names the key %v", tpl.Slug, name, status, a.body["key"])
+				}
+			}
+			// A 200 is a decision: the refused route stays shut.
+			flow, vals := claimRun(t, tpl, bp, claim.ID, 200)
+			run := simulateMake(t, flow, vals)
+			for _, a := range run.answers {
+				if strings.Contains(a.name, "refused") || strings.Contains(a.name, "could not record") {
+					t.Errorf("%s: %s answered 200 proceed, and %s answers it as refused", tpl.Slug, name, a.name)
+				}
+			}
+		}
+	}
+}
+
+// A companion that cannot be reached (a refused connection, DNS, a timeout) is answered 503 with a
+// Retry-After, and the run ends with Ignore instead of stopping with an error (which left the sender
+// with Make's own failure and, with Sequential processing and incomplete executions on, held up the
+// scenario until a person resolved the stored run).
+func TestMakeUnreachableCompanionIsAnswered(t *testing.T) {
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly {
+			continue
+		}
+		bp := RenderMake(tpl, DefaultSettings())
+		for _, name := range makeClaims[tpl.Slug] {
+			claim := findMakeModule(bp.Flow, name)
+			if len(claim.OnError) == 0 || claim.OnError[len(claim.OnError)-1].Module != "builtin:Ignore" {
+				t.Errorf("%s: %s has no error handler ending with Ignore", tpl.Slug, name)
+				continue
+			}
+			flow, vals := claimRun(t, tpl, bp, claim.ID, 0)
+			vals[fmt.Sprintf("%d.error.type", claim.ID)] = "ConnectionError"
+			vals[fmt.Sprintf("%d.error.message", claim.ID)] = `connect ECONNREFUSED 127.0.0.1:8080 "quoted"`
+			run := simulateMake(t, flow, vals)
+			if len(run.answers) != 1 || run.answers[0].status != "503" || run.answers[0].retryAfter != "60" || run.reached[len(run.reached)-1] != name {
+				t.Errorf("%s: %s unreachable: answers %+v, reached %v", tpl.Slug, name, run.answers, run.reached)
+				continue
+			}
+			if msg, _ := run.answers[0].body["message"].(string); run.answers[0].body["error"] != "companion_unreachable" || !strings.Contains(msg, `ECONNREFUSED 127.0.0.1:8080 "quoted"`) {
+				t.Errorf("%s: %s unreachable: body %v", tpl.Slug, name, run.answers[0].body)
+			}
+		}
+	}
+}
+
+// Every end of lookup-reconcile's reconcile route answers the webhook: a found record 200, a lookup that
+// failed 503, the second claim like the first. Until 2026-12-01 none of them did, so the sender got
+// whatever Make answers a run that reaches no Webhook response.
+func TestMakeReconcileRouteAnswers(t *testing.T) {
+	bp := RenderMake(templateBySlug(t, "lookup-reconcile"), DefaultSettings())
+	bw := findMakeModule(bp.Flow, NodeBeforeWrite).ID
+	lk := findMakeModule(bp.Flow, "YOUR LOOKUP: find by reference")
+	again := findMakeModule(bp.Flow, "Before-write again").ID
+	finding := findMakeModule(bp.Flow, "Finding")
+	base := map[string]any{fmt.Sprintf("%d.data.decision", bw): "reconcile", fmt.Sprintf("%d.data.key", bw): "quote-QT-1:create", fmt.Sprintf("%d.data.reference", bw): "QT-1"}
+	for _, tc := range []struct {
+		name    string
+		vals    map[string]any
+		flow    []MakeModule
+		answers []string
+		reached []string
+	}{
+		{"found", map[string]any{fmt.Sprintf("%d.statusCode", lk.ID): 200.0, fmt.Sprintf("%d.data.records", lk.ID): []any{map[string]any{"id": "rec-9"}}}, []MakeModule{*finding}, []string{"200"}, []string{"Reconcile: found"}},
+		{"lookup answered 500", map[string]any{fmt.Sprintf("%d.statusCode", lk.ID): 500.0}, []MakeModule{*finding}, []string{"503"}, []string{"Reconcile: lookup failed"}},
+		{"lookup failed", map[string]any{fmt.Sprintf("%d.error.type", lk.ID): "ConnectionError"}, lk.OnError, []string{"503"}, []string{"Reconcile: lookup failed"}},
+		{"absent, then skip", map[string]any{fmt.Sprintf("%d.statusCode", again): 200.0, fmt.Sprintf("%d.data.decision", again): "skip", fmt.Sprintf("%d.data.reason", again): "awaiting_owner"}, afterClaimFlow(t, bp, again), []string{"503"}, nil},
+		{"absent, then conflict", map[string]any{fmt.Sprintf("%d.statusCode", again): 200.0, fmt.Sprintf("%d.data.decision", again): "conflict"}, afterClaimFlow(t, bp, again), []string{"409"}, nil},
+		{"absent, then proceed", map[string]any{fmt.Sprintf("%d.statusCode", again): 200.0, fmt.Sprintf("%d.data.decision", again): "proceed"}, afterClaimFlow(t, bp, again), nil, []string{NodeWrite}},
+	} {
+		vals := maps.Clone(base)
+		maps.Copy(vals, tc.vals)
+		run := simulateMake(t, tc.flow, vals)
+		var got []string
+		for _, a := range run.answers {
+			got = append(got, a.status)
+		}
+		// The reports and the write are where the simulation stops; the answer comes after the report.
+		if !slices.Equal(got, tc.answers) || !slices.Equal(run.reached, tc.reached) {
+			t.Errorf("%s: answers %v reached %v, want %v %v", tc.name, got, run.reached, tc.answers, tc.reached)
+		}
+	}
+}
+
+// afterClaimFlow is the router after claim c, as a flow to simulate.
+func afterClaimFlow(t *testing.T, bp MakeBlueprint, c int) []MakeModule {
+	return []MakeModule{afterClaim(t, bp, findMakeModuleByID(bp.Flow, c))}
+}
+
+func findMakeModuleByID(flow []MakeModule, id int) *MakeModule {
+	for i := range flow {
+		if flow[i].ID == id {
+			return &flow[i]
+		}
+		for _, r := range flow[i].Routes {
+			if m := findMakeModuleByID(r.Flow, id); m != nil {
+				return m
+			}
+		}
+		if m := findMakeModuleByID(flow[i].OnError, id); m != nil {
+			return m
+		}
+	}
+	return nil
+}
