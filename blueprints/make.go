@@ -758,6 +758,43 @@ func (f *makeFlow) reconcileRoute(t Template, v makeValues, c int, x, y int, rep
 	return []MakeModule{lk, r}
 }
 
+// batchAnswer answers the webhook once for the whole delivery, after every item was claimed, written and
+// reported, as the n8n batch template does, first match wins: 409 when an item conflicts, 503 with the
+// soonest Retry-After when an item can still finish (in progress, retry later, waiting for its owner, a
+// reconcile, a write that failed retryably, is unknown or did not answer), 422 when items were refused
+// for good, else 200. Module c is the batch call, a the aggregator of the written items (key, answer,
+// retry_after). The counts come from the call's decisions and the aggregated writes: a write that
+// failed in transport is not aggregated (its error handler ends the item), so it counts as one that can
+// still finish. The body lists the keys per answer (all but the 503s, which are the rest) and
+// companion's decision counts; never a claim. It returns a function making the answer, placed once
+// after the batch after-write and once for a delivery where nothing was written.
+func (f *makeFlow) batchAnswer(c, a int) func(x, y int) []MakeModule {
+	items := fmt.Sprintf("%d.data.items", c)
+	nDecision := func(d string) string { return fmt.Sprintf(`length(map(%s; "key"; "decision"; "%s"))`, items, d) }
+	nReason := func(r string) string { return fmt.Sprintf(`length(map(%s; "key"; "reason"; "%s"))`, items, r) }
+	nWritten := func(w string) string { return fmt.Sprintf(`length(map(%d.array; "key"; "answer"; "%s"))`, a, w) }
+	later := fmt.Sprintf("%s - %s - %s + %s + %s - %s - %s", nDecision("skip"), nReason("succeeded"), nReason("failed_permanent"), nDecision("reconcile"), nDecision("proceed"), nWritten("ok"), nWritten("final"))
+	final := nReason("failed_permanent") + " + " + nWritten("final")
+	status := fmt.Sprintf(`{{if(%s > 0; 409; if(%s > 0; 503; if(%s > 0; 422; 200)))}}`, nDecision("conflict"), later, final)
+	retryAfter := fmt.Sprintf(`{{min(ifempty(min(map(%s; "retry_after")); 60); ifempty(min(map(%d.array; "retry_after")); 60))}}`, items, a)
+	return func(x, y int) []MakeModule {
+		var mods []MakeModule
+		js := func(name, object string) string {
+			m := f.toJSON("JSON: "+name, object, x+150*len(mods), y)
+			mods = append(mods, m)
+			return jsonOf(m.ID)
+		}
+		body := fmt.Sprintf(`{"status": %s, "batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "counts": %s, "answers": {"200": %s, "409": %s, "503": %s, "422": %s}, "written": %s, "stored": %s, "conflict": %s, "refused_for_good": %s, "message": "200 every item's effect exists; 409 an item conflicts (a person decides); 503 an item can still finish: deliver again after Retry-After; 422 items were refused for good"}`,
+			js("answer status", status), js("decision counts", ref(c, "data.counts")),
+			js("items answered 200", "{{"+nWritten("ok")+" + "+nReason("succeeded")+"}}"), js("items answered 409", "{{"+nDecision("conflict")+"}}"),
+			js("items answered 503", "{{"+later+"}}"), js("items answered 422", "{{"+final+"}}"),
+			js("keys written", fmt.Sprintf(`{{map(%d.array; "key"; "answer"; "ok")}}`, a)), js("keys stored", fmt.Sprintf(`{{map(%s; "key"; "reason"; "succeeded")}}`, items)),
+			js("keys in conflict", fmt.Sprintf(`{{map(%s; "key"; "decision"; "conflict")}}`, items)),
+			js("keys refused for good", fmt.Sprintf(`{{merge(map(%d.array; "key"; "answer"; "final"); map(%s; "key"; "reason"; "failed_permanent"))}}`, a, items)))
+		return append(mods, f.respondLater("Answer: the delivery", status, retryAfter, body, x+150*len(mods), y))
+	}
+}
+
 func (f *makeFlow) batch(t Template) []MakeModule {
 	hook := f.module("Trigger: items to write", "gateway:CustomWebHook", 0, 0)
 	hook.Parameters = map[string]string{}
@@ -845,7 +882,12 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 		decided.key, decided.claim, w.ID, w.ID, ref(w.ID, "statusCode"), jsonOrNull(ext.ID), jsonOrNull(rid.ID), retryAfterSeconds(w.ID, `"null"`))}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
-	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
+	// Beside each evidence, the item's key and what the webhook answers for it: ok (written), final (the
+	// destination refused it for good: a 4xx other than 408, 409, 425, 429) or later (anything a
+	// redelivery can still finish), and the write's Retry-After in seconds (60 without one, the answer's
+	// own default, so the soonest of them never comes from an empty value).
+	all.Mapper = map[string]string{"value": ref(ev.ID, "value"), "key": ref(each.ID, "key"), "retry_after": retryAfterSeconds(w.ID, "60"),
+		"answer": fmt.Sprintf(`{{if(%[1]d.statusCode < 300; "ok"; if(%[1]d.statusCode < 400; "later"; if(%[1]d.statusCode >= 500; "later"; if(%[1]d.statusCode = 408; "later"; if(%[1]d.statusCode = 409; "later"; if(%[1]d.statusCode = 425; "later"; if(%[1]d.statusCode = 429; "later"; "final")))))))}}`, w.ID)}
 	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
 	// A batch where nothing proceeded (a re-run of a finished batch) has no evidence to report: stop
 	// instead of sending {"items": []}, which the service refuses.
@@ -857,7 +899,10 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1950, 300)
 	rest.Parameters = map[string]string{}
 	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), jsonOrNull(st.ID))}
-	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, report}, []MakeModule{st, rest})
+	answer := f.batchAnswer(claim.ID, all.ID)
+	reported := f.router("Report, then answer", 2550, 0, append([]MakeModule{report}, answer(2850, 0)...), answer(2700, 300))
+	reported.Routes[1].Flow[0].Filter = &MakeFilter{Name: "nothing written", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", all.ID), O: "number:equal", B: "0"}}}}
+	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, reported}, []MakeModule{st, rest})
 	callAnswer := f.router("Call answer", 1350, 0, []MakeModule{each, route}, refusedCall)
 	check.Routes = []MakeRoute{{Flow: []MakeModule{keys, claim, callAnswer}}, {Flow: []MakeModule{lacking, refuse}}}
 	flow := append(append([]MakeModule{hook}, settings...), items)

@@ -227,3 +227,81 @@ func findMakeModuleByID(flow []MakeModule, id int) *MakeModule {
 	}
 	return nil
 }
+
+// The batch blueprint answers its webhook once for the whole delivery, after the batch after-write, by
+// its items, first match wins: 409, 503 (the soonest Retry-After), 422, 200, as the n8n batch template
+// does. Before 2026-12-01 it answered only a delivery with an incomplete item: every other run reached no
+// Webhook response, so the sender got Make's default answer whatever happened to the items, and a
+// delivery with an item refused 429 or dropped was never delivered again by the sender.
+func TestMakeBatchAnswersTheDeliveryOnce(t *testing.T) {
+	bp := RenderMake(templateBySlug(t, "batch-guarded-write"), DefaultSettings())
+	c := findMakeModule(bp.Flow, "Batch before-write").ID
+	all := findMakeModule(bp.Flow, "All evidence").ID
+	reported := findMakeModule(bp.Flow, "Report, then answer")
+	if reported == nil {
+		t.Fatal("no router answering the delivery after the batch after-write")
+	}
+	dec := func(key, decision, reason string, retryAfter any) any {
+		return map[string]any{"key": key, "decision": decision, "reason": reason, "retry_after": retryAfter, "claim": "c_" + key}
+	}
+	wrote := func(key, answer string, retryAfter float64) any {
+		return map[string]any{"key": key, "answer": answer, "retry_after": retryAfter}
+	}
+	for _, tc := range []struct {
+		name                string
+		decisions, written  []any
+		status, retryAfter  string
+		answers             map[string]float64
+		reportsBeforeAnswer bool
+	}{
+		{"three written", []any{dec("a", "proceed", "first", nil), dec("b", "proceed", "first", nil), dec("c", "proceed", "first", nil)},
+			[]any{wrote("a", "ok", 60), wrote("b", "ok", 60), wrote("c", "ok", 60)}, "200", "", map[string]float64{"200": 3}, true},
+		{"a re-run of a finished batch", []any{dec("a", "skip", "succeeded", nil), dec("b", "skip", "succeeded", nil)},
+			[]any{}, "200", "", map[string]float64{"200": 2}, false},
+		{"one refused 429 with Retry-After 2", []any{dec("a", "proceed", "first", nil), dec("b", "proceed", "first", nil)},
+			[]any{wrote("a", "ok", 60), wrote("b", "later", 2)}, "503", "2", map[string]float64{"200": 1, "503": 1}, true},
+		{"one dropped in transport (not aggregated)", []any{dec("a", "proceed", "first", nil), dec("b", "proceed", "first", nil), dec("c", "proceed", "first", nil)},
+			[]any{wrote("a", "ok", 60), wrote("c", "ok", 60)}, "503", "60", map[string]float64{"200": 2, "503": 1}, true},
+		{"every write dropped", []any{dec("a", "proceed", "first", nil)},
+			[]any{}, "503", "60", map[string]float64{"503": 1}, false},
+		{"a conflict beside a write", []any{dec("a", "conflict", "fingerprint_mismatch", nil), dec("b", "proceed", "first", nil), dec("c", "skip", "retry_later", 7.0)},
+			[]any{wrote("b", "ok", 60)}, "409", "", map[string]float64{"409": 1, "200": 1, "503": 1}, true},
+		{"one refused for good", []any{dec("a", "proceed", "first", nil), dec("b", "proceed", "first", nil)},
+			[]any{wrote("a", "ok", 60), wrote("b", "final", 60)}, "422", "", map[string]float64{"200": 1, "422": 1}, true},
+		{"failed for good before", []any{dec("a", "skip", "failed_permanent", nil), dec("b", "skip", "succeeded", nil)},
+			[]any{}, "422", "", map[string]float64{"200": 1, "422": 1}, false},
+		{"one still in progress", []any{dec("a", "skip", "in_progress", 12.0), dec("b", "proceed", "first", nil)},
+			[]any{wrote("b", "ok", 60)}, "503", "12", map[string]float64{"200": 1, "503": 1}, true},
+		{"a reconcile (the batch does no lookups)", []any{dec("a", "reconcile", "lookup_required", nil)},
+			[]any{}, "503", "60", map[string]float64{"503": 1}, false},
+	} {
+		vals := map[string]any{
+			fmt.Sprintf("%d.statusCode", c): 200.0, fmt.Sprintf("%d.data.items", c): tc.decisions,
+			fmt.Sprintf("%d.data.counts", c): map[string]any{"proceed": 1.0}, fmt.Sprintf("%d.array", all): tc.written,
+		}
+		run := simulateMake(t, []MakeModule{*reported}, vals)
+		if len(run.answers) != 1 {
+			t.Errorf("%s: %d answers, want 1", tc.name, len(run.answers))
+			continue
+		}
+		a := run.answers[0]
+		if a.status != tc.status || a.body["status"] != any(float64(atoi(tc.status))) || (tc.status == "503" && a.retryAfter != tc.retryAfter) {
+			t.Errorf("%s: answered %s (body %v) Retry-After %s, want %s %s", tc.name, a.status, a.body["status"], a.retryAfter, tc.status, tc.retryAfter)
+		}
+		got := map[string]float64{}
+		for k, v := range a.body["answers"].(map[string]any) {
+			if v.(float64) != 0 {
+				got[k] = v.(float64)
+			}
+		}
+		if !maps.Equal(got, tc.answers) {
+			t.Errorf("%s: answers per status %v, want %v", tc.name, got, tc.answers)
+		}
+		if reported := slices.Contains(run.reached, "Batch after-write"); reported != tc.reportsBeforeAnswer {
+			t.Errorf("%s: the batch after-write ran %v before the answer, want %v", tc.name, reported, tc.reportsBeforeAnswer)
+		}
+		if b, _ := json.Marshal(a.body); strings.Contains(string(b), "c_") {
+			t.Errorf("%s: the answer shows the sender a claim: %s", tc.name, b)
+		}
+	}
+}

@@ -13,7 +13,7 @@ import (
 // makeEval evaluates the part of Make's formula language the blueprints' answers use, so that a test
 // can run a status or a count the way Make would: numbers, "texts", mappings (N.path, looked up in
 // vals), the operators = != < > <= >= + -, and the functions if, ifempty, length, map (with its
-// filter arguments), contains, min, get, join, replace (also with a /regular expression/g) and toString;
+// filter arguments), contains, min, get, join, merge, replace (also with a /regular expression/g) and toString;
 // of an if( only the branch taken is evaluated. A text with {{…}} mappings is evaluated mapping by mapping.
 // Anything else fails the test: a formula the evaluator does not know is not checked silently.
 func makeEval(t *testing.T, text string, vals map[string]any) any {
@@ -240,6 +240,13 @@ func (p *makeParser) call(name string, args []any) any {
 			return re.ReplaceAllString(fmt.Sprint(args[0]), fmt.Sprint(args[2]))
 		}
 		return strings.ReplaceAll(fmt.Sprint(args[0]), fmt.Sprint(args[1]), fmt.Sprint(args[2]))
+	case "merge":
+		out := []any{}
+		for _, a := range args {
+			arr, _ := a.([]any)
+			out = append(out, arr...)
+		}
+		return out
 	case "toString":
 		return fmt.Sprint(args[0])
 	case "join":
