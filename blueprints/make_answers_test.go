@@ -305,3 +305,124 @@ func TestMakeBatchAnswersTheDeliveryOnce(t *testing.T) {
 		}
 	}
 }
+
+// makeIDs are the ids of every module named name (lookup-reconcile has two writes).
+func makeIDs(flow []MakeModule, name string) []int {
+	var ids []int
+	for _, m := range flow {
+		if m.Metadata.Designer.Name == name {
+			ids = append(ids, m.ID)
+		}
+		for _, r := range m.Routes {
+			ids = append(ids, makeIDs(r.Flow, name)...)
+		}
+		ids = append(ids, makeIDs(m.OnError, name)...)
+	}
+	return ids
+}
+
+// Every run of a single-item blueprint answers its webhook exactly once, whatever the claims, the write and
+// the lookup answer: a run with no answer gets Make's own default answer (a silent 200 for a sender), and
+// a second answer never reaches the sender. The delivery is one bundle (the webhook's); several events in
+// one delivery belong in the batch blueprint, which answers once for all of them.
+func TestMakeEveryRunAnswersOnce(t *testing.T) {
+	type answer map[string]any // N.path → value, for the modules named below
+	claim := func(status int, decision, reason string) answer {
+		a := answer{"statusCode": float64(status)}
+		if status == 200 {
+			a["data.decision"], a["data.reason"], a["data.key"], a["data.claim"] = decision, reason, "k", "c_1"
+		} else if status != 0 {
+			a["data.error.code"], a["data.error.message"] = "invalid_request", "refused"
+		} else {
+			a = answer{"error.type": "ConnectionError", "error.message": "connect ECONNREFUSED"}
+		}
+		return a
+	}
+	unreachable := claim(0, "", "")
+	written := answer{"statusCode": 201.0, "data.id": "rec-1"}
+	refused429 := answer{"statusCode": 429.0}
+	dropped := answer{"error.type": "ConnectionError", "error.message": "socket hang up ECONNRESET"}
+	for _, tpl := range Templates() {
+		if tpl.N8nOnly || tpl.Shape == Batch {
+			continue
+		}
+		bp := RenderMake(tpl, DefaultSettings())
+		if strings.Contains(string(must(encode(bp))), "builtin:BasicFeeder") {
+			t.Errorf("%s: a single-item blueprint iterates: each bundle would reach its own answer", tpl.Slug)
+		}
+		var ev map[string]any
+		if err := json.Unmarshal([]byte(tpl.Example.Event), &ev); err != nil {
+			t.Fatal(err)
+		}
+		type step struct {
+			module string
+			answer answer
+		}
+		var runs [][]step
+		triggers := [][]step{nil}
+		if tpl.TriggerGuard {
+			triggers = [][]step{{{"Claim trigger event", claim(200, "proceed", "first")}}, {{"Claim trigger event", claim(200, "skip", "succeeded")}},
+				{{"Claim trigger event", claim(200, "skip", "in_progress")}}, {{"Claim trigger event", claim(200, "conflict", "fingerprint_mismatch")}},
+				{{"Claim trigger event", claim(200, "skip", "attempts_exhausted")}}, {{"Claim trigger event", claim(400, "", "")}}, {{"Claim trigger event", unreachable}}}
+		}
+		for _, trig := range triggers {
+			for _, w := range [][]step{
+				{{NodeBeforeWrite, claim(200, "proceed", "first")}, {NodeWrite, written}},
+				{{NodeBeforeWrite, claim(200, "proceed", "first")}, {NodeWrite, refused429}},
+				{{NodeBeforeWrite, claim(200, "proceed", "first")}, {NodeWrite, dropped}},
+				{{NodeBeforeWrite, claim(200, "skip", "succeeded")}}, {{NodeBeforeWrite, claim(200, "skip", "retry_later")}},
+				{{NodeBeforeWrite, claim(200, "conflict", "fingerprint_mismatch")}}, {{NodeBeforeWrite, claim(400, "", "")}},
+				{{NodeBeforeWrite, claim(413, "", "")}}, {{NodeBeforeWrite, claim(503, "", "")}}, {{NodeBeforeWrite, unreachable}},
+			} {
+				runs = append(runs, append(append([]step{}, trig...), w...))
+			}
+		}
+		if tpl.Dedupe == DedupeLookup {
+			reconcile := step{NodeBeforeWrite, claim(200, "reconcile", "lookup_required")}
+			found := answer{"statusCode": 200.0, "data.records": []any{map[string]any{"id": "rec-9"}}}
+			absent := answer{"statusCode": 200.0, "data.records": []any{}}
+			for _, tail := range [][]step{
+				{{"YOUR LOOKUP: find by reference", found}},
+				{{"YOUR LOOKUP: find by reference", answer{"statusCode": 500.0}}},
+				{{"YOUR LOOKUP: find by reference", dropped}},
+				{{"YOUR LOOKUP: find by reference", absent}, {"Before-write again", claim(200, "proceed", "retry")}, {NodeWrite, written}},
+				{{"YOUR LOOKUP: find by reference", absent}, {"Before-write again", claim(200, "proceed", "retry")}, {NodeWrite, dropped}},
+				{{"YOUR LOOKUP: find by reference", absent}, {"Before-write again", claim(200, "skip", "in_progress")}},
+				{{"YOUR LOOKUP: find by reference", absent}, {"Before-write again", claim(400, "", "")}},
+				{{"YOUR LOOKUP: find by reference", absent}, {"Before-write again", unreachable}},
+			} {
+				runs = append(runs, append([]step{reconcile}, tail...))
+			}
+		}
+		for _, run := range runs {
+			vals := map[string]any{}
+			for k, v := range ev {
+				vals["1."+k] = v
+			}
+			var names []string
+			for _, s := range run {
+				names = append(names, fmt.Sprintf("%s %v", s.module, s.answer["statusCode"]))
+				for _, id := range makeIDs(bp.Flow, s.module) {
+					for k, v := range s.answer {
+						vals[fmt.Sprintf("%d.%s", id, k)] = v
+					}
+				}
+			}
+			got := simulateMake(t, bp.Flow, vals)
+			if len(got.answers) != 1 {
+				var as []string
+				for _, a := range got.answers {
+					as = append(as, a.name+" "+a.status)
+				}
+				t.Errorf("%s: run %v: %d answers %v, want 1", tpl.Slug, names, len(got.answers), as)
+			}
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
