@@ -259,6 +259,7 @@ func checkMakeBlueprint(raw []byte) []string {
 		fail("the first module must be the webhook trigger, got %s", bp.Flow[0].Module)
 	}
 	ids := map[int]bool{}
+	placed := map[string]int{} // designer position → module
 	// walk visits modules in run order; before holds the ids that have run before the module.
 	var walk func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int)
 	walk = func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int) {
@@ -290,6 +291,10 @@ func checkMakeBlueprint(raw []byte) []string {
 			}
 			if d, ok := m.Metadata["designer"].(map[string]any); !ok || d["x"] == nil || d["y"] == nil {
 				fail("module %d: metadata.designer x/y required", m.ID)
+			} else if other, ok := placed[fmt.Sprint(d["x"], d["y"])]; ok {
+				fail("module %d stands on module %d in the designer", m.ID, other)
+			} else {
+				placed[fmt.Sprint(d["x"], d["y"])] = m.ID
 			}
 			if m.Filter != nil {
 				if len(m.Filter.Conditions) == 0 {

@@ -552,7 +552,29 @@ func RenderMake(t Template, s Settings) MakeBlueprint {
 	default:
 		flow = f.single(t)
 	}
+	spread(flow)
 	return MakeBlueprint{Name: t.Title, Description: t.Description, Flow: flow, Metadata: scenario()}
+}
+
+// spread moves a module placed where an earlier one already stands 150 down the canvas until its place
+// is free, so that no module hides another in Make's designer.
+func spread(flow []MakeModule) {
+	taken := map[[2]int]bool{}
+	var walk func(flow []MakeModule)
+	walk = func(flow []MakeModule) {
+		for i := range flow {
+			d := &flow[i].Metadata.Designer
+			for taken[[2]int{d.X, d.Y}] {
+				d.Y += 150
+			}
+			taken[[2]int{d.X, d.Y}] = true
+			for _, r := range flow[i].Routes {
+				walk(r.Flow)
+			}
+			walk(flow[i].OnError)
+		}
+	}
+	walk(flow)
 }
 
 func (f *makeFlow) respond(name, status, body string, x, y int) MakeModule {
