@@ -797,7 +797,7 @@ func (f *makeFlow) batchAnswer(c, a int) func(x, y int) []MakeModule {
 	nWritten := func(w string) string { return fmt.Sprintf(`length(map(%d.array; "key"; "answer"; "%s"))`, a, w) }
 	later := fmt.Sprintf("%s - %s - %s + %s + %s - %s - %s", nDecision("skip"), nReason("succeeded"), nReason("failed_permanent"), nDecision("reconcile"), nDecision("proceed"), nWritten("ok"), nWritten("final"))
 	final := nReason("failed_permanent") + " + " + nWritten("final")
-	status := fmt.Sprintf(`{{if(%s > 0; 409; if(%s > 0; 503; if(%s > 0; 422; 200)))}}`, nDecision("conflict"), later, final)
+	status := fmt.Sprintf(`{{if(%s > 0; 409; if((%s) > 0; 503; if((%s) > 0; 422; 200)))}}`, nDecision("conflict"), later, final)
 	retryAfter := fmt.Sprintf(`{{min(ifempty(min(map(%s; "retry_after")); 60); ifempty(min(map(%d.array; "retry_after")); 60))}}`, items, a)
 	return func(x, y int) []MakeModule {
 		var mods []MakeModule

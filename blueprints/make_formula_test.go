@@ -12,7 +12,7 @@ import (
 
 // makeEval evaluates the part of Make's formula language the blueprints' answers use, so that a test
 // can run a status or a count the way Make would: numbers, "texts", mappings (N.path, looked up in
-// vals), the operators = != < > <= >= + -, and the functions if, ifempty, length, map (with its
+// vals), the operators = != < > <= >= + - and ( ) groups, and the functions if, ifempty, length, map (with its
 // filter arguments), contains, min, get, join, merge, replace (also with a /regular expression/g) and toString;
 // of an if( only the branch taken is evaluated. A text with {{…}} mappings is evaluated mapping by mapping.
 // Anything else fails the test: a formula the evaluator does not know is not checked silently.
@@ -142,6 +142,13 @@ func (p *makeParser) term() any {
 		end := strings.IndexByte(p.s[p.pos:], '"')
 		v := p.s[p.pos : p.pos+end]
 		p.pos += end + 1
+		return v
+	}
+	if p.eat("(") { // a group
+		v := p.expr()
+		if !p.eat(")") {
+			p.t.Fatalf("formula %q: ( without its )", p.s)
+		}
 		return v
 	}
 	start := p.pos
