@@ -28,6 +28,9 @@ type fakeSlack struct {
 	failPosts  int           // answer this many chat.postMessage calls with ok:false
 	delay      time.Duration // wait this long before answering chat.postMessage
 	onPost     func()        // called when a chat.postMessage that will succeed arrives, before the delay
+	// answering counts the chat.postMessage calls being answered: a post whose caller gave up still
+	// lands (as on Slack), and Settle waits for it.
+	answering sync.WaitGroup
 }
 
 // slackMessage is one chat.postMessage or chat.update call.
@@ -90,6 +93,8 @@ func readMessage(r *http.Request) (slackMessage, error) {
 }
 
 func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
+	f.answering.Add(1)
+	defer f.answering.Done()
 	m, err := readMessage(r)
 	if err != nil {
 		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
@@ -158,6 +163,9 @@ func (f *fakeSlack) respond(w http.ResponseWriter, r *http.Request) {
 	f.ephemerals = append(f.ephemerals, m.ResponseType+": "+m.Text)
 	w.WriteHeader(http.StatusOK)
 }
+
+// Settle waits until every chat.postMessage that arrived has landed or failed, its caller gone or not.
+func (f *fakeSlack) Settle() { f.answering.Wait() }
 
 func (f *fakeSlack) Posts() []slackMessage {
 	f.mu.Lock()
