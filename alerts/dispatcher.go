@@ -332,10 +332,11 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
 		notifier = d.log
 	}
-	ref, err := d.send(ctx, notifier, g, live, msg)
-	if err != nil && ctx.Err() != nil {
+	ref, update, err := d.send(ctx, notifier, g, live, msg)
+	if err != nil && ctx.Err() != nil && !update {
 		// Cut off at the end of the stop's grace: Slack may have posted it all the same. Giving the group
-		// back would post it again at once; its claim runs out instead (it is no longer renewed).
+		// back would post it again at once; its claim runs out instead (it is no longer renewed). (A cut
+		// update is given back: the next sender finds the message on the alerts and updates it again.)
 		giveBack = false
 		d.cfg.Logger.WarnContext(ctx, "alert post cut off at stop; it may have landed, so the group keeps its claim until it runs out",
 			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live),
@@ -393,7 +394,7 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 			originals[MessageRef{Channel: a.Channel, TS: a.TS}] = true
 		}
 	}
-	if _, err := d.cfg.Ledger.RecordAlerts(ctx, g.Tenant, marks, status, to); err != nil {
+	if _, err := d.cfg.Ledger.RecordAlerts(rctx, g.Tenant, marks, status, to); err != nil {
 		return err
 	}
 	// The first message shows where its items went.
@@ -407,8 +408,8 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 
 // send delivers a claimed group's message. When a message carrying these alerts went out already (a
 // dispatcher that lost its claim while posting noted it on them), that message is updated instead of
-// posting another: a group gets one message.
-func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, error) {
+// posting another: a group gets one message. The bool says it updated.
+func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, bool, error) {
 	for _, a := range live {
 		ref := MessageRef{Channel: a.Channel, TS: a.TS}
 		if g.Escalation {
@@ -417,10 +418,11 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 		if ref.TS != "" && (ref.Channel == "log") == (notifier == Notifier(d.log)) {
 			d.cfg.Logger.InfoContext(ctx, "alert message posted before; updating it", "channel", ref.Channel, "ts", ref.TS,
 				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID)
-			return ref, notifier.Update(ctx, ref, msg)
+			return ref, true, notifier.Update(ctx, ref, msg)
 		}
 	}
-	return notifier.Post(ctx, g.Owner, msg)
+	ref, err := notifier.Post(ctx, g.Owner, msg)
+	return ref, false, err
 }
 
 // release gives a claim back, on a context of its own (ctx may have ended), so that the group it holds
