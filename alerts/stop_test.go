@@ -49,16 +49,19 @@ func (e *env) stopDispatcher(outbox alerts.Outbox, n alerts.Notifier, grace time
 }
 
 // running starts alerts.Run as serve does, on a schedule that never comes during the test (the run at
-// start is the one that matters); stop cancels its context, as a graceful stop does, and returns when Run
-// has returned.
-func (e *env) running(d *alerts.Dispatcher) (stop func()) {
+// start is the one that matters); stop cancels its context, as a graceful stop does, calls then (if not
+// nil), and returns when Run has returned.
+func (e *env) running(d *alerts.Dispatcher) (stop func(then func())) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	go func() { done <- alerts.Run(ctx, "@every 1h", e.sweeper(e.ledger, e.store, 0), d) }()
-	return func() {
+	return func(then func()) {
 		e.t.Helper()
 		cancel()
+		if then != nil {
+			then()
+		}
 		select {
 		case err := <-done:
 			if err != nil {
@@ -105,11 +108,7 @@ func TestStopGivesBackAClaimNotYetPosted(t *testing.T) {
 			outbox := newPausingOutbox(e.store)
 			stop := e.running(e.stopDispatcher(outbox, slack.notifier(t), 0))
 			wait(t, outbox.claimed, "claim")
-			go func() {
-				time.Sleep(50 * time.Millisecond) // the stop has begun: Run's context is cancelled
-				close(outbox.resume)
-			}()
-			stop()
+			stop(func() { close(outbox.resume) }) // the dispatcher goes on once its context is cancelled
 			if posts := slack.Posts(); len(posts) != 0 {
 				t.Fatalf("the stopped dispatcher posted %d messages, want none: %+v", len(posts), posts)
 			}
@@ -145,7 +144,7 @@ func TestStopDuringASlowPostPostsOnce(t *testing.T) {
 			slack.delay = 500 * time.Millisecond
 			stop := e.running(e.stopDispatcher(e.store, slack.notifier(t), 0))
 			wait(t, posting, "post")
-			stop() // while Slack has not answered
+			stop(nil) // while Slack has not answered
 			slack.Settle()
 			posts := slack.Posts()
 			if len(posts) != 1 {
@@ -177,12 +176,12 @@ func TestStopCutsAPostPastTheGraceAndKeepsItsClaim(t *testing.T) {
 	posting := make(chan struct{})
 	var once sync.Once
 	slack.onPost = func() { once.Do(func() { close(posting) }) }
-	slack.delay = time.Second
+	slack.delay = 2 * time.Second
 	stop := e.running(e.stopDispatcher(e.store, slack.notifier(t), 200*time.Millisecond))
 	wait(t, posting, "post")
 	start := time.Now()
-	stop()
-	if took := time.Since(start); took > 900*time.Millisecond {
+	stop(nil)
+	if took := time.Since(start); took > 1500*time.Millisecond {
 		t.Errorf("Run returned %v after its stop, want about the grace (200ms), before Slack answered", took)
 	}
 	if !strings.Contains(e.logs.String(), "alert post cut off at stop; it may have landed") {
