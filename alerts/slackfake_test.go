@@ -28,6 +28,9 @@ type fakeSlack struct {
 	failPosts  int           // answer this many chat.postMessage calls with ok:false
 	delay      time.Duration // wait this long before answering chat.postMessage
 	onPost     func()        // called when a chat.postMessage that will succeed arrives, before the delay
+	// updateDelay and onUpdate are delay and onPost for chat.update.
+	updateDelay time.Duration
+	onUpdate    func()
 	// answering counts the chat.postMessage calls being answered: a post whose caller gave up still
 	// lands (as on Slack), and Settle waits for it.
 	answering sync.WaitGroup
@@ -133,6 +136,13 @@ func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {
 		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
 		return
 	}
+	f.mu.Lock()
+	delay, onUpdate := f.updateDelay, f.onUpdate
+	f.mu.Unlock()
+	if onUpdate != nil {
+		onUpdate()
+	}
+	time.Sleep(delay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.updates = append(f.updates, m)

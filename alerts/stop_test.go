@@ -193,3 +193,53 @@ func TestStopCutsAPostPastTheGraceAndKeepsItsClaim(t *testing.T) {
 		t.Fatalf("the second dispatcher at once: %+v, posts %+v; want nothing posted (the claim is kept)", c, posts)
 	}
 }
+
+// TestStopCutsAnUpdateAndGivesItsClaimBack: the group's message went out before (a dispatcher that lost
+// its claim while posting noted it on the alerts), so its sender updates that message; Slack answers the
+// update later than the stop's grace. A repeated update changes nothing, so the claim is given back: a
+// second dispatcher at once updates the same message, and no message is posted.
+func TestStopCutsAnUpdateAndGivesItsClaimBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
+	e.needsPerson("upd", "exec-6", 2)
+	slack := newFakeSlack(t)
+	// A first dispatch queues the alerts, and its post fails; the earlier message is then noted on them
+	// as a dispatcher whose claim ran out while posting leaves it.
+	slack.failPosts = 1
+	if c := e.dispatch(e.stopDispatcher(e.store, slack.notifier(t), 0)); c.Queued != 2 || c.Failed != 1 {
+		t.Fatalf("first dispatch %+v, want 2 queued and a failed post", c)
+	}
+	var queued []items.Alert
+	for i := range 2 {
+		as, err := e.store.ItemAlerts(e.ctx, "default", keyOf("upd", i))
+		if err != nil || len(as) != 1 || as[0].Status != items.AlertPending {
+			t.Fatalf("%s alerts %+v (%v), want one pending", keyOf("upd", i), as, err)
+		}
+		queued = append(queued, as[0])
+	}
+	if n, err := e.store.NoteAlertMessage(e.ctx, queued, items.AlertDelivery{Channel: "DBILLING", TS: "1764439100.000001"}); err != nil || n != 2 {
+		t.Fatalf("note: %d, %v", n, err)
+	}
+	updating := make(chan struct{})
+	var once sync.Once
+	slack.onUpdate = func() { once.Do(func() { close(updating) }) }
+	slack.updateDelay = 2 * time.Second
+	stop := e.running(e.stopDispatcher(e.store, slack.notifier(t), 200*time.Millisecond))
+	wait(t, updating, "update")
+	stop(nil)
+	slack.mu.Lock()
+	slack.updateDelay = 0
+	slack.mu.Unlock()
+
+	c := e.dispatch(e.stopDispatcher(e.store, slack.notifier(t), 0))
+	slack.Settle()
+	if c.Messages != 1 || c.Alerted != 2 || len(slack.Posts()) != 0 {
+		t.Fatalf("the second dispatcher at once: %+v, %d posts; want the 2 alerts sent by updating the message", c, len(slack.Posts()))
+	}
+	for _, u := range slack.Updates() {
+		if u.TS != "1764439100.000001" {
+			t.Errorf("an update of message %s, want only 1764439100.000001", u.TS)
+		}
+	}
+	e.checkSentIn("upd", 2, "1764439100.000001")
+}
