@@ -25,6 +25,11 @@ const (
 	DefaultClaimTimeout = 2 * time.Minute
 	// DefaultRefreshTimeout bounds a message update made after a button press.
 	DefaultRefreshTimeout = 10 * time.Second
+	// DefaultStopGrace is how long a dispatch that is told to stop lets a message being posted finish.
+	DefaultStopGrace = 10 * time.Second
+	// recordTimeout bounds each store write a dispatch makes after its own context ended: recording where
+	// a message landed, and giving a claim back.
+	recordTimeout = 5 * time.Second
 )
 
 // Outbox is the alert outbox the dispatcher works on. Every method returns ErrUnavailable when the store
@@ -42,7 +47,8 @@ type Outbox interface {
 	ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error)
 	// FinishAlerts records a claimed group's delivery and releases the claim.
 	FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error)
-	// ReleaseAlerts gives up a claim without sending.
+	// ReleaseAlerts gives up a claim without sending; only the alerts that claim still holds are released
+	// (a claim that ran out and was taken over is another token's).
 	ReleaseAlerts(ctx context.Context, claim string) error
 	// RenewAlertClaim extends a claim while its message is being posted; 0 means the claim is gone.
 	RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error)
@@ -69,11 +75,14 @@ type DispatcherConfig struct {
 	Routing Routing
 	// Notifier delivers messages. Default: the log (LogNotifier).
 	Notifier Notifier
-	// PageSize, MaxGroups, ClaimTimeout and RefreshTimeout default to the Default… constants.
+	// PageSize, MaxGroups, ClaimTimeout, RefreshTimeout and StopGrace default to the Default… constants.
 	PageSize       int
 	MaxGroups      int
 	ClaimTimeout   time.Duration
 	RefreshTimeout time.Duration
+	// StopGrace is how long a message being posted may take once the dispatch's context has ended (a
+	// graceful stop); past it the post is cut off.
+	StopGrace time.Duration
 	// Logger gets one line per dispatch that sent or changed something. Default slog.Default().
 	Logger *slog.Logger
 	// PublicURL is the service's address as people reach it (https://companion.example.com); when set,
@@ -113,8 +122,11 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.RefreshTimeout == 0 {
 		cfg.RefreshTimeout = DefaultRefreshTimeout
 	}
-	if cfg.PageSize < 1 || cfg.MaxGroups < 1 || cfg.ClaimTimeout < time.Second || cfg.RefreshTimeout <= 0 {
-		return nil, fmt.Errorf("alerts: dispatcher page size, max groups, claim timeout (at least 1s) and refresh timeout must be positive")
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.PageSize < 1 || cfg.MaxGroups < 1 || cfg.ClaimTimeout < time.Second || cfg.RefreshTimeout <= 0 || cfg.StopGrace <= 0 {
+		return nil, fmt.Errorf("alerts: dispatcher page size, max groups, claim timeout (at least 1s), refresh timeout and stop grace must be positive")
 	}
 	log := LogNotifier{Logger: cfg.Logger}
 	if cfg.Notifier == nil {
@@ -146,11 +158,20 @@ func (c DispatchCounts) Changed() bool {
 // RunOnce adds an alert to the outbox for each item that newly needs a person, then delivers the claimable
 // groups (pending alerts, and sent alerts whose escalation is due). It returns what it did and the first
 // error that stopped it; a failed delivery does not stop it (the group is tried again next time).
+//
+// When ctx ends (a graceful stop), RunOnce claims no further group and posts nothing new: a group it has
+// claimed and not begun to post is given back at once, so that another dispatcher (or the restarted
+// process) sends it without waiting for the claim to run out. A message being posted is not cut off by
+// ctx: it gets StopGrace to land, and where it landed is recorded. A post cut off at the end of
+// StopGrace may have landed, so its group keeps its claim until it runs out rather than being posted
+// twice.
 func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
+	work, done := d.graceful(ctx)
+	defer done()
 	var counts DispatchCounts
-	err := d.enqueue(ctx, &counts)
+	err := d.enqueue(work, ctx, &counts)
 	if err == nil {
-		err = d.deliver(ctx, &counts)
+		err = d.deliver(work, ctx, &counts)
 	}
 	if counts.Changed() {
 		d.cfg.Logger.InfoContext(ctx, "alerts dispatched", "queued", counts.Queued, "messages", counts.Messages,
@@ -169,12 +190,43 @@ func (d *Dispatcher) target(it *items.Item) Target {
 	return d.cfg.Routing.Route(it, d.cfg.Ledger.Config().Destination(it.Destination))
 }
 
+// graceful returns the context a dispatch works in: ctx's values, but not its end; it ends StopGrace after
+// ctx does (or when done is called), so that a message being posted when ctx ends can land.
+func (d *Dispatcher) graceful(ctx context.Context) (work context.Context, done func()) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopWatching := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(d.cfg.StopGrace, cancel)
+	})
+	return work, func() {
+		stopWatching()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// detached returns a context for a store write that must be made even when ctx has ended (recording
+// where a message landed, giving a claim back), bounded by recordTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
+
 // enqueue adds one outbox record per item, attempt and cause; the outbox ignores repeats, so several
-// dispatchers may enqueue at once.
-func (d *Dispatcher) enqueue(ctx context.Context, counts *DispatchCounts) error {
+// dispatchers may enqueue at once. It works in ctx and stops between pages once stop has ended.
+func (d *Dispatcher) enqueue(ctx, stop context.Context, counts *DispatchCounts) error {
 	var after items.ItemRef
 	now := d.cfg.Ledger.Now()
 	for {
+		if stop.Err() != nil {
+			return nil
+		}
 		found, err := d.cfg.Outbox.PendingAlertItems(ctx, after, d.cfg.PageSize)
 		if err != nil {
 			return err
@@ -198,13 +250,20 @@ func (d *Dispatcher) enqueue(ctx context.Context, counts *DispatchCounts) error 
 	}
 }
 
-func (d *Dispatcher) deliver(ctx context.Context, counts *DispatchCounts) error {
+// deliver sends the claimable groups one by one, working in ctx; once stop has ended it claims no more.
+func (d *Dispatcher) deliver(ctx, stop context.Context, counts *DispatchCounts) error {
+	if stop.Err() != nil {
+		return nil
+	}
 	groups, err := d.cfg.Outbox.AlertGroups(ctx, d.cfg.Ledger.Now(), d.cfg.MaxGroups)
 	if err != nil {
 		return err
 	}
 	for _, g := range groups {
-		if err := d.deliverGroup(ctx, g, counts); err != nil {
+		if stop.Err() != nil {
+			return nil
+		}
+		if err := d.deliverGroup(ctx, stop, g, counts); err != nil {
 			return err
 		}
 	}
@@ -218,22 +277,34 @@ func newClaimToken() string {
 }
 
 // deliverGroup claims a group, drops the alerts whose item was settled meanwhile, sends one message, and
-// records where it landed. A delivery failure releases the claim and is counted, not returned.
-func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, counts *DispatchCounts) error {
+// records where it landed. A delivery failure releases the claim and is counted, not returned. Once stop
+// has ended, a claimed group whose message has not begun to go out is given back unsent.
+//
+// The claim is given back on every way out that neither finishes the group nor may have left a message
+// nobody recorded, on a context of its own (ctx may have ended): the group is then claimable at once
+// instead of when the claim runs out. A post cut off by the end of ctx may have landed: its claim is kept
+// until it runs out, so that the message is not posted twice at once.
+func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup, counts *DispatchCounts) error {
 	now := d.cfg.Ledger.Now()
 	claim := newClaimToken()
 	claimed, err := d.cfg.Outbox.ClaimAlerts(ctx, items.AlertClaim{Group: g, Claim: claim, Now: now, Until: now.Add(d.cfg.ClaimTimeout)})
 	if err != nil || len(claimed) == 0 {
 		return err // another dispatcher took the group, or there is nothing left in it
 	}
+	giveBack := true
+	defer func() {
+		if giveBack {
+			_ = d.release(ctx, claim, g)
+		}
+	}()
 	// Renewed until the group is finished or released, however long reading its items and posting take.
+	// (Deferred after giveBack, so it stops first.)
 	defer d.renew(ctx, claim)()
 	var live []items.Alert
 	found := map[items.ItemRef]*items.Item{}
 	for _, a := range claimed {
 		it, err := d.cfg.Ledger.Store().Get(ctx, a.Tenant, a.Key)
 		if err != nil && !errors.Is(err, items.ErrNotFound) {
-			_ = d.cfg.Outbox.ReleaseAlerts(ctx, claim)
 			return err
 		}
 		if !stillNeeded(it, a) {
@@ -247,6 +318,12 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 		live = append(live, a)
 	}
 	if len(live) == 0 {
+		giveBack = false // every alert closed, and with it its claim
+		return nil
+	}
+	if stop.Err() != nil {
+		d.cfg.Logger.InfoContext(ctx, "dispatcher stopping: alert group given back unsent; the next dispatch sends it",
+			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live))
 		return nil
 	}
 	msg := d.message(g, live, found, now)
@@ -255,21 +332,41 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
 		notifier = d.log
 	}
-	ref, err := d.send(ctx, notifier, g, live, msg)
+	ref, update, err := d.send(ctx, notifier, g, live, msg)
+	if err != nil && ctx.Err() != nil && !update {
+		// Cut off at the end of the stop's grace: Slack may have posted it all the same. Giving the group
+		// back would post it again at once; its claim runs out instead (it is no longer renewed). (A cut
+		// update is given back: the next sender finds the message on the alerts and updates it again.)
+		giveBack = false
+		d.cfg.Logger.WarnContext(ctx, "alert post cut off at stop; it may have landed, so the group keeps its claim until it runs out",
+			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live),
+			"claim_timeout", d.cfg.ClaimTimeout.String(), "error", err)
+		return err
+	}
 	if err != nil {
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
 			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
-		return d.cfg.Outbox.ReleaseAlerts(ctx, claim)
+		giveBack = false
+		return d.release(ctx, claim, g)
 	}
+	// The message is out: where it landed is recorded even when ctx ended meanwhile.
+	rctx, cancel := detached(ctx)
+	defer cancel()
 	delivery := items.AlertDelivery{Claim: claim, Channel: ref.Channel, TS: ref.TS, At: now, Escalation: g.Escalation}
-	n, err := d.cfg.Outbox.FinishAlerts(ctx, delivery)
+	n, err := d.cfg.Outbox.FinishAlerts(rctx, delivery)
 	if err != nil || n < len(live) {
 		// The claim ran out and was taken over while the message went out (or the outbox failed): leave
 		// the message on the alerts, so that whoever sends them next updates it instead of posting again.
-		if _, nerr := d.cfg.Outbox.NoteAlertMessage(ctx, live, delivery); nerr != nil && err == nil {
-			err = nerr
+		if _, nerr := d.cfg.Outbox.NoteAlertMessage(rctx, live, delivery); nerr != nil {
+			// Nowhere to find the message: give nothing back, the claim runs out first.
+			giveBack = false
+			if err == nil {
+				err = nerr
+			}
 		}
+	} else {
+		giveBack = false // finished: the claim is released
 	}
 	if err != nil {
 		return err
@@ -297,7 +394,7 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 			originals[MessageRef{Channel: a.Channel, TS: a.TS}] = true
 		}
 	}
-	if _, err := d.cfg.Ledger.RecordAlerts(ctx, g.Tenant, marks, status, to); err != nil {
+	if _, err := d.cfg.Ledger.RecordAlerts(rctx, g.Tenant, marks, status, to); err != nil {
 		return err
 	}
 	// The first message shows where its items went.
@@ -311,8 +408,8 @@ func (d *Dispatcher) deliverGroup(ctx context.Context, g items.AlertGroup, count
 
 // send delivers a claimed group's message. When a message carrying these alerts went out already (a
 // dispatcher that lost its claim while posting noted it on them), that message is updated instead of
-// posting another: a group gets one message.
-func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, error) {
+// posting another: a group gets one message. The bool says it updated.
+func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, bool, error) {
 	for _, a := range live {
 		ref := MessageRef{Channel: a.Channel, TS: a.TS}
 		if g.Escalation {
@@ -321,10 +418,24 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 		if ref.TS != "" && (ref.Channel == "log") == (notifier == Notifier(d.log)) {
 			d.cfg.Logger.InfoContext(ctx, "alert message posted before; updating it", "channel", ref.Channel, "ts", ref.TS,
 				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID)
-			return ref, notifier.Update(ctx, ref, msg)
+			return ref, true, notifier.Update(ctx, ref, msg)
 		}
 	}
-	return notifier.Post(ctx, g.Owner, msg)
+	ref, err := notifier.Post(ctx, g.Owner, msg)
+	return ref, false, err
+}
+
+// release gives a claim back, on a context of its own (ctx may have ended), so that the group it holds
+// is claimable at once; a failure is logged (the group waits for the claim to run out) and returned.
+func (d *Dispatcher) release(ctx context.Context, claim string, g items.AlertGroup) error {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	err := d.cfg.Outbox.ReleaseAlerts(rctx, claim)
+	if err != nil {
+		d.cfg.Logger.WarnContext(ctx, "alert claim release failed; the group waits for the claim to run out", "owner", g.Owner,
+			"tenant", g.Tenant, "batch_id", g.BatchID, "claim_timeout", d.cfg.ClaimTimeout.String(), "error", err)
+	}
+	return err
 }
 
 // renew keeps claim live, every third of the claim timeout, until the returned stop is called: a post

@@ -23,6 +23,12 @@ func ParseSchedule(spec string) error {
 // A Kick of the dispatcher (an escalate button) dispatches between ticks. Runs never overlap: a tick
 // that comes while one is running is dropped. Errors of a run are logged by the services and do not stop
 // the loop. Before returning, Run waits for the message updates the dispatcher started in the background.
+//
+// When ctx ends (a graceful stop), Run starts no new run. A dispatch in progress ends as RunOnce says: no
+// further group is claimed, a claimed group not yet being posted is given back at once (another
+// dispatcher, or the restarted process, sends it without waiting for the claim to run out), and a message
+// being posted gets the dispatcher's StopGrace to land and be recorded. So Run returns within about
+// StopGrace of ctx's end, holding no claim it could give back, and the store may be closed after it.
 func Run(ctx context.Context, spec string, s *Sweeper, d *Dispatcher) error {
 	if err := ParseSchedule(spec); err != nil {
 		return err

@@ -9,10 +9,52 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
+
+// testStore is what the tests need of a store: the ledger's, the alert outbox's and the sweeper's.
+type testStore interface {
+	items.Store
+	alerts.Outbox
+	alerts.SweepStore
+}
+
+// openStore opens a fresh store of one kind for a test; it is closed when the test ends.
+type openStore func(t testing.TB) testStore
+
+// openSQLite opens the SQLite store in the test's temporary directory.
+func openSQLite(t testing.TB) testStore {
+	t.Helper()
+	s, err := sqlitestore.Open(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// openMongo opens the MongoDB store on an in-process FerretDB of the test's own.
+func openMongo(t testing.TB) testStore {
+	t.Helper()
+	srv := mongotest.Start(t)
+	s, err := mongostore.Open(context.Background(), srv.URI(), srv.Database())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// stores are the store kinds a test runs on, by name.
+var stores = []struct {
+	name string
+	open openStore
+}{{"sqlite", openSQLite}, {"mongodb", openMongo}}
 
 // clock is the fake clock of the store conformance suite.
 type clock = itemstest.Clock
@@ -24,7 +66,7 @@ type env struct {
 	t      testing.TB
 	ctx    context.Context
 	clock  *clock
-	store  *sqlitestore.Store
+	store  testStore
 	ledger *items.Ledger
 	cfg    items.Config
 	logs   *syncBuffer
@@ -56,13 +98,13 @@ func (s *syncBuffer) Reset() {
 
 func newEnv(t testing.TB, cfg items.Config) *env {
 	t.Helper()
-	ctx := context.Background()
-	store, err := sqlitestore.Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	e := &env{t: t, ctx: ctx, clock: newClock(), store: store, logs: &syncBuffer{}}
+	return newEnvOn(t, openSQLite, cfg)
+}
+
+// newEnvOn is newEnv on a store of the kind open opens.
+func newEnvOn(t testing.TB, open openStore, cfg items.Config) *env {
+	t.Helper()
+	e := &env{t: t, ctx: context.Background(), clock: newClock(), store: open(t), logs: &syncBuffer{}}
 	e.logger = slog.New(slog.NewTextHandler(e.logs, nil))
 	cfg.Now = e.clock.Now
 	e.cfg = cfg

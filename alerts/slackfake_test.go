@@ -28,6 +28,12 @@ type fakeSlack struct {
 	failPosts  int           // answer this many chat.postMessage calls with ok:false
 	delay      time.Duration // wait this long before answering chat.postMessage
 	onPost     func()        // called when a chat.postMessage that will succeed arrives, before the delay
+	// updateDelay and onUpdate are delay and onPost for chat.update.
+	updateDelay time.Duration
+	onUpdate    func()
+	// answering counts the chat.postMessage calls being answered: a post whose caller gave up still
+	// lands (as on Slack), and Settle waits for it.
+	answering sync.WaitGroup
 }
 
 // slackMessage is one chat.postMessage or chat.update call.
@@ -90,6 +96,8 @@ func readMessage(r *http.Request) (slackMessage, error) {
 }
 
 func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
+	f.answering.Add(1)
+	defer f.answering.Done()
 	m, err := readMessage(r)
 	if err != nil {
 		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
@@ -129,6 +137,13 @@ func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
+	delay, onUpdate := f.updateDelay, f.onUpdate
+	f.mu.Unlock()
+	if onUpdate != nil {
+		onUpdate()
+	}
+	time.Sleep(delay)
+	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.updates = append(f.updates, m)
 	answer(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
@@ -158,6 +173,9 @@ func (f *fakeSlack) respond(w http.ResponseWriter, r *http.Request) {
 	f.ephemerals = append(f.ephemerals, m.ResponseType+": "+m.Text)
 	w.WriteHeader(http.StatusOK)
 }
+
+// Settle waits until every chat.postMessage that arrived has landed or failed, its caller gone or not.
+func (f *fakeSlack) Settle() { f.answering.Wait() }
 
 func (f *fakeSlack) Posts() []slackMessage {
 	f.mu.Lock()

@@ -39,7 +39,8 @@ type SweeperConfig struct {
 
 // Sweeper records expired leases and marks the items that need a person. Every change it makes is a
 // guarded transition of the ledger, so any number of sweepers (one per replica) may run at once, and a
-// report that lands first (a late after-write) wins.
+// report that lands first (a late after-write) wins. It holds no claim between two changes, so a sweep cut
+// off by a stop leaves nothing to give back: the next sweep, here or in another replica, does the rest.
 type Sweeper struct {
 	cfg SweeperConfig
 }

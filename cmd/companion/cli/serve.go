@@ -29,7 +29,9 @@ Tokens come from COMPANION_TOKENS ("name:tenant:role:secret,…", role workflow 
 secret at least 16 characters, without spaces or ';'), or from the file COMPANION_TOKENS_FILE names,
 and/or from "tokens:" in the config file; the start line names them (never their secrets). Without tokens
 the service runs open (tenant "default", role operator) and listens on loopback addresses only.
-SIGINT or SIGTERM stops it gracefully: running requests finish, then the ledger closes.
+SIGINT or SIGTERM stops it gracefully: running requests finish; the sweeps stop, an alert being posted
+finishes and alerts claimed but not yet posted are given back (another replica, or the restarted
+service, sends them at once); then the ledger closes.
 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
@@ -161,7 +163,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 		served <- err
 	}()
-	// Close stops these in reverse: first the server (running requests finish), then the store.
+	// Close stops these in reverse: first the server (running requests finish), then the sweeps (no new
+	// run; an alert being posted lands and is recorded, the alert claims left are given back on a context
+	// of their own), then the store.
 	m.keep(daemon{name: "store", stop: func(context.Context) error {
 		err := store.Close()
 		log.Info("companion stopped", slog.String("store", where))

@@ -148,8 +148,10 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		notifier = slack
 		out.where = "Slack " + slackCfg.APIURL
 	}
+	// A message being posted at a stop gets half the stop's time to land, so that recording it and giving
+	// back the claims left end before serve closes the store.
 	if out.dispatcher, err = alerts.NewDispatcher(alerts.DispatcherConfig{Ledger: ledger, Outbox: store, Routing: routing,
-		Notifier: notifier, Logger: log, PublicURL: publicURL}); err != nil {
+		Notifier: notifier, Logger: log, PublicURL: publicURL, StopGrace: ShutdownTimeout / 2}); err != nil {
 		return nil, err
 	}
 	if slack != nil {
@@ -174,7 +176,9 @@ func (a *alertServices) handlersConfig(hc *handlers.Config) {
 	}
 }
 
-// runSweeps runs the sweeper and the dispatcher on the schedule until Close.
+// runSweeps runs the sweeper and the dispatcher on the schedule until Close. Close cancels the loop's
+// context and waits for it (alerts.Run): no new run starts, a message being posted lands and is recorded,
+// the groups claimed and not posted are given back; only then does the store close (it stops after).
 func (m *Main) runSweeps(a *alertServices, spec string) {
 	m.keepRunning(context.Background(), "sweeper", func(ctx context.Context) error {
 		return alerts.Run(ctx, spec, a.sweeper, a.dispatcher)
