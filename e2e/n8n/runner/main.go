@@ -141,6 +141,7 @@ func run() int {
 		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
 		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
 		{"noanswer: single, three items, the third's claim gets no answer: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSingleNoAnswer},
+		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
 		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
 	}
 	passed, failed := 0, 0

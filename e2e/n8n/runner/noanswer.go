@@ -25,7 +25,7 @@ import (
 // whether it did; any other request is left to the proxy (its body restored).
 func (e *env) resetClaim(w http.ResponseWriter, r *http.Request) bool {
 	want := e.dropClaim.Load()
-	if want == nil || r.Method != http.MethodPost || r.URL.Path != blueprints.PathBeforeWrite {
+	if want == nil || r.Method != http.MethodPost || r.URL.Path != blueprints.PathBeforeWrite && r.URL.Path != blueprints.PathBatchBeforeWrite {
 		return false
 	}
 	body, err := io.ReadAll(r.Body)
@@ -33,10 +33,21 @@ func (e *env) resetClaim(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		return false
 	}
+	// A single claim's key, or any of a batch call's (the community node asks in batch calls).
 	var req struct {
-		Key string `json:"key"`
+		Key   string `json:"key"`
+		Items []struct {
+			Key string `json:"key"`
+		} `json:"items"`
 	}
-	if json.Unmarshal(body, &req) != nil || req.Key != *want || !e.dropClaim.CompareAndSwap(want, nil) {
+	if json.Unmarshal(body, &req) != nil {
+		return false
+	}
+	asks := req.Key == *want
+	for _, it := range req.Items {
+		asks = asks || it.Key == *want
+	}
+	if !asks || !e.dropClaim.CompareAndSwap(want, nil) {
 		return false
 	}
 	hj, ok := w.(http.Hijacker)
@@ -64,6 +75,57 @@ func scenarioSingleNoAnswer(ctx context.Context, e *env) error {
 // third gets no answer.
 func scenarioSubNoAnswer(ctx context.Context, e *env) error {
 	return e.claimWithoutAnswer(subMultiPath, []int{8201, 8202, 8203}, "")
+}
+
+// scenarioNodeNoAnswer: the community-node template fed three items, which its Before write asks in one batch
+// call; that call's connection is reset. Its three items go to Needs attention marked unanswered and are
+// answered 503 with a Retry-After (before, 500: "the node could not ask"); nothing is claimed or written;
+// delivered again, each is written once.
+func scenarioNodeNoAnswer(ctx context.Context, e *env) error {
+	var events []map[string]any
+	var keys, refs []string
+	for _, inv := range []int{7401, 7402, 7403} {
+		body, key, ref := reminder(inv)
+		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
+	}
+	e.dropped.Store(0)
+	e.dropClaim.Store(&keys[2])
+	defer e.dropClaim.Store(nil)
+	code, h, out, err := e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if n := e.dropped.Load(); n != 1 {
+		errs = append(errs, fmt.Errorf("the proxy reset %d calls, want 1", n))
+	}
+	for i := range keys {
+		if it, err := e.item(keys[i]); err == nil {
+			errs = append(errs, fmt.Errorf("ledger %s: %s at attempt %d, want no item (its call never reached companion)", keys[i], it.State, it.Attempt))
+		}
+	}
+	errs = append(errs, expectItemAnswers(code, h.Get("Retry-After"), out, 503, "60", map[string]int{keys[0]: 503, keys[1]: 503, keys[2]: 503}))
+	for _, it := range webhookItems(out) {
+		if it["error"] != "no_answer" {
+			errs = append(errs, fmt.Errorf("an item was answered %v, want error no_answer", it))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	code, h, out, err = e.triggerHeader(nodeItemsPath, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	if err := expectItemAnswers(code, h.Get("Retry-After"), out, 200, "", map[string]int{keys[0]: 200, keys[1]: 200, keys[2]: 200}); err != nil {
+		return fmt.Errorf("delivered again: %w", err)
+	}
+	for i := range keys {
+		if err := e.expect(keys[i], "succeeded", 1, refs[i], 1); err != nil {
+			return fmt.Errorf("delivered again: %w", err)
+		}
+	}
+	return nil
 }
 
 // claimWithoutAnswer delivers three events at once to path while the proxy resets the connection of the
