@@ -41,7 +41,7 @@ func filledLedger(b testing.TB, n int, unknown func(i int) bool) (*sqlitestore.S
 		var ps []items.BeforeWriteParams
 		for i := start; i < min(start+500, n); i++ {
 			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
-				Destination: fmt.Sprintf("dest-%d", i%4), BatchID: fmt.Sprintf("exec-%d", i/500)})
+				Destination: fmt.Sprintf("dest-%d", i%4), BatchID: fmt.Sprintf("exec-%d", i/500), ExecutionID: fmt.Sprintf("run-%d", i/1000)})
 		}
 		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
 		if err != nil {

@@ -555,7 +555,11 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	case p.Reference != "":
 		// A reference names a handful of items: its index is the narrowest, though the planner (without
 		// statistics) prefers the items needing a person's, which holds the list's order whole.
-		from = "INDEXED BY items_reference "
+		from = "INDEXED BY items_of_reference "
+	case p.ExecutionID != "":
+		// An execution names its run's items, which are sorted; without statistics the planner would rather
+		// walk the tenant's whole list in its order (items_changed) to save the sort.
+		from = "INDEXED BY items_of_execution "
 	case p.Order == items.ListByNeedsPersonSince:
 		// Without statistics the planner may take items_needs_person_changed, whose order is another.
 		from = "INDEXED BY items_needs_person_since "

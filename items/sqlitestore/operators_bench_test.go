@@ -57,6 +57,35 @@ func BenchmarkOperatorQueries(b *testing.B) {
 			}
 		}
 	})
+	// An error workflow's list of its run's items (1,000 of them: filledLedger's executions), first page
+	// and every page: items_of_execution holds no updated_at, so each page sorts the run's items.
+	b.Run("ListExecution1000FirstPage", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", ExecutionID: "run-3", Limit: 100}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ListExecution1000AllPages", func(b *testing.B) {
+		for b.Loop() {
+			p := items.ListParams{Tenant: "acme", ExecutionID: "run-3", Limit: 100}
+			n := 0
+			for {
+				page, err := s.ListItems(ctx, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += len(page.Items)
+				if page.NextCursor == "" {
+					break
+				}
+				p.Cursor = page.NextCursor
+			}
+			if n != 1000 {
+				b.Fatalf("listed %d items of the run, want 1000", n)
+			}
+		}
+	})
 	b.Run("SweepCandidatesAll", func(b *testing.B) {
 		for b.Loop() {
 			after := items.ItemRef{}

@@ -181,6 +181,16 @@ func (s *Store) Path() string { return s.path }
 // indexes of a column most items leave empty (reference, execution, batch) are partial: an item without
 // one is not in them.
 //
+// The execution's and the reference's indexes do not hold updated_at, although their lists are ordered
+// by it: an index that holds updated_at is rewritten by every transition (an UPDATE deletes and inserts
+// the item's entry of each index whose column changes), and the items of the templates carry both, so
+// each report paid two more index rewrites (about 7% of the service's CPU per item, measured with
+// companion bench). Those two lists read the items of one execution or one reference and sort them (USE
+// TEMP B-TREE FOR ORDER BY): a handful, or a run's items, where a page costs a read of all of them (about
+// 2 ms per 1,000: BenchmarkOperatorQueries/ListExecution). Ledgers of an earlier release had them as
+// items_execution and items_reference, with updated_at: they are dropped, and the new ones built, at the
+// first start (dropIndexesWithUpdatedAt).
+//
 //	items_key                (tenant, key)  UNIQUE: get, readMany (the UPDATE finds the row by its id)
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
 //	items_changed            (tenant, updated_at)
@@ -196,11 +206,11 @@ func (s *Store) Path() string { return s.path }
 //	                                         first): the same few items, in the order a person takes them
 //	items_batch              partial (tenant, batch_id, batch_index)
 //	                                         BatchItems, BatchCounts
-//	items_execution          partial (tenant, execution_id, updated_at)
+//	items_of_execution       partial (tenant, execution_id)
 //	                                         ListItems with an execution_id (an error workflow finds its
-//	                                         run's items), read backwards
-//	items_reference          partial (tenant, reference, updated_at)
-//	                                         ListItems with a reference (the console's Find), read backwards
+//	                                         run's items), sorted: see below
+//	items_of_reference       partial (tenant, reference)
+//	                                         ListItems with a reference (the console's Find), sorted
 //	items_sweep              partial         SweepCandidates
 //	items_alert_pending      partial         PendingAlertItems
 //
@@ -218,8 +228,8 @@ CREATE INDEX IF NOT EXISTS items_changed ON items (tenant, updated_at);
 CREATE INDEX IF NOT EXISTS items_state_changed ON items (tenant, state, updated_at);
 CREATE INDEX IF NOT EXISTS items_needs_person_changed ON items (tenant, updated_at, key) WHERE needs_person = 1;
 CREATE INDEX IF NOT EXISTS items_needs_person_since ON items (tenant, needs_person_since, key) WHERE needs_person = 1;
-CREATE INDEX IF NOT EXISTS items_reference ON items (tenant, reference, updated_at) WHERE reference != '';
-CREATE INDEX IF NOT EXISTS items_execution ON items (tenant, execution_id, updated_at) WHERE execution_id != '';
+CREATE INDEX IF NOT EXISTS items_of_reference ON items (tenant, reference) WHERE reference != '';
+CREATE INDEX IF NOT EXISTS items_of_execution ON items (tenant, execution_id) WHERE execution_id != '';
 CREATE INDEX IF NOT EXISTS items_batch ON items (tenant, batch_id, batch_index) WHERE batch_id != '';
 CREATE INDEX IF NOT EXISTS items_sweep ON items (tenant, key) WHERE sweep_candidate = 1;
 CREATE INDEX IF NOT EXISTS items_alert_pending ON items (tenant, key) WHERE alert_pending = 1;
@@ -260,11 +270,19 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("sqlitestore: convert %s to the compact layout: %w", s.path, err)
 	}
 	start := time.Now()
+	dropped, err := s.dropIndexesWithUpdatedAt(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
 	if _, err := s.w.ExecContext(ctx, schema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
-	if converted {
+	switch {
+	case converted:
 		s.log.Info("built the indexes of the converted ledger", "took", time.Since(start).Round(time.Millisecond).String())
+	case dropped > 0:
+		s.log.Info("rebuilt the indexes of executions and references without updated_at (once, at the first start of this release)",
+			"took", time.Since(start).Round(time.Millisecond).String())
 	}
 	if err := s.giveBackSpace(ctx); err != nil {
 		return fmt.Errorf("sqlitestore: give back the space of %s's old layout: %w", s.path, err)
@@ -276,6 +294,26 @@ func (s *Store) migrate(ctx context.Context) error {
 		return err
 	}
 	return s.migrateCounts(ctx)
+}
+
+// dropIndexesWithUpdatedAt drops the indexes of executions and references of an earlier release, which
+// held updated_at (see schema), and returns how many it dropped; schema then builds their successors.
+func (s *Store) dropIndexesWithUpdatedAt(ctx context.Context) (int, error) {
+	var n int
+	for _, name := range [...]string{"items_execution", "items_reference"} {
+		var have int
+		if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`, name).Scan(&have); err != nil {
+			return n, err
+		}
+		if have == 0 {
+			continue
+		}
+		if _, err := s.w.ExecContext(ctx, `DROP INDEX `+name); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // migrateExecutionID gives a ledger of an earlier layout the execution_id column, before it is converted. An item

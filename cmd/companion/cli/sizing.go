@@ -47,7 +47,8 @@ GET /metrics (process_cpu_seconds_total) before and after the run and prints it 
 shared with other work, a steadier measure than items/s.
 
 Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
-bench-<UTC time>): it prints how to list them at the end. They are real items of the tenant of the
+bench-<UTC time>): it prints how to list them at the end. Like the templates' items, each carries an
+execution_id (PREFIX-eN: one per item, or one per batch call). They are real items of the tenant of the
 token; keep them apart by running against a tenant of its own.
 
 It talks to COMPANION_URL (default http://127.0.0.1:8080) with COMPANION_TOKEN, a workflow or operator
@@ -319,7 +320,7 @@ type caller struct {
 // claimAndReport claims items [from, to) and reports each succeeded: two calls, single or batch.
 func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) error {
 	if r.o.mode == "single" {
-		c.body = r.appendItem(c.body[:0], from)
+		c.body = r.appendItem(c.body[:0], from, from)
 		answer, took, err := r.call(ctx, c, "before-write", "/v1/before-write", c.body)
 		if err != nil {
 			return err
@@ -345,7 +346,7 @@ func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) 
 		if i > from {
 			b = append(b, ',')
 		}
-		b = r.appendItem(b, i)
+		b = r.appendItem(b, i, from)
 	}
 	c.body = append(b, "]}"...)
 	answer, took, err := r.call(ctx, c, "batch before-write", "/v1/batches/before-write", c.body)
@@ -387,16 +388,23 @@ func (r *benchRun) claimAndReport(ctx context.Context, from, to int, c *caller) 
 	return nil
 }
 
-// appendItem appends the before-write of item i: its key, a payload and a lease. The prefix is of
-// characters that JSON writes as they are (benchPrefix).
-func (r *benchRun) appendItem(b []byte, i int) []byte {
+// appendItem appends the before-write of item i: its key, a payload, the execution it belongs to and a
+// lease. The execution is the templates' execution_id (every n8n template sends it), here PREFIX-eN: one
+// per item in single mode (a webhook-triggered run writes one item), one per call in batch mode (N is the
+// call's first item), so that the ledger maintains what it maintains for a real workflow's items. The
+// prefix is of characters that JSON writes as they are (benchPrefix).
+func (r *benchRun) appendItem(b []byte, i, execution int) []byte {
 	b = append(b, `{"key":"`...)
 	b = r.appendKey(b, i)
 	b = append(b, `","payload":{"bench":"`...)
 	b = append(b, r.o.prefix...)
 	b = append(b, `","n":`...)
 	b = strconv.AppendInt(b, int64(i), 10)
-	return append(b, `},"lease_seconds":300}`...)
+	b = append(b, `},"execution_id":"`...)
+	b = append(b, r.o.prefix...)
+	b = append(b, "-e"...)
+	b = strconv.AppendInt(b, int64(execution), 10)
+	return append(b, `","lease_seconds":300}`...)
 }
 
 // appendReport appends the after-write of a claimed item: succeeded, with an external id.

@@ -315,7 +315,7 @@ func BenchmarkBenchClient(b *testing.B) {
 		"batch500": "HTTP/1.1 200 OK\r\nContent-Type: application/json; charset=utf-8\r\nDate: Tue, 01 Dec 2026 11:16:47 GMT\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked.String() + "0\r\n\r\n",
 	}
 	r := &benchRun{o: benchOptions{prefix: "bench-x"}}
-	body := r.appendItem(nil, 1)
+	body := r.appendItem(nil, 1, 1)
 	for _, kind := range []string{"single", "batch500"} {
 		base := cannedServer(b, answers[kind])
 		u, _ := url.Parse(base)

@@ -24,10 +24,10 @@ func TestBenchBodiesAreTheJSONOfTheirValues(t *testing.T) {
 		}
 	}
 	var item, report map[string]any
-	if err := json.Unmarshal(r.appendItem(nil, 42), &item); err != nil {
+	if err := json.Unmarshal(r.appendItem(nil, 42, 40), &item); err != nil {
 		t.Fatal(err)
 	}
-	wantItem := map[string]any{"key": r.o.prefix + ":i0000042:write:0", "payload": map[string]any{"bench": r.o.prefix, "n": 42.0}, "lease_seconds": 300.0}
+	wantItem := map[string]any{"key": r.o.prefix + ":i0000042:write:0", "payload": map[string]any{"bench": r.o.prefix, "n": 42.0}, "execution_id": r.o.prefix + "-e40", "lease_seconds": 300.0}
 	if !reflect.DeepEqual(item, wantItem) {
 		t.Errorf("before-write body %v; want %v", item, wantItem)
 	}

@@ -89,11 +89,11 @@ func serviceAnswers(t *testing.T) [][]byte {
 		return answers[len(answers)-1]
 	}
 	r := &benchRun{o: benchOptions{prefix: "agree"}}
-	a, err := decodeAnswer(post("/v1/before-write", string(r.appendItem(nil, 1)), 200))
+	a, err := decodeAnswer(post("/v1/before-write", string(r.appendItem(nil, 1, 1)), 200))
 	if err != nil || a.Decision != "proceed" {
 		t.Fatalf("before-write: %+v %v", a, err)
 	}
-	post("/v1/before-write", string(r.appendItem(nil, 1)), 200)                                                      // skip, in progress
+	post("/v1/before-write", string(r.appendItem(nil, 1, 1)), 200)                                                   // skip, in progress
 	post("/v1/before-write", `{"key":"agree:i0000001:write:0","payload":{"other":true}}`, 200)                       // conflict
 	post("/v1/before-write", `{"key":"agree:\u0065scaped:write:0","payload":{},"reference":"QT <\"7\"> é\t&"}`, 200) // escapes
 	post("/v1/after-write", string(appendReport(nil, benchAnswer{Key: a.Key, Claim: "c_wrong"})), 409)
@@ -105,7 +105,7 @@ func serviceAnswers(t *testing.T) [][]byte {
 		if i > 0 {
 			batch.WriteByte(',')
 		}
-		batch.Write(r.appendItem(nil, 1000+i))
+		batch.Write(r.appendItem(nil, 1000+i, 1000))
 	}
 	batch.WriteString(`]}`)
 	items, err := decodeItems(post("/v1/batches/before-write", batch.String(), 200), nil)
