@@ -636,7 +636,12 @@ func beforeWriteHTTP(s Settings, name, urlExpr, bodyExpr string, pos [2]int) N8n
 	p := n.Parameters.(HTTPParams)
 	p.Options.Response = fullResponse()
 	n.Parameters = p
-	n.Notes = "POST /v1/before-write with Never Error: every answer goes on to the next node, which routes a decision and answers a refusal (400) with companion's words."
+	// No Retry On Fail: n8n sends the items' requests together and retries a failing node as a whole, so a
+	// retry would ask again the items already claimed (they meet their own claims, skip/in_progress, are
+	// never written and expire into unknown). On Error → Continue (regular output) gives the one item that
+	// got no answer its error in place of a response; the answer node marks it unanswered (503, deliver again).
+	n.OnError = "continueRegularOutput"
+	n.Notes = "POST /v1/before-write with Never Error and On Error = Continue: every answer, and an item that got no answer at all, goes on to the next node, which routes a decision and answers a refusal (400) with companion's words, no answer with 503. Keep Retry On Fail OFF: it re-runs the node for all items."
 	return n
 }
 

@@ -168,7 +168,7 @@ if (w.state === 'succeeded') {
 } else if (w.evidence) {
   for (const f of ['outcome', 'http_status', 'error', 'retry_after']) if (w.evidence[f] !== undefined) report[f] = w.evidence[f];
 } else {
-  const why = w.refused ? 'before-write refused: ' + w.error.code : w.decision + '/' + w.reason;
+  const why = w.unanswered ? 'before-write got no answer' : w.refused ? 'before-write refused: ' + w.error.code : w.decision + '/' + w.reason;
   report.outcome = 'failed';
   report.error = { class: 'validation', code: w.refused ? w.error.code : why, message: 'this run sent nothing: ' + why };
 }
@@ -184,23 +184,46 @@ const body = $json.body && typeof $json.body === 'object' ? $json.body : {};
 const missing = required.filter((f) => body[f] === undefined || body[f] === null || String(body[f]).trim() === '');
 return { json: Object.assign({}, $json, { delivery: missing.length ? 'incomplete' : 'complete', missing }) };`
 
+// noAnswerJS sets noAnswer to the error of a before-write that got no answer at all (connection refused or
+// reset, a timeout), else to null. The request runs with On Error → Continue (regular output) and no Retry On
+// Fail: n8n sends a node's items' requests together and retries a failing node as a whole, so a retry would
+// ask again the items already claimed, which would meet their own claims (skip/in_progress), never be written
+// and expire into unknown. Instead the item that got no answer goes on alone, as {error} in place of a
+// response, and is answered 503 with a Retry-After: whether companion recorded it or not, a redelivery asks
+// again; the other items go on with their own answers.
+const noAnswerJS = `// No answer at all (companion unreachable, the connection reset, a timeout): n8n gives this item the
+// request's error instead of a response (On Error → Continue; no Retry On Fail, which would re-run the
+// node for every item, asking again the items already claimed). It is answered 503 with a Retry-After, so
+// the sender delivers it again; the other items go on with their own answers.
+let noAnswer = null;
+if (typeof res.statusCode !== 'number') {
+  const err = res.error && typeof res.error === 'object' ? res.error : { message: String(res.error ?? 'no response') };
+  const text = String(err.message || err.description || 'no response');
+  const code = String(err.code || (err.cause && err.cause.code) || (text.match(/\b(E[A-Z]{4,})\b/) || [])[1] || '');
+  noAnswer = { code: 'no_answer', message: ('companion gave no answer' + (code ? ' (' + code + ')' : '') + ': ' + text).slice(0, 500) };
+}`
+
 // beforeWriteAnswerJS turns before-write's full response into the item the templates route on. The request
 // runs with Never Error, so every status arrives here: a 200 is the decision itself; any other status is
 // companion refusing the request (API.md: nothing is written when a request is refused), which becomes an
 // item marked refused with companion's error word and message, so the webhook answers it (400 for a field out
-// of companion's rules) instead of failing with n8n's own 500. KEY is the expression of the key asked about.
+// of companion's rules) instead of failing with n8n's own 500. A request that got no answer at all is marked
+// refused and unanswered (noAnswerJS): answered 503, delivered again. KEY is the expression of the key asked
+// about.
 func beforeWriteAnswerJS(key string) string {
-	return strings.Replace(`// before-write's answer. The request runs with Never Error (Include Response Headers and Status), so every
+	return strings.ReplaceAll(`// before-write's answer. The request runs with Never Error (Include Response Headers and Status), so every
 // status arrives here: a 200 is the decision to route on; anything else means companion refused the request
 // and claimed nothing (a field out of its rules is 400 invalid_request). The refusal goes on with
 // companion's error word and message, so the webhook answers it instead of n8n's own 500.
 const res = $json;
 if (res.statusCode === 200 && res.body && typeof res.body === 'object' && !Array.isArray(res.body)) return { json: res.body };
+`+noAnswerJS+`
+if (noAnswer) return { json: { key: KEY, refused: true, unanswered: true, http_status: 503, error: noAnswer, retry_after: null } };
 const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
 const ra = Number(res.headers && res.headers['retry-after']);
 const error = { code: String(e.code || 'http_' + res.statusCode), message: String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };
 if (Array.isArray(e.fields)) error.fields = e.fields;
-return { json: { key: KEY, refused: true, http_status: res.statusCode, error, retry_after: ra > 0 ? ra : null } };`, "KEY", key, 1)
+return { json: { key: KEY, refused: true, http_status: res.statusCode, error, retry_after: ra > 0 ? ra : null } };`, "KEY", key)
 }
 
 // otherAnswerJS ends an item whose claim answer is not one of the routed decisions: a request companion
@@ -210,7 +233,7 @@ const otherAnswerJS = `// Not one of the routed decisions. A request companion r
 // answered with companion's error word and message; any other answer this template does not handle is
 // recorded, then the run stops with an error so a person sees it.
 if ($json.refused) {
-  return { json: { key: $json.key, refused: true, http_status: $json.http_status, error: $json.error, retry_after: $json.retry_after ?? null } };
+  return { json: { key: $json.key, refused: true, unanswered: $json.unanswered === true, http_status: $json.http_status, error: $json.error, retry_after: $json.retry_after ?? null } };
 }
 ` + surfaceReturnJS
 
@@ -248,7 +271,9 @@ const one = (r) => {
   if (r.delivery === 'incomplete') body = { error: 'missing_fields', message: 'the delivery lacks ' + r.missing.join(', '), missing: r.missing };
   else if (r.refused) {
     // companion's own error word and message (never internals: companion's messages carry none).
-    body = { key: r.key, status, error: r.error.code, message: 'companion refused the claim of ' + r.key + ': ' + r.error.message + '; nothing was claimed or written' };
+    body = { key: r.key, status, error: r.error.code, message: r.unanswered
+      ? r.error.message + ' when asked to claim ' + r.key + '; nothing was written: deliver it again'
+      : 'companion refused the claim of ' + r.key + ': ' + r.error.message + '; nothing was claimed or written' };
     if (r.error.fields) body.fields = r.error.fields;
   } else body = Object.assign({}, r, { status });
   // The sender sees the evidence, never the claim (a claim lets a caller report the write's outcome).

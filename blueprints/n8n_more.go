@@ -46,20 +46,23 @@ for (let start = 0; start < all.length; start += 500) {
 return calls;`, [2]int{1100, y}))
 	g.connect("Settings", 0, "Batch request")
 	bbw := beforeWriteHTTP(s, "Batch before-write", "={{ $('Settings').first().json.companion_url }}"+PathBatchBeforeWrite, "={{ JSON.stringify($json) }}", [2]int{1320, y})
-	bbw.Notes = "POST /v1/batches/before-write with Never Error: every answer goes on, so a call companion refuses (400 naming the item) is answered with companion's words, not n8n's 500."
+	bbw.Notes = "POST /v1/batches/before-write with Never Error and On Error = Continue: every answer goes on, so a call companion refuses (400 naming the item) is answered with companion's words, not n8n's 500, and a call that got no answer with 503. Keep Retry On Fail OFF."
 	g.add(bbw)
 	g.connect("Batch request", 0, "Batch before-write")
 	g.add(codeNode("One item per decision", "runOnceForAllItems", `// One n8n item per decision, in the order of the node's items (the calls answer in order), with what the
 // write needs. A call companion refused (any invalid item refuses the whole call: 400 naming it, nothing
-// written) gives each of its items marked refused, with companion's error word and message.
+// written) gives each of its items marked refused, with companion's error word and message; a call that got
+// no answer at all (On Error → Continue, no Retry On Fail) gives each of its items marked unanswered (503).
 const settings = $('Settings').all();
 const requests = $('Batch request').all();
 return $input.all().flatMap((call, c) => {
   const res = call.json;
   if (res.statusCode === 200 && res.body && Array.isArray(res.body.items)) return res.body.items;
+  const sent = requests[c].json.items;
+`+noAnswerJS+`
+  if (noAnswer) return sent.map((it) => ({ key: it.key, batch_index: it.batch_index, refused: true, unanswered: true, http_status: 503, error: noAnswer, retry_after: null }));
   const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
   const ra = Number(res.headers && res.headers['retry-after']);
-  const sent = requests[c].json.items;
   // Positions in companion's message are the call's (items[3]); the call's first item is the node's item c * 500.
   const where = requests.length > 1 ? 'call ' + (c + 1) + ' of ' + requests.length + ' (items ' + sent[0].batch_index + '-' + sent[sent.length - 1].batch_index + '): ' : '';
   const error = { code: String(e.code || 'http_' + res.statusCode), message: where + String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };

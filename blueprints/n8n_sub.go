@@ -196,12 +196,25 @@ const claimAnswerJS = `// before-write's answer, for a Switch on decision (proce
 // external_id and result; skip/in_progress and skip/retry_later a retry_after in seconds.
 // Any other status is companion refusing the request, which claimed nothing: decision and reason are null,
 // error carries companion's error word and message (a field out of its rules: 400 invalid_request) and
-// http_status its status, for the caller to answer (the Switch's fallback output).
+// http_status its status, for the caller to answer (the Switch's fallback output). A request that got no
+// answer at all comes back the same way, with unanswered: true, error.code no_answer and http_status 503.
 const request = $('Claim request').item.json;
 const res = $json;
-const empty = { decision: null, reason: null, state: null, claim: null, idempotency_key: null, external_id: null, result: null, retry_after: null, message: null, error: null, http_status: res.statusCode };
+const empty = { decision: null, reason: null, state: null, claim: null, idempotency_key: null, external_id: null, result: null, retry_after: null, message: null, error: null, http_status: res.statusCode ?? null };
 if (res.statusCode === 200 && res.body && typeof res.body === 'object' && !Array.isArray(res.body)) {
   return { json: Object.assign(empty, res.body, { companion_url: request.companion_url }) };
+}
+` + noAnswerJS + `
+if (noAnswer) {
+  return { json: Object.assign(empty, {
+    key: request.body.key,
+    refused: true,
+    unanswered: true,
+    http_status: 503,
+    error: noAnswer,
+    message: noAnswer.message + ' when asked to claim ' + request.body.key,
+    companion_url: request.companion_url,
+  }) };
 }
 const e = res.body && typeof res.body === 'object' && res.body.error && typeof res.body.error === 'object' ? res.body.error : {};
 const error = { code: String(e.code || 'http_' + res.statusCode), message: String(e.message || 'companion answered HTTP ' + res.statusCode).slice(0, 500) };
@@ -286,11 +299,11 @@ func n8nSubClaim(t Template, s Settings) N8nWorkflow {
 	g.connect(NodeSubTrigger, 0, "Claim request")
 	bw := beforeWriteHTTP(s, NodeBeforeWrite, "={{ $json.url }}", "={{ JSON.stringify($json.body) }}", [2]int{440, y})
 	// Never Error: every status goes on to Claim answer, which returns a refusal (a field out of companion's
-	// rules is 400) with companion's words instead of failing the caller with n8n's 500. Retry On Fail stays
-	// for a request that got no answer at all (companion unreachable): nothing was recorded, so asking again is
-	// safe, and a lost answer asked again meets its own claim (skip/in_progress).
-	bw.RetryOnFail, bw.MaxTries, bw.WaitBetweenTries = true, 5, 2000
-	bw.Notes = "POST /v1/before-write with Never Error: Claim answer returns every answer, a refusal too. Retry On Fail is on for a request that got no answer: nothing was recorded, so asking again is safe."
+	// rules is 400) with companion's words instead of failing the caller with n8n's 500. A request that got no
+	// answer at all (companion unreachable) goes on too (beforeWriteHTTP: On Error → Continue, no Retry On
+	// Fail, which would re-run the node for all items and ask again those already claimed): Claim answer
+	// returns it refused and unanswered (http_status 503), for the caller to answer 503 with a Retry-After.
+	bw.Notes = "POST /v1/before-write with Never Error and On Error = Continue: Claim answer returns every answer, a refusal and no answer at all too. Keep Retry On Fail OFF: it re-runs the node for all items, asking again those already claimed."
 	g.add(bw)
 	g.connect("Claim request", 0, NodeBeforeWrite)
 	g.add(codeNode("Claim answer", "runOnceForEachItem", claimAnswerJS, [2]int{660, y}))

@@ -190,6 +190,11 @@ SUBWORKFLOWS
   the answer was lost (a timeout after commit). Retries belong to companion: a re-run asks before-write,
   which answers ` + "`proceed`" + ` with the same idempotency key only when that is safe. Retry On Fail is on only
   for the after-write / reconcile reports, where a repeat is harmless.
+- **Retry On Fail on a before-write node** (Before-write, Claim trigger event, Before-write again, companion: claim,
+  Batch before-write, the Companion node's Before write). n8n retries a node as a whole, for all its items: the
+  items already claimed would be asked again, meet their own claims (` + "`skip`/`in_progress`" + `), never be written and
+  expire into ` + "`unknown`" + `. These nodes run with On Error → Continue instead: an item whose claim got no answer is
+  answered ` + "`503`" + ` (` + "`no_answer`" + `, with a Retry-After) on its own, and the sender delivers it again.
 - **n8n "Retry" of a failed execution to "fix" a write.** Re-send the trigger instead (or re-run the batch): the ledger skips what succeeded.
 - **Always Output Data / Continue On Fail (regular output) on the write.** Errors must reach the error output so they are classified.
 - **Removing the error output connection**, changing the key per run, or generating a new key after an unknown outcome.

@@ -104,6 +104,32 @@ describe('Before write', () => {
 		});
 	});
 
+	it('a call that got no answer sends only its own items to Needs attention, unanswered; the other calls decide', async () => {
+		const calls: Call[] = [];
+		const input = Array.from({ length: 501 }, (_, i) => ({ json: { row: i } }));
+		const ctx = fakeContext(
+			beforeParams,
+			input,
+			(call) => {
+				if (calls.length === 1) throw Object.assign(new Error('socket hang up'), { code: 'ECONNRESET' });
+				return { items: (call.body.items as IDataObject[]).map((it) => ({ key: it.key, ...decide(String(it.key)) })) };
+			},
+			calls,
+		);
+		(ctx as unknown as { continueOnFail: () => boolean }).continueOnFail = () => true;
+		const out = await new Companion().execute.call(ctx);
+		assert.equal(calls.length, 2, 'each call is sent once: nothing is asked again');
+		assert.equal(out[0].length, 1, 'the second call\'s item proceeds');
+		assert.deepEqual(out[0][0].pairedItem, { item: 500 });
+		const attention = out[3].map((o) => o.json.companion as IDataObject);
+		assert.equal(attention.length, 500);
+		assert.deepEqual(
+			[attention[0].key, attention[0].http_status, attention[0].code, attention[0].unanswered],
+			['inv:0:new', null, 'no_answer', true],
+		);
+		assert.equal(attention[0].error, 'companion gave no answer (ECONNRESET): socket hang up');
+	});
+
 	it('1,050 items go in three calls of ≤500 under one batch id, batch_index 0–1,049', async () => {
 		const calls: Call[] = [];
 		const input = Array.from({ length: 1050 }, (_, i) => ({ json: { row: i } }));

@@ -61,8 +61,12 @@ type env struct {
 	failReports atomic.Bool // the proxy answers after-write with 503 while set
 	// failBatchReports: the proxy answers batch after-write with 503 while set
 	failBatchReports atomic.Bool
-	procs            []*exec.Cmd
-	logs             []string
+	// dropClaim: the proxy resets, once, the connection of the before-write asking for this key, before
+	// companion sees it (noanswer.go); dropped counts the connections it reset.
+	dropClaim atomic.Pointer[string]
+	dropped   atomic.Int32
+	procs     []*exec.Cmd
+	logs      []string
 }
 
 func main() {
@@ -136,6 +140,9 @@ func run() int {
 		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
 		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
 		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
+		{"noanswer: single, three items, the third's claim gets no answer: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSingleNoAnswer},
+		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
+		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
 	}
 	passed, failed := 0, 0
 	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
@@ -288,6 +295,9 @@ func (e *env) startProxy(port int) error {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"error":{"code":"store_unavailable","message":"e2e: store unavailable"}}`)
+			return
+		}
+		if e.resetClaim(w, r) {
 			return
 		}
 		rp.ServeHTTP(w, r)

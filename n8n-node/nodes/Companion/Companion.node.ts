@@ -26,7 +26,7 @@ import { properties } from './description';
 const CREDENTIAL = 'companionApi';
 
 /** What companion's error body and the HTTP layer say about a failed call. */
-function describeFailure(error: unknown): { status?: number; code?: string; message?: string } {
+function describeFailure(error: unknown): { status?: number; code?: string; message?: string; transport?: string } {
 	const e = (error ?? {}) as IDataObject;
 	const cause = (e.cause ?? {}) as IDataObject;
 	const response = (e.response ?? cause.response ?? {}) as IDataObject;
@@ -44,6 +44,8 @@ function describeFailure(error: unknown): { status?: number; code?: string; mess
 		status: Number.isFinite(status) ? status : undefined,
 		code: inner && typeof inner.code === 'string' ? inner.code : undefined,
 		message: inner && typeof inner.message === 'string' ? inner.message : (e.message as string),
+		// The transport's code (ECONNRESET, ECONNREFUSED, ETIMEDOUT…) of a call that got no answer.
+		transport: typeof e.code === 'string' ? e.code : typeof cause.code === 'string' ? cause.code : undefined,
 	};
 }
 
@@ -81,11 +83,25 @@ type Failure = ReturnType<typeof describeFailure>;
 
 /** The companion field of an item whose call failed: companion's HTTP status, error word and message when
  * it answered (a refused request, e.g. 400 invalid_request: nothing was claimed; n8n replaces the message of
- * a NodeApiError with a 400 by its own "Bad request"), else the error's message. */
+ * a NodeApiError with a 400 by its own "Bad request"), else the error's message. A call that got no answer at
+ * all (companion unreachable, the connection reset, a timeout: no HTTP status) is marked unanswered with the
+ * word no_answer: only its own items are concerned (asked again, the items of the other calls would meet
+ * their own claims), and the workflow answers them 503 so that the sender delivers them again. */
 function failureOf(error: unknown): IDataObject {
 	const f = (error as { companionFailure?: Failure }).companionFailure;
 	const words = f?.code ? f.message : undefined;
-	return { error: words ?? (error as Error).message, http_status: f?.status ?? null, code: f?.code ?? null };
+	const unanswered = f !== undefined && f.status === undefined;
+	// n8n replaces a transport error's message by its own words ("The connection to the server was closed
+	// unexpectedly…"): the answer keeps the transport's code and message.
+	const lost = unanswered
+		? `companion gave no answer${f.transport ? ` (${f.transport})` : ''}: ${f.message ?? (error as Error).message}`
+		: undefined;
+	return {
+		error: words ?? lost ?? (error as Error).message,
+		http_status: f?.status ?? null,
+		code: f?.code ?? (unanswered ? 'no_answer' : null),
+		...(unanswered ? { unanswered: true } : {}),
+	};
 }
 
 /** The position "items[3].key" names in a batch call's 400, if any. */
