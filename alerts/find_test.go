@@ -146,3 +146,47 @@ func TestNormalPostPaysNoHistoryRead(t *testing.T) {
 		})
 	}
 }
+
+// TestLostEscalationAnswerIsFound: the escalation's post lands but its answer is lost. The next dispatch
+// finds the escalation message (not the first message of the same group, whose metadata says it is no
+// escalation) and updates it: one escalation message, the alerts escalated in it.
+func TestLostEscalationAnswerIsFound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{
+		"billing": {Owner: "U0OWNER", EscalateTo: "U0BOSS", EscalateAfter: time.Hour}}})
+	e.needsPerson("esc", "exec-esc", 2)
+	slack := newFakeSlack(t)
+	slack.now = e.clock.Now
+	d := e.stopDispatcher(e.store, slack.notifier(t), 0)
+	if c := e.dispatch(d); c.Messages != 1 {
+		t.Fatalf("first dispatch %+v, want the first message", c)
+	}
+	e.advance(time.Hour)
+	slack.loseAnswers = 1
+	if c := e.dispatch(d); c.Failed != 1 || len(slack.Posts()) != 2 {
+		t.Fatalf("escalation dispatch %+v, %d posts; want the escalation landed, its answer lost", c, len(slack.Posts()))
+	}
+	c := e.dispatch(d)
+	posts := slack.Posts()
+	if c.Messages != 1 || c.Escalated != 2 || len(posts) != 2 || posts[1].Channel != "D0BOSS" {
+		t.Fatalf("next dispatch %+v, posts %+v; want the escalation found, none posted", c, posts)
+	}
+	var toBoss int
+	for _, u := range slack.Updates() {
+		if u.Channel == "D0BOSS" {
+			toBoss++
+			if u.TS != posts[1].TS {
+				t.Errorf("an update of %s/%s, want only the escalation %s", u.Channel, u.TS, posts[1].TS)
+			}
+		}
+	}
+	if toBoss != 1 {
+		t.Errorf("%d updates of the escalation message, want 1", toBoss)
+	}
+	for i := range 2 {
+		as, err := e.store.ItemAlerts(e.ctx, "default", keyOf("esc", i))
+		if err != nil || len(as) != 1 || as[0].Status != items.AlertEscalated || as[0].EscalationTS != posts[1].TS || as[0].TS != posts[0].TS {
+			t.Errorf("%s alerts %+v (%v), want escalated in %s, first sent in %s", keyOf("esc", i), as, err, posts[1].TS, posts[0].TS)
+		}
+	}
+}
