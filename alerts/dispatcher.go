@@ -351,7 +351,7 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		notifier = d.log
 	}
 	ref, update, err := d.send(ctx, notifier, g, live, msg, claim)
-	if errors.Is(err, errNotFound) {
+	if errors.Is(err, errHistoryUnread) {
 		// An earlier post may have landed and its conversation could not be read: posting now could post
 		// it twice. The claim is given back; the next dispatch reads again (posting once FindGiveUp passed).
 		counts.Failed++
@@ -432,9 +432,9 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 	return nil
 }
 
-// errNotFound says a group was not posted because an earlier post of it may have landed and the history
+// errHistoryUnread says a group was not posted because an earlier post of it may have landed and the history
 // read that would find it failed.
-var errNotFound = errors.New("an earlier post may have landed; the history read failed")
+var errHistoryUnread = errors.New("an earlier post may have landed; the history read failed")
 
 // send delivers a claimed group's message. When a message carrying these alerts went out already (a
 // dispatcher that lost its claim while posting noted it on them), that message is updated instead of
@@ -444,7 +444,7 @@ var errNotFound = errors.New("an earlier post may have landed; the history read 
 // group whose alerts carry such a mark had a post whose landing was never recorded (its answer was lost):
 // the conversation's history since then is read, and a message found there is updated instead of posting
 // another. Only when the read proves there is none is the group posted; when the read fails, send returns
-// errNotFound (nothing posted) until FindGiveUp has passed since the earlier post, then posts anyway.
+// errHistoryUnread (nothing posted) until FindGiveUp has passed since the earlier post, then posts anyway.
 func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message, claim string) (MessageRef, bool, error) {
 	for _, a := range live {
 		ref := MessageRef{Channel: a.Channel, TS: a.TS}
@@ -483,7 +483,7 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID)
 			return ref, true, notifier.Update(ctx, ref, msg)
 		case err != nil && d.cfg.Ledger.Now().Sub(first) < d.cfg.FindGiveUp:
-			return MessageRef{}, false, fmt.Errorf("%w: %w", errNotFound, err)
+			return MessageRef{}, false, fmt.Errorf("%w: %w", errHistoryUnread, err)
 		case err != nil:
 			d.cfg.Logger.WarnContext(ctx, "alert posted although an earlier post may have landed: Slack's history could not be read for longer than the find give-up (check the app's history scopes)",
 				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "since", first, "find_give_up", d.cfg.FindGiveUp.String(), "error", err)
