@@ -259,6 +259,7 @@ func checkMakeBlueprint(raw []byte) []string {
 		fail("the first module must be the webhook trigger, got %s", bp.Flow[0].Module)
 	}
 	ids := map[int]bool{}
+	placed := map[string]int{} // designer position → module
 	// walk visits modules in run order; before holds the ids that have run before the module.
 	var walk func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int)
 	walk = func(flow []anyModule, before map[int]bool, beforeSeq []int, inHandlerOf int) {
@@ -290,6 +291,10 @@ func checkMakeBlueprint(raw []byte) []string {
 			}
 			if d, ok := m.Metadata["designer"].(map[string]any); !ok || d["x"] == nil || d["y"] == nil {
 				fail("module %d: metadata.designer x/y required", m.ID)
+			} else if other, ok := placed[fmt.Sprint(d["x"], d["y"])]; ok {
+				fail("module %d stands on module %d in the designer", m.ID, other)
+			} else {
+				placed[fmt.Sprint(d["x"], d["y"])] = m.ID
 			}
 			if m.Filter != nil {
 				if len(m.Filter.Conditions) == 0 {
@@ -590,8 +595,8 @@ func TestMakeTriggerGuardFallsThrough(t *testing.T) {
 		}
 		trig := makeModuleID(t, raw, "Claim trigger event")
 		guard := findMakeModule(bp.Flow, "First delivery?")
-		if guard == nil || len(guard.Routes) != 2 {
-			t.Fatalf("%s: no two-route First delivery? router", tpl.Slug)
+		if guard == nil || len(guard.Routes) != 3 {
+			t.Fatalf("%s: no three-route First delivery? router (write, duplicate, refused)", tpl.Slug)
 		}
 		write, dup := guard.Routes[0].Flow[0], guard.Routes[1].Flow[0]
 		if write.Metadata.Designer.Name != NodeBeforeWrite {
@@ -686,8 +691,8 @@ func TestMakeBatchRoutesEveryDecision(t *testing.T) {
 			t.Errorf("decision %s takes %d routes, want 1", d, n)
 		}
 	}
-	report := router.Routes[0].Flow[len(router.Routes[0].Flow)-1]
-	if report.Metadata.Designer.Name != "Batch after-write" || report.Filter == nil || !strings.Contains(report.Filter.Conditions[0][0].A, "length(") {
+	report := findMakeModule(router.Routes[0].Flow, "Batch after-write")
+	if report == nil || report.Filter == nil || !strings.Contains(report.Filter.Conditions[0][0].A, "length(") {
 		t.Errorf("the batch after-write is not stopped on an empty aggregation: %+v", report.Filter)
 	}
 }

@@ -195,6 +195,68 @@ func (f *makeFlow) companion(name, path, body string, x, y int) MakeModule {
 	return m
 }
 
+// claim is a companion before-write (single or batch) that keeps every status as data
+// (stopOnHttpError off): a 200 is the decision to route on, and anything else is companion refusing the
+// request, which the scenario answers with companion's status and words (claimRefused). With the option
+// on, as before 2026-12-01, a refused claim stopped the run with an error: the sender got Make's own
+// failure instead of companion's words, and with Sequential processing and incomplete executions on the
+// stored run held up every later delivery until a person resolved it.
+func (f *makeFlow) claim(name, path, body string, x, y int) MakeModule {
+	m := f.companion(name, path, body, x, y)
+	mp := m.Mapper.(MakeHTTPMapper)
+	mp.StopOnHTTPError = false
+	m.Mapper = mp
+	return m
+}
+
+// refusedStatus is the webhook's answer to a claim companion refused (module c's status), as the n8n
+// templates answer it: a content companion refuses is answered with its own status (400, 413; a
+// redelivery of the same body cannot help), a claim companion could not record 503 (a later delivery
+// can), anything else (401, 403: the token or role; an answer the template does not know) 500.
+func refusedStatus(c int, withoutUnavailable bool) string {
+	if withoutUnavailable {
+		return fmt.Sprintf(`{{if(%d.statusCode = 400; 400; if(%d.statusCode = 413; 413; 500))}}`, c, c)
+	}
+	return fmt.Sprintf(`{{if(%d.statusCode = 400; 400; if(%d.statusCode = 413; 413; if(%d.statusCode = 503; 503; 500)))}}`, c, c, c)
+}
+
+// claimRefused is the route a claim (module c) takes when companion answered anything but 200: the
+// webhook is answered with companion's status, error word, message and fields, and nothing was claimed
+// (API.md: nothing is written when a request is refused). named is the body's member naming what was
+// asked about (`"key": {{5.json}}`; the batch lists its items' keys), what names it in the message (Make
+// text with mappings). then adds modules after each answer (the trigger claim's report), once per answer
+// route.
+func (f *makeFlow) claimRefused(c int, named, what string, x, y int, then func(x, y int) []MakeModule) []MakeModule {
+	word := f.toJSON("JSON: companion's error word", fmt.Sprintf(`{{ifempty(%d.data.error.code; "companion_error")}}`, c), x, y)
+	word.Filter = &MakeFilter{Name: "companion refused the claim", Conditions: [][]MakeCondition{{{A: ref(c, "statusCode"), O: "number:notequal", B: "200"}}}}
+	msg := f.toJSON("JSON: companion's message", fmt.Sprintf(`companion refused the claim of %s (HTTP {{%d.statusCode}}): {{ifempty(%d.data.error.message; "no message")}}; nothing was claimed or written`, what, c, c), x+150, y)
+	fields := f.toJSON("JSON: fields companion named", ref(c, "data.error.fields"), x+300, y)
+	body := func(status string) string {
+		return fmt.Sprintf(`{%s, "status": %s, "error": %s, "message": %s, "fields": %s}`, named, status, jsonOf(word.ID), jsonOf(msg.ID), jsonOrNull(fields.ID))
+	}
+	later := f.respondLater("Answer: companion could not record the claim", "503", retryAfterSeconds(c, "60"), body("503"), x+600, y-150)
+	later.Filter = &MakeFilter{Name: "503: deliver again later", Conditions: [][]MakeCondition{{{A: ref(c, "statusCode"), O: "number:equal", B: "503"}}}}
+	refused := f.respond("Answer: claim refused", refusedStatus(c, true), body(refusedStatus(c, true)), x+600, y+150)
+	refused.Filter = &MakeFilter{Name: "refused", Conditions: [][]MakeCondition{{{A: ref(c, "statusCode"), O: "number:notequal", B: "503"}}}}
+	if then == nil {
+		then = func(int, int) []MakeModule { return nil }
+	}
+	r := f.router("Claim refused", x+450, y, append([]MakeModule{later}, then(x+750, y-150)...), append([]MakeModule{refused}, then(x+750, y+150)...))
+	return []MakeModule{word, msg, fields, r}
+}
+
+// claimUnreachable is the error handler of a claim (module c): companion was not reached or did not
+// answer (a refused connection, DNS, a timeout). The webhook is answered 503 with Retry-After 60 so the
+// sender delivers again, and the run ends with Ignore: without the handler the run stopped with an
+// error, the sender got Make's own failure, and Make kept the run as an incomplete execution that, with
+// Sequential processing on, held up the scenario. Nothing was written; a claim companion recorded before
+// the connection broke is answered in_progress until its lease ends.
+func (f *makeFlow) claimUnreachable(c int, named, what string, x, y int) []MakeModule {
+	msg := f.toJSON("JSON: why companion was not reached", fmt.Sprintf(`companion was not reached for the claim of %s: Make {{%d.error.type}}: {{%d.error.message}}; nothing was written, deliver again later`, what, c, c), x, y)
+	ans := f.respondLater("Answer: companion unreachable", "503", "60", fmt.Sprintf(`{%s, "status": 503, "error": "companion_unreachable", "message": %s}`, named, jsonOf(msg.ID)), x+150, y)
+	return []MakeModule{msg, ans, f.module("End the run here", "builtin:Ignore", x+300, y)}
+}
+
 func (f *makeFlow) router(name string, x, y int, routes ...[]MakeModule) MakeModule {
 	m := f.module(name, "builtin:BasicRouter", x, y)
 	m.Mapper = json.RawMessage("null")
@@ -490,7 +552,29 @@ func RenderMake(t Template, s Settings) MakeBlueprint {
 	default:
 		flow = f.single(t)
 	}
+	spread(flow)
 	return MakeBlueprint{Name: t.Title, Description: t.Description, Flow: flow, Metadata: scenario()}
+}
+
+// spread moves a module placed where an earlier one already stands 150 down the canvas until its place
+// is free, so that no module hides another in Make's designer.
+func spread(flow []MakeModule) {
+	taken := map[[2]int]bool{}
+	var walk func(flow []MakeModule)
+	walk = func(flow []MakeModule) {
+		for i := range flow {
+			d := &flow[i].Metadata.Designer
+			for taken[[2]int{d.X, d.Y}] {
+				d.Y += 150
+			}
+			taken[[2]int{d.X, d.Y}] = true
+			for _, r := range flow[i].Routes {
+				walk(r.Flow)
+			}
+			walk(flow[i].OnError)
+		}
+	}
+	walk(flow)
 }
 
 func (f *makeFlow) respond(name, status, body string, x, y int) MakeModule {
@@ -526,14 +610,16 @@ func (f *makeFlow) singleChecked(t Template, x int) []MakeModule {
 	trig := 0
 	if t.TriggerGuard {
 		// Make has no n8n execution id; the trigger claims have a destination of their own.
-		tm := f.companion("Claim trigger event", PathBeforeWrite, fmt.Sprintf(`{"key": %s, "payload": %s, "destination": "make-triggers", "dedupe": "key", "reference": %s, "execution_id": "{{var.scenario.executionId}}"}`,
+		tm := f.claim("Claim trigger event", PathBeforeWrite, fmt.Sprintf(`{"key": %s, "payload": %s, "destination": "make-triggers", "dedupe": "key", "reference": %s, "execution_id": "{{var.scenario.executionId}}"}`,
 			v.trigKey, v.payload(), v.ref), x, 0)
 		trig = tm.ID
+		tm.OnError = f.claimUnreachable(trig, `"key": `+v.trigKey, t.Example.KeyMake+":trigger", x+150, 900)
 		flow = append(flow, tm)
 		x += 300
 	}
-	bw := f.companion(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, v), x+300, 0)
+	bw := f.claim(NodeBeforeWrite, PathBeforeWrite, makeBeforeWriteBody(t, v), x+300, 0)
 	c := bw.ID
+	bw.OnError = f.claimUnreachable(c, `"key": `+v.key, t.Example.KeyMake, x+450, 1200)
 	holdsTrigger := func() *MakeFilter {
 		return equal("this run holds the trigger claim", ref(trig, "data.decision"), "proceed")
 	}
@@ -565,6 +651,8 @@ func (f *makeFlow) singleChecked(t Template, x int) []MakeModule {
 			body = transportEvidence(claimOf(trig), o)
 		case "nothing":
 			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "%s/%s", "message": "this run sent nothing"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "data.decision"), ref(c, "data.reason"))
+		case "refused":
+			body = fmt.Sprintf(`{"key": "%s", "claim": "%s", "outcome": "failed", "error": {"class": "validation", "code": "before-write refused", "message": "this run sent nothing: companion answered HTTP %s to the write's claim"}}`, ref(trig, "data.key"), ref(trig, "data.claim"), ref(c, "statusCode"))
 		}
 		// Only a run that holds the trigger claim reports it; a run that went on without it (the trigger's
 		// attempts spent, a retry time, an owner) reports nothing, so it uses up nothing.
@@ -603,8 +691,15 @@ func (f *makeFlow) singleChecked(t Template, x int) []MakeModule {
 		routes = append(routes, []MakeModule{cf})
 	}
 	if t.Dedupe == DedupeLookup {
-		routes = append(routes, f.reconcileRoute(t, v, c, x+900, 750))
+		routes = append(routes, f.reconcileRoute(t, v, c, x+900, 750, report))
 	}
+	// Any status but 200 is companion refusing the claim: answered with its status and words; a run that
+	// holds the trigger claim reports it (this run sent nothing), after the answer.
+	var reportRefused func(x, y int) []MakeModule
+	if trig != 0 {
+		reportRefused = func(x, y int) []MakeModule { return report("refused", writeOut{}, x, y) }
+	}
+	routes = append(routes, f.claimRefused(c, `"key": `+v.key, t.Example.KeyMake, x+900, 1050, reportRefused))
 	decision := f.router("Decision", x+600, 0, routes...)
 	if trig == 0 {
 		return append(flow, bw, decision)
@@ -622,7 +717,9 @@ func (f *makeFlow) singleChecked(t Template, x int) []MakeModule {
 		{{A: ref(trig, "data.decision"), O: "text:equal", B: "skip"}, {A: ref(trig, "data.reason"), O: "text:equal", B: "in_progress"}},
 		{{A: ref(trig, "data.decision"), O: "text:equal", B: "conflict"}},
 	}}
-	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup})
+	// A trigger claim companion refuses (the key out of its rules) is answered with companion's words:
+	// the write's own claim, with the same key, would be refused too.
+	guard := f.router("First delivery?", x, 0, []MakeModule{bw, decision}, []MakeModule{dup}, f.claimRefused(trig, `"key": `+v.trigKey, t.Example.KeyMake+":trigger", x+300, 900, nil))
 	return append(flow, guard)
 }
 
@@ -634,8 +731,11 @@ func skipStatus(c int) string {
 
 // reconcileRoute: look the reference up, report the finding, ask before-write again and write
 // once more only if it now says proceed (the lookup proved the record absent). Each evidence text
-// and the found record's id go through a json:TransformToJSON module.
-func (f *makeFlow) reconcileRoute(t Template, v makeValues, c int, x, y int) []MakeModule {
+// and the found record's id go through a json:TransformToJSON module. Every end answers the webhook
+// (report gives the write's answers): a found record 200, a lookup that failed 503, the second claim's
+// decision as the first one's; until 2026-12-01 no end of this route answered, so the sender got
+// whatever Make answers a run that reaches no Webhook response.
+func (f *makeFlow) reconcileRoute(t Template, v makeValues, c int, x, y int, report func(kind string, o writeOut, x, y int) []MakeModule) []MakeModule {
 	lk := f.http("YOUR LOOKUP: find by reference", "get", f.s.LookupURL, "", false, x, y)
 	mp := lk.Mapper.(MakeHTTPMapper)
 	mp.Headers = []MakeHeader{}
@@ -651,21 +751,70 @@ func (f *makeFlow) reconcileRoute(t Template, v makeValues, c int, x, y int) []M
 		return withBody(f.companion(name, PathReconcile, "", x, y), body)
 	}
 	failedEv := f.toJSON("JSON: evidence (lookup failed)", fmt.Sprintf("lookup by reference {{%d.data.reference}} failed: Make {{%d.error.type}}: {{%d.error.message}}", c, lk.ID, lk.ID), x+150, y+300)
-	lk.OnError = []MakeModule{failedEv, finding("Reconcile: lookup failed", "lookup_failed", "", failedEv.ID, x+300, y+300), f.module("End the item here", "builtin:Ignore", x+600, y+300)}
+	lookupFailed := func(x, y int) MakeModule {
+		return f.respondLater("Answer: lookup failed, deliver again later", "503", fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, c), fmt.Sprintf(`{"key": "%s", "decision": "reconcile", "finding": "lookup_failed"}`, ref(c, "data.key")), x, y)
+	}
+	lk.OnError = []MakeModule{failedEv, finding("Reconcile: lookup failed", "lookup_failed", "", failedEv.ID, x+300, y+300), lookupFailed(x+450, y+300), f.module("End the item here", "builtin:Ignore", x+600, y+300)}
 	foundExt := f.toJSON("JSON: found external id", fmt.Sprintf(`{{get(map(%d.data.records; "id"); 1)}}`, lk.ID), x+450, y-300)
 	foundExt.Filter = &MakeFilter{Name: "found", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:greater", B: "0"}}}}
 	foundEv := f.toJSON("JSON: evidence (found)", fmt.Sprintf(`lookup by reference {{%d.data.reference}} found {{join(map(%d.data.records; "id"); ", ")}}`, c, lk.ID), x+600, y-300)
 	found := finding("Reconcile: found", "found", jsonOrNull(foundExt.ID), foundEv.ID, x+600, y-150)
+	foundAns := f.respond("Answer: found, written before", "200", fmt.Sprintf(`{"key": "%s", "state": "succeeded", "finding": "found", "external_id": %s}`, ref(c, "data.key"), jsonOrNull(foundExt.ID)), x+750, y-150)
 	absentEv := f.toJSON("JSON: evidence (absent)", fmt.Sprintf("lookup by reference {{%d.data.reference}} found no record (HTTP 200, empty list)", c), x+450, y+150)
 	absentEv.Filter = &MakeFilter{Name: "absent", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:equal", B: "200"}, {A: fmt.Sprintf("{{length(%d.data.records)}}", lk.ID), O: "number:equal", B: "0"}}}}
 	absent := finding("Reconcile: absent", "absent", "", absentEv.ID, x+600, y+150)
-	again := f.companion("Before-write again", PathBeforeWrite, makeBeforeWriteBody(t, v), x+900, y+150)
-	replay := f.writeTail(again.ID, equal("proceed", ref(again.ID, "data.decision"), "proceed"), writeBody(v), x+1200, y+150, func(string, writeOut, int, int) []MakeModule { return nil })
+	again := f.claim("Before-write again", PathBeforeWrite, makeBeforeWriteBody(t, v), x+900, y+150)
+	a := again.ID
+	again.OnError = f.claimUnreachable(a, `"key": `+v.key, t.Example.KeyMake, x+1050, y+450)
+	replay := f.writeTail(a, equal("proceed", ref(a, "data.decision"), "proceed"), writeBody(v), x+1350, y+150, report)
+	// Any other decision of the second claim is answered as the first claim's would be.
+	st := f.toJSON("JSON: stored external id (again)", ref(a, "data.external_id"), x+1350, y+450)
+	st.Filter = &MakeFilter{Name: "not proceed", Conditions: [][]MakeCondition{{{A: ref(a, "statusCode"), O: "number:equal", B: "200"}, {A: ref(a, "data.decision"), O: "text:notequal", B: "proceed"}}}}
+	notAgain := f.respondLater("Answer: not written again", fmt.Sprintf(`{{if(%d.data.decision = "conflict"; 409; %s)}}`, a, strings.Trim(skipStatus(a), "{}")), fmt.Sprintf(`{{ifempty(%d.data.retry_after; 60)}}`, a),
+		fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(a, "data.key"), ref(a, "data.decision"), ref(a, "data.reason"), jsonOrNull(st.ID)), x+1500, y+450)
+	decAgain := f.router("Decision again", x+1200, y+150, replay, []MakeModule{st, notAgain}, f.claimRefused(a, `"key": `+v.key, t.Example.KeyMake, x+1350, y+750, nil))
 	lfailEv := f.toJSON("JSON: evidence (lookup answered)", fmt.Sprintf("lookup by reference {{%d.data.reference}} answered HTTP {{%d.statusCode}}", c, lk.ID), x+450, y+450)
 	lfailEv.Filter = &MakeFilter{Name: "lookup did not work", Conditions: [][]MakeCondition{{{A: ref(lk.ID, "statusCode"), O: "number:notequal", B: "200"}}}}
 	lfail := finding("Reconcile: lookup failed", "lookup_failed", "", lfailEv.ID, x+600, y+450)
-	r := f.router("Finding", x+300, y, []MakeModule{foundExt, foundEv, found}, append([]MakeModule{absentEv, absent, again}, replay...), []MakeModule{lfailEv, lfail})
+	r := f.router("Finding", x+300, y, []MakeModule{foundExt, foundEv, found, foundAns}, []MakeModule{absentEv, absent, again, decAgain}, []MakeModule{lfailEv, lfail, lookupFailed(x+750, y+450)})
 	return []MakeModule{lk, r}
+}
+
+// batchAnswer answers the webhook once for the whole delivery, after every item was claimed, written and
+// reported, as the n8n batch template does, first match wins: 409 when an item conflicts, 503 with the
+// soonest Retry-After when an item can still finish (in progress, retry later, waiting for its owner, a
+// reconcile, a write that failed retryably, is unknown or did not answer), 422 when items were refused
+// for good, else 200. Module c is the batch call, a the aggregator of the written items (key, answer,
+// retry_after). The counts come from the call's decisions and the aggregated writes: a write that
+// failed in transport is not aggregated (its error handler ends the item), so it counts as one that can
+// still finish. The body lists the keys per answer (all but the 503s, which are the rest) and
+// companion's decision counts; never a claim. It returns a function making the answer, placed once
+// after the batch after-write and once for a delivery where nothing was written.
+func (f *makeFlow) batchAnswer(c, a int) func(x, y int) []MakeModule {
+	items := fmt.Sprintf("%d.data.items", c)
+	nDecision := func(d string) string { return fmt.Sprintf(`length(map(%s; "key"; "decision"; "%s"))`, items, d) }
+	nReason := func(r string) string { return fmt.Sprintf(`length(map(%s; "key"; "reason"; "%s"))`, items, r) }
+	nWritten := func(w string) string { return fmt.Sprintf(`length(map(%d.array; "key"; "answer"; "%s"))`, a, w) }
+	later := fmt.Sprintf("%s - %s - %s + %s + %s - %s - %s", nDecision("skip"), nReason("succeeded"), nReason("failed_permanent"), nDecision("reconcile"), nDecision("proceed"), nWritten("ok"), nWritten("final"))
+	final := nReason("failed_permanent") + " + " + nWritten("final")
+	status := fmt.Sprintf(`{{if(%s > 0; 409; if((%s) > 0; 503; if((%s) > 0; 422; 200)))}}`, nDecision("conflict"), later, final)
+	retryAfter := fmt.Sprintf(`{{min(ifempty(min(map(%s; "retry_after")); 60); ifempty(min(map(%d.array; "retry_after")); 60))}}`, items, a)
+	return func(x, y int) []MakeModule {
+		var mods []MakeModule
+		js := func(name, object string) string {
+			m := f.toJSON("JSON: "+name, object, x+150*len(mods), y)
+			mods = append(mods, m)
+			return jsonOf(m.ID)
+		}
+		body := fmt.Sprintf(`{"status": %s, "batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "counts": %s, "answers": {"200": %s, "409": %s, "503": %s, "422": %s}, "written": %s, "stored": %s, "conflict": %s, "refused_for_good": %s, "message": "200 every item's effect exists; 409 an item conflicts (a person decides); 503 an item can still finish: deliver again after Retry-After; 422 items were refused for good"}`,
+			js("answer status", status), js("decision counts", ref(c, "data.counts")),
+			js("items answered 200", "{{"+nWritten("ok")+" + "+nReason("succeeded")+"}}"), js("items answered 409", "{{"+nDecision("conflict")+"}}"),
+			js("items answered 503", "{{"+later+"}}"), js("items answered 422", "{{"+final+"}}"),
+			js("keys written", fmt.Sprintf(`{{map(%d.array; "key"; "answer"; "ok")}}`, a)), js("keys stored", fmt.Sprintf(`{{map(%s; "key"; "reason"; "succeeded")}}`, items)),
+			js("keys in conflict", fmt.Sprintf(`{{map(%s; "key"; "decision"; "conflict")}}`, items)),
+			js("keys refused for good", fmt.Sprintf(`{{merge(map(%d.array; "key"; "answer"; "final"); map(%s; "key"; "reason"; "failed_permanent"))}}`, a, items)))
+		return append(mods, f.respondLater("Answer: the delivery", status, retryAfter, body, x+150*len(mods), y))
+	}
 }
 
 func (f *makeFlow) batch(t Template) []MakeModule {
@@ -702,10 +851,14 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	check := f.module("Check delivery", "builtin:BasicRouter", 1050, 0)
 	check.Mapper = json.RawMessage("null")
 	missing := fmt.Sprintf(`{{length(join(map(%d.array; "missing"); ""))}}`, agg.ID)
-	claim := f.companion("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
+	claim := f.claim("Batch before-write", PathBatchBeforeWrite, fmt.Sprintf(`{"batch_id": "make-{{var.scenario.id}}-exec-{{var.scenario.executionId}}", "items": [{{join(map(%d.array; "value"); ", ")}}]}`, agg.ID), 1200, 0)
+	// The keys of the call, for the answers that name every item of it (a refused or unreached call).
+	keys := f.toJSON("JSON: keys of the batch", fmt.Sprintf(`{{map(%d.array; "key")}}`, agg.ID), 1200, -150)
+	named := `"items": ` + jsonOf(keys.ID)
+	what := fmt.Sprintf("the batch of {{length(%d.array)}} items", agg.ID)
 	// An empty aggregation (no items, or a re-run where the trigger sent none) stops here instead of
 	// sending {"items": []}, which the service refuses; so does a batch with an incomplete item (below).
-	claim.Filter = &MakeFilter{Name: "at least one item, none incomplete", Conditions: [][]MakeCondition{{
+	keys.Filter = &MakeFilter{Name: "at least one item, none incomplete", Conditions: [][]MakeCondition{{
 		{A: fmt.Sprintf("{{length(%d.array)}}", agg.ID), O: "number:greater", B: "0"},
 		{A: missing, O: "number:equal", B: "0"},
 	}}}
@@ -714,9 +867,15 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	lacking := f.toJSON("JSON: fields each item lacks", fmt.Sprintf(`{{map(%d.array; "missing")}}`, agg.ID), 1200, 300)
 	lacking.Filter = &MakeFilter{Name: "an item lacks a field", Conditions: [][]MakeCondition{{{A: missing, O: "number:greater", B: "0"}}}}
 	refuse := f.respond("Answer: delivery incomplete", "400", fmt.Sprintf(`{"error": "missing_fields", "message": "an item lacks a field its key, reference or payload is built from; nothing was claimed", "missing": %s}`, jsonOf(lacking.ID)), 1350, 300)
+	// A call companion refuses (any invalid item refuses it all, nothing of it claimed) or cannot record
+	// is answered with companion's status and words, every key of the call named; an unreached companion
+	// 503. Before 2026-12-01 either stopped the run with an error.
+	claim.OnError = f.claimUnreachable(claim.ID, named, what, 1350, 600)
+	refusedCall := f.claimRefused(claim.ID, named, what, 1500, 450, nil)
 	each := f.module("One bundle per decision", "builtin:BasicFeeder", 1500, 0)
 	each.Parameters = map[string]string{}
 	each.Mapper = map[string]string{"array": ref(claim.ID, "data.items")}
+	each.Filter = &MakeFilter{Name: "the call was answered", Conditions: [][]MakeCondition{{{A: ref(claim.ID, "statusCode"), O: "number:equal", B: "200"}}}}
 	// The write: only proceeding items pass its filter. Each write's values come from its decision: the
 	// JSON the aggregator kept for the item with the decision's key.
 	byKey := func(field string) string {
@@ -745,7 +904,12 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 		decided.key, decided.claim, w.ID, w.ID, ref(w.ID, "statusCode"), jsonOrNull(ext.ID), jsonOrNull(rid.ID), retryAfterSeconds(w.ID, `"null"`))}
 	all := f.module("All evidence", "builtin:BasicAggregator", 2400, 0)
 	all.Parameters = map[string]int{"feeder": each.ID}
-	all.Mapper = map[string]string{"value": ref(ev.ID, "value")}
+	// Beside each evidence, the item's key and what the webhook answers for it: ok (written), final (the
+	// destination refused it for good: a 4xx other than 408, 409, 425, 429) or later (anything a
+	// redelivery can still finish), and the write's Retry-After in seconds (60 without one, the answer's
+	// own default, so the soonest of them never comes from an empty value).
+	all.Mapper = map[string]string{"value": ref(ev.ID, "value"), "key": ref(each.ID, "key"), "retry_after": retryAfterSeconds(w.ID, "60"),
+		"answer": fmt.Sprintf(`{{if(%[1]d.statusCode < 300; "ok"; if(%[1]d.statusCode < 400; "later"; if(%[1]d.statusCode >= 500; "later"; if(%[1]d.statusCode = 408; "later"; if(%[1]d.statusCode = 409; "later"; if(%[1]d.statusCode = 425; "later"; if(%[1]d.statusCode = 429; "later"; "final")))))))}}`, w.ID)}
 	report := f.companion("Batch after-write", PathBatchAfterWrite, fmt.Sprintf(`{"items": [{{join(map(%d.array; "value"); ", ")}}]}`, all.ID), 2700, 0)
 	// A batch where nothing proceeded (a re-run of a finished batch) has no evidence to report: stop
 	// instead of sending {"items": []}, which the service refuses.
@@ -757,8 +921,12 @@ func (f *makeFlow) batch(t Template) []MakeModule {
 	rest := f.module("Not written: stored result, retry later or conflict", "util:ComposeTransformer", 1950, 300)
 	rest.Parameters = map[string]string{}
 	rest.Mapper = map[string]string{"value": fmt.Sprintf(`{"key": "%s", "decision": "%s", "reason": "%s", "external_id": %s}`, ref(each.ID, "key"), ref(each.ID, "decision"), ref(each.ID, "reason"), jsonOrNull(st.ID))}
-	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, report}, []MakeModule{st, rest})
-	check.Routes = []MakeRoute{{Flow: []MakeModule{claim, each, route}}, {Flow: []MakeModule{lacking, refuse}}}
+	answer := f.batchAnswer(claim.ID, all.ID)
+	reported := f.router("Report, then answer", 2550, 0, append([]MakeModule{report}, answer(2850, 0)...), answer(2700, 300))
+	reported.Routes[1].Flow[0].Filter = &MakeFilter{Name: "nothing written", Conditions: [][]MakeCondition{{{A: fmt.Sprintf("{{length(%d.array)}}", all.ID), O: "number:equal", B: "0"}}}}
+	route := f.router("Decision", 1650, 0, []MakeModule{w, ext, rid, ev, all, reported}, []MakeModule{st, rest})
+	callAnswer := f.router("Call answer", 1350, 0, []MakeModule{each, route}, refusedCall)
+	check.Routes = []MakeRoute{{Flow: []MakeModule{keys, claim, callAnswer}}, {Flow: []MakeModule{lacking, refuse}}}
 	flow := append(append([]MakeModule{hook}, settings...), items)
 	flow = append(flow, jsonMods...)
 	return append(flow, compose, agg, check)

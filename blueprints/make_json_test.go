@@ -631,10 +631,13 @@ func TestMakeBatchCheckDelivery(t *testing.T) {
 	if agg == nil || check == nil || len(check.Routes) != 2 {
 		t.Fatal("no aggregator and two-route Check delivery router")
 	}
-	claim, lacking, answer := check.Routes[0].Flow[0], check.Routes[1].Flow[0], check.Routes[1].Flow[1]
-	if claim.Metadata.Designer.Name != "Batch before-write" || lacking.Module != "json:TransformToJSON" || answer.Mapper.(map[string]any)["status"] != "400" {
-		t.Fatalf("Check delivery routes: %s / %s, %s", claim.Metadata.Designer.Name, lacking.Module, answer.Metadata.Designer.Name)
+	// The claim's route starts with the keys of the call (named by the answers to a refused call), which
+	// carries the route's filter.
+	keys, claim, lacking, answer := check.Routes[0].Flow[0], check.Routes[0].Flow[1], check.Routes[1].Flow[0], check.Routes[1].Flow[1]
+	if claim.Metadata.Designer.Name != "Batch before-write" || claim.Filter != nil || lacking.Module != "json:TransformToJSON" || answer.Mapper.(map[string]any)["status"] != "400" {
+		t.Fatalf("Check delivery routes: %s, %s / %s, %s", keys.Metadata.Designer.Name, claim.Metadata.Designer.Name, lacking.Module, answer.Metadata.Designer.Name)
 	}
+	claim = keys
 	lacksRE := regexp.MustCompile(`\{\{if\(length\(toString\(ifempty\(\d+\.(\w+); ""\)\)\) = 0; "( \w+)"; ""\)\}\}`)
 	missingOf := func(item map[string]any) string {
 		return lacksRE.ReplaceAllStringFunc(agg.Mapper.(map[string]string)["missing"], func(s string) string {

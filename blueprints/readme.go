@@ -252,7 +252,7 @@ DECISIONS
 After the write, the **Classify the answer** router reports 2xx as ` + "`succeeded`" + `, 3xx as ` + "`unknown`" + ` (a
 redirect is not followed and proves nothing) and 4xx/5xx as ` + "`failed`" + ` with the status and Retry-After (parsed to seconds, an HTTP-date too; the
 service turns 5xx into ` + "`unknown`" + `). In the batch blueprint each write takes its values from its decision:
-the JSON the aggregator kept for the item with the decision's key (` + "`first(map(12.array; \"invoice\"; \"key\"; 17.key))`" + `), since Make
+the JSON the aggregator kept for the item with the decision's key (` + "`first(map(12.array; \"invoice\"; \"key\"; 27.key))`" + `), since Make
 outputs no bundle of the feeder once its aggregator has closed the loop; an empty aggregation stops before
 the batch call. Its **Decision** router sends each ` + "`proceed`" + ` bundle to the write and every other decision (skip,
 conflict) to **Not written: stored result, retry later or conflict**; a batch where nothing proceeded reports nothing. The error handler route
@@ -265,6 +265,37 @@ destination ` + "`make-triggers`" + `). **First delivery?** stops only a deliver
 answer (the trigger's attempts spent, a retry time, an owner) goes on to the write's own before-write, which decides.
 Each **Record trigger outcome** module runs only when this run holds the trigger claim, after the webhook's answer,
 so a run that went on without it reports nothing and uses up none of the trigger's attempts.
+
+## What the webhook answers
+
+Every run answers its webhook exactly once, with what a redelivery can still do (senders redeliver on a
+non-2xx answer). Single-item blueprints: written or stored ` + "`200`" + `; a delivery missing a field ` + "`400`" + ` (nothing
+claimed); a conflict ` + "`409`" + `; refused for good ` + "`422`" + `; anything a later delivery can finish ` + "`503`" + ` with ` + "`Retry-After`" + `. In
+lookup-reconcile every end of the reconcile route answers too: a found record ` + "`200`" + `, a lookup that failed ` + "`503`" + `, the
+second claim's decision as the first one's.
+
+**A claim companion refuses** (a key or payload out of its rules, a wrong token) is answered with companion's
+status and words: every before-write (**Claim trigger event**, **Before-write**, **Before-write again**, **Batch
+before-write**) runs with *Evaluate all states as errors* OFF, and its **Claim refused** route answers ` + "`400`" + ` or
+` + "`413`" + ` as companion did, ` + "`503`" + ` (with companion's Retry-After, else 60 s) when companion could not record the claim,
+` + "`500`" + ` otherwise, with ` + "`{\"key\", \"status\", \"error\", \"message\", \"fields\"}`" + ` (the batch names its ` + "`items`" + `); nothing was
+claimed or written. **Companion unreachable** (a refused connection, DNS, a timeout) is answered ` + "`503`" + `
+` + "`companion_unreachable`" + ` with ` + "`Retry-After: 60`" + ` by the claim's error handler, which then ends the run with Ignore.
+Keep both: with the option on, or without the handler, the run stops with an error, the sender gets Make's
+own failure instead of companion's words, and (with *Sequential processing* and incomplete executions on, as
+here) the stored run holds up every later delivery until a person resolves it.
+
+**The batch** answers once for the whole delivery, after the batch after-write (**Report, then answer**; a
+delivery where nothing was written is answered without a report), first match wins: ` + "`409`" + ` when an item
+conflicts, ` + "`503`" + ` with the soonest Retry-After when an item can still finish (in progress, retry later, an owner,
+a reconcile, a write that failed retryably, is unknown or did not answer), ` + "`422`" + ` when items were refused for
+good, else ` + "`200`" + `; the body counts the items per answer and lists the keys written, stored, in conflict and
+refused for good, never a claim. A key delivered twice in one delivery is claimed once; its repeat
+(` + "`skip`/`in_progress`" + `) counts as one to finish, so such a delivery is answered ` + "`503`" + ` and its redelivery ` + "`200`" + `.
+
+**One bundle per delivery.** The single-item blueprints take the webhook's one bundle. Do not add an Iterator
+to split a delivery with several events: each bundle would reach its own answer, and only the first reaches
+the sender, before the later bundles are written and reported. Send several events to the batch blueprint.
 
 ## What NOT to turn on
 

@@ -40,7 +40,9 @@ progress line while it runs and a summary (items/s, p50/p99 per call, errors).
   companion bench --floor /var/lib/companion --items 0     (the disk's floor alone)
 
 --floor DIR also measures the disk's naive floor in DIR, in the same run: two fsync'd single-row SQLite
-transactions per item through database/sql, no HTTP. Run it on the deployment's data disk.
+transactions per item through database/sql, no HTTP. Run it on the deployment's data disk. Half of its
+items run before the run and half after it; when the two halves differ by more than 1.5× (a disk whose
+fsync latency moves), the summary says so and gives the range of the ratio.
 
 With an operator token (or against a service without tokens) it also reads the service's CPU time from
 GET /metrics (process_cpu_seconds_total) before and after the run and prints it per item: on a machine
@@ -117,17 +119,28 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			return usageErrorf("bench: --cacert %s has no PEM certificate", o.cacert)
 		}
 	}
-	var floor *sqlitestore.FloorResult
 	if o.floor != "" {
 		if st, err := os.Stat(o.floor); err != nil || !st.IsDir() {
 			return usageErrorf("bench: --floor %q is not a directory", o.floor)
 		}
-		fmt.Fprintf(m.Stderr, "floor: %d items, two fsync'd SQLite transactions each, in %s\n", o.floorItems, o.floor)
-		r, err := sqlitestore.Floor(ctx, o.floor, o.floorItems)
-		if err != nil {
+	}
+	// The floor is measured in two halves, before the run and after it, so that a disk whose fsync
+	// latency moves during the run shows it (benchSummary compares the halves).
+	var floor []sqlitestore.FloorResult
+	measureFloor := func(n int, when string) error {
+		fmt.Fprintf(m.Stderr, "floor%s: %d items, two fsync'd SQLite transactions each, in %s\n", when, n, o.floor)
+		r, err := sqlitestore.Floor(ctx, o.floor, n)
+		floor = append(floor, r)
+		return err
+	}
+	firstHalf := o.floorItems
+	if o.items > 0 && o.floorItems > 1 {
+		firstHalf = (o.floorItems + 1) / 2
+	}
+	if o.floor != "" {
+		if err := measureFloor(firstHalf, map[bool]string{true: " before the run", false: ""}[firstHalf < o.floorItems]); err != nil {
 			return err
 		}
-		floor = &r
 	}
 	var run *benchRun
 	if o.items > 0 {
@@ -143,6 +156,11 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			}
 		}
 		run.cpuErr = err
+	}
+	if o.floor != "" && firstHalf < o.floorItems {
+		if err := measureFloor(o.floorItems-firstHalf, " after the run"); err != nil {
+			return err
+		}
 	}
 	m.benchSummary(o, run, floor)
 	if run != nil && run.failed.Load() > 0 {
@@ -499,7 +517,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
 // benchSummary prints the summary table.
-func (m *Main) benchSummary(o benchOptions, run *benchRun, floor *sqlitestore.FloorResult) {
+func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.FloorResult) {
 	w := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "\tcalls\titems\titems/s\tp50/call\tp99/call\terrors\t")
 	var rate float64
@@ -520,15 +538,30 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, floor *sqlitestore.Fl
 		}
 		fmt.Fprintf(w, "%s\t\t%d\t%.0f\t\t\t%d\t\n", name, run.done.Load(), rate, run.failed.Load())
 	}
-	if floor != nil {
+	var floor sqlitestore.FloorResult
+	for _, h := range halves {
+		floor.Items += h.Items
+		floor.Took += h.Took
+		floor.Commits = append(floor.Commits, h.Commits...)
+	}
+	if len(halves) > 0 {
 		d := slices.Clone(floor.Commits)
 		slices.Sort(d)
 		fmt.Fprintf(w, "floor (2 fsync'd SQLite commits/item)\t%d\t%d\t%.0f\t%s\t%s\t0\t\n", len(d), floor.Items, floor.ItemsPerSecond(),
 			ms(percentile(d, 50)), ms(percentile(d, 99)))
 	}
 	w.Flush()
-	if run != nil && floor != nil && floor.ItemsPerSecond() > 0 {
-		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s).\n", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
+	if run != nil && floor.ItemsPerSecond() > 0 {
+		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
+		if len(halves) == 2 {
+			b, a := halves[0].ItemsPerSecond(), halves[1].ItemsPerSecond()
+			fmt.Fprintf(m.Stdout, "; %.0f before the run, %.0f after it", b, a)
+			if lo, hi := min(a, b), max(a, b); lo > 0 && hi/lo > 1.5 {
+				fmt.Fprintf(m.Stdout, ").\nThe floor moved %.1f× between before and after the run: the disk's fsync latency changed, so\n"+
+					"this ratio is uncertain (%.2f× to %.2f×); run again, or compare several runs", hi/lo, rate/hi, rate/lo)
+			}
+		}
+		fmt.Fprintln(m.Stdout, ").")
 	}
 	switch {
 	case run == nil:

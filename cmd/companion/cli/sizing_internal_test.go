@@ -2,9 +2,14 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
 // TestBenchBodiesAreTheJSONOfTheirValues holds the bodies the bench writes with append to what
@@ -37,5 +42,46 @@ func TestBenchBodiesAreTheJSONOfTheirValues(t *testing.T) {
 	wantReport := map[string]any{"key": "k\"1", "claim": "c<1>", "outcome": "succeeded", "external_id": "bench-k\"1"}
 	if !reflect.DeepEqual(report, wantReport) {
 		t.Errorf("after-write body %v; want %v", report, wantReport)
+	}
+}
+
+// TestBenchSummaryComparesTheFloorsHalves: the floor runs half before the run and half after it; the
+// summary gives the ratio to both together, each half's rate, and, when the halves differ by more than
+// 1.5×, the range of the ratio. Halves within 1.5× print no range.
+func TestBenchSummaryComparesTheFloorsHalves(t *testing.T) {
+	half := func(items int, took time.Duration) sqlitestore.FloorResult {
+		return sqlitestore.FloorResult{Items: items, Took: took, Commits: make([]time.Duration, 2*items)}
+	}
+	for _, tt := range []struct {
+		name   string
+		halves []sqlitestore.FloorResult
+		want   []string
+		absent string
+	}{
+		{"steady", []sqlitestore.FloorResult{half(1000, time.Second), half(1000, 800*time.Millisecond)},
+			[]string{"4000 items/s is 3.60× the floor (1111 items/s; 1000 before the run, 1250 after it)."}, "uncertain"},
+		{"moved", []sqlitestore.FloorResult{half(1000, time.Second), half(1000, 400*time.Millisecond)},
+			[]string{"4000 items/s is 2.80× the floor (1429 items/s; 1000 before the run, 2500 after it).",
+				"The floor moved 2.5× between before and after the run", "this ratio is uncertain (1.60× to 4.00×)"}, ""},
+		{"floor alone", []sqlitestore.FloorResult{half(1000, time.Second)}, []string{"floor (2 fsync'd SQLite commits/item)"}, "×"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out strings.Builder
+			m := &Main{Stdout: &out}
+			var run *benchRun
+			if tt.name != "floor alone" {
+				run = &benchRun{took: time.Second, calls: map[string][]time.Duration{}, cpuErr: errors.New("no token")}
+				run.done.Store(4000)
+			}
+			m.benchSummary(benchOptions{mode: "single", callers: 32}, run, tt.halves)
+			for _, w := range tt.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+			if tt.absent != "" && strings.Contains(out.String(), tt.absent) {
+				t.Errorf("%q in\n%s", tt.absent, out.String())
+			}
+		})
 	}
 }

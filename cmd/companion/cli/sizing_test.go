@@ -33,7 +33,7 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 		regexp.MustCompile(`(?m)^\s+after-write\s+40\s+[0-9.]+ ms\s+[0-9.]+ ms`),
 		regexp.MustCompile(`(?m)^\s+single, 4 callers\s+40\s+[0-9]+\s+0\s*$`),
 		regexp.MustCompile(`(?m)^\s+floor \(2 fsync'd SQLite commits/item\)\s+40\s+20\s+[0-9]+`),
-		regexp.MustCompile(`× the floor`),
+		regexp.MustCompile(`× the floor \([0-9]+ items/s; [0-9]+ before the run, [0-9]+ after it\)`),
 		regexp.MustCompile(`companion items list --workflow bench-single --all`),
 		regexp.MustCompile(`Service CPU not measured \(GET /metrics answered 403\)`),
 	} {
