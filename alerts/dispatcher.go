@@ -65,7 +65,7 @@ type Outbox interface {
 	// have none, without finishing them: for a dispatcher that lost its claim while posting.
 	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
 	// MarkAlertPost records on the alerts held by claim that their message is about to be posted at at
-	// (items.Alert.PostAttemptAt); FinishAlerts clears it.
+	// (items.Alert.PostAttemptAt); FinishAlerts clears it, and so does a zero at (a refused post).
 	MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error)
 	// CloseAlert closes one alert; CloseItemAlerts every open alert about an item.
 	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
@@ -373,6 +373,13 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
 			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+		if errors.Is(err, ErrPostRefused) && !update {
+			// Slack answered that it took nothing: the next sender posts without looking for it first.
+			// (Should clearing fail, the next sender reads the history once, and finds nothing.)
+			rctx, cancel := detached(ctx)
+			_, _ = d.cfg.Outbox.MarkAlertPost(rctx, claim, time.Time{})
+			cancel()
+		}
 		giveBack = false
 		return d.release(ctx, claim, g)
 	}

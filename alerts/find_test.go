@@ -114,8 +114,9 @@ func TestHistoryUnreadableForTooLongPostsAnyway(t *testing.T) {
 }
 
 // TestNormalPostPaysNoHistoryRead: a post answered at once reads no history and carries the group's
-// metadata (no item key, payload or secret). A post Slack refused (ok:false) is retried after one history
-// read that proves nothing landed: one message.
+// metadata (no item key, payload or secret). A post Slack refused (ok:false: nothing landed) is retried
+// without a history read either. A post whose connection was cut before Slack took it is retried after
+// one history read that proves nothing landed: one message.
 func TestNormalPostPaysNoHistoryRead(t *testing.T) {
 	t.Parallel()
 	for _, st := range stores {
@@ -139,10 +140,22 @@ func TestNormalPostPaysNoHistoryRead(t *testing.T) {
 				t.Fatalf("refused post: %+v, %d reads", c, slack.Histories())
 			}
 			c := e.dispatch(d)
-			if posts := slack.Posts(); c.Messages != 1 || len(posts) != 2 || slack.Histories() != 1 || len(slack.Updates()) != 0 {
-				t.Fatalf("after the refused post: %+v, %d posts, %d reads, %d updates; want one read proving nothing landed, then one post",
+			if posts := slack.Posts(); c.Messages != 1 || len(posts) != 2 || slack.Histories() != 0 || len(slack.Updates()) != 0 {
+				t.Fatalf("after the refused post: %+v, %d posts, %d reads, %d updates; want it posted, no read",
 					c, len(posts), slack.Histories(), len(slack.Updates()))
 			}
+
+			e.needsPerson("cut", "exec-cut", 1)
+			slack.dropPosts = 1
+			if c := e.dispatch(d); c.Failed != 1 || len(slack.Posts()) != 2 {
+				t.Fatalf("cut post: %+v, %d posts", c, len(slack.Posts()))
+			}
+			c = e.dispatch(d)
+			if posts := slack.Posts(); c.Messages != 1 || len(posts) != 3 || slack.Histories() != 1 || len(slack.Updates()) != 0 {
+				t.Fatalf("after the cut post: %+v, %d posts, %d reads, %d updates; want one read proving nothing landed, then one post",
+					c, len(posts), slack.Histories(), len(slack.Updates()))
+			}
+			e.checkSentIn("cut", 1, slack.Posts()[2].TS)
 		})
 	}
 }

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -209,6 +210,11 @@ type MessageRef struct {
 	Channel string
 	TS      string
 }
+
+// ErrPostRefused is wrapped by a Notifier's Post error when the destination answered that it did not take
+// the message (Slack's ok:false, a rate limit): no message landed. Any other error may hide a message
+// that landed.
+var ErrPostRefused = errors.New("the post was refused")
 
 // Notifier delivers alert messages.
 type Notifier interface {

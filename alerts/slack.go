@@ -79,6 +79,11 @@ func NewSlack(cfg SlackConfig) (*Slack, error) {
 func (s *Slack) Post(ctx context.Context, owner string, m Message) (MessageRef, error) {
 	channel, ts, err := s.client.PostMessageContext(ctx, owner, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...),
 		slack.MsgOptionMetadata(MessageMetadata(m)))
+	var refused slack.SlackErrorResponse
+	var limited *slack.RateLimitedError
+	if errors.As(err, &refused) || errors.As(err, &limited) {
+		return MessageRef{}, fmt.Errorf("slack chat.postMessage to %s: %w: %w", owner, ErrPostRefused, err)
+	}
 	if err != nil {
 		return MessageRef{}, fmt.Errorf("slack chat.postMessage to %s: %w", owner, err)
 	}

@@ -36,6 +36,9 @@ type fakeSlack struct {
 	// loseAnswers makes this many chat.postMessage calls land (the message is kept, as Slack keeps it) and
 	// then lose their answer: the connection is closed instead of answering.
 	loseAnswers int
+	// dropPosts cuts the connection of this many chat.postMessage calls before Slack takes the message:
+	// nothing lands, and the caller cannot know.
+	dropPosts int
 	// failHistory answers this many conversations.history calls with ok:false.
 	failHistory int
 	// histories counts the conversations.history calls; opens the conversations.open calls.
@@ -125,6 +128,14 @@ func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	delay := f.delay
+	if f.dropPosts > 0 {
+		f.dropPosts--
+		f.mu.Unlock()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
 	if f.failPosts > 0 {
 		f.failPosts--
 		f.mu.Unlock()

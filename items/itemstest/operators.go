@@ -520,6 +520,16 @@ func exerciseOutbox(t *testing.T, open func(t *testing.T) OperatorStore, opts Op
 		if n, err := h.ops.MarkAlertPost(h.ctx, "nobody", at); err != nil || n != 0 {
 			t.Fatalf("marking for a claim nobody holds changed %d (%v), want 0", n, err)
 		}
+		// A refused post clears the mark; the next post marks again.
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c1", time.Time{}); err != nil || n != 2 {
+			t.Fatalf("clearing the mark changed %d (%v), want 2", n, err)
+		}
+		if as, _ := h.ops.ItemAlerts(h.ctx, tenantA, "k1"); len(as) != 1 || as[0].PostAttemptAt != nil {
+			t.Fatalf("alerts %+v, want the mark cleared", as)
+		}
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c1", at); err != nil || n != 2 {
+			t.Fatalf("marking the post again changed %d (%v), want 2", n, err)
+		}
 		// The post's answer was lost: the claim is given back, the mark stays for the next sender.
 		if err := h.ops.ReleaseAlerts(h.ctx, "c1"); err != nil {
 			t.Fatal(err)

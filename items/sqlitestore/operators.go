@@ -322,9 +322,14 @@ func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Ti
 
 // MarkAlertPost records on the alerts held by claim that a message carrying them is about to be posted at
 // at: until FinishAlerts records where it landed, the next sender knows the post may have landed with
-// its answer lost, and looks for it. It returns how many alerts it marked. Returns ErrUnavailable.
+// its answer lost, and looks for it. A zero at clears the mark (the post was refused: nothing landed). It
+// returns how many alerts it changed. Returns ErrUnavailable.
 func (s *Store) MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error) {
-	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET post_attempt_at = ? WHERE claim = ?`, nanos(at), claim)
+	var mark any
+	if !at.IsZero() {
+		mark = nanos(at)
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET post_attempt_at = ? WHERE claim = ?`, mark, claim)
 	if err != nil {
 		return 0, unavailable(err)
 	}
