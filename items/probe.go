@@ -92,7 +92,8 @@ func (it *Item) ProbeBase() time.Time {
 }
 
 // ProbeClaim takes one read of a probe of one item: the read number of the item's attempt, held by Claim
-// until Until.
+// until Until. A prober that stops before making the read gives it back (the stores' ReleaseProbe, by
+// Tenant, Key, Attempt, Read and Claim), so that the read is claimable at once.
 type ProbeClaim struct {
 	Tenant  string
 	Key     string

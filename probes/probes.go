@@ -17,6 +17,9 @@
 //     several replicas one reads, and only for an item that is unknown, so never under a live lease.
 //   - Reads are bounded per destination: Concurrency at once, RatePerSecond, a Timeout and a response-size
 //     cap per read; TLS is verified and a redirect to another host is not followed.
+//   - At a graceful stop nothing new is claimed, a claimed read not yet started is given back at once (the
+//     restarted process, or another replica, reads it without waiting for the claim to run out), and a
+//     read in progress gets StopGrace to finish and have its finding recorded (RunOnce says more).
 //
 // The outbound HTTP client of the service lives here alone.
 package probes
@@ -39,10 +42,17 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// DefaultPageSize is how many candidates the prober reads per query.
-const DefaultPageSize = 100
+const (
+	// DefaultPageSize is how many candidates the prober reads per query.
+	DefaultPageSize = 100
+	// DefaultStopGrace is how long a read in progress when the prober is told to stop may take to finish.
+	DefaultStopGrace = 10 * time.Second
+	// recordTimeout bounds each store write a probe makes after its own context ended: recording a read or
+	// a verdict, and giving a claim back.
+	recordTimeout = 5 * time.Second
+)
 
-// Store is what the prober reads and claims. Both methods return ErrUnavailable when the store cannot be
+// Store is what the prober reads and claims. Every method returns ErrUnavailable when the store cannot be
 // reached.
 type Store interface {
 	// SweepCandidates returns items not yet needing a person that are unknown (among others), by (tenant,
@@ -51,6 +61,9 @@ type Store interface {
 	// ClaimProbe takes one read of an item's attempt while the item is unknown at that attempt; of
 	// concurrent claims of one read one wins.
 	ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
+	// ReleaseProbe gives a read's claim back, only while c.Claim still holds it (a claim that ran out and
+	// was taken over is another prober's); the read is claimable at once. It reports whether it did.
+	ReleaseProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
 }
 
 // Config configures a Prober.
@@ -65,6 +78,9 @@ type Config struct {
 	Transport http.RoundTripper
 	// PageSize bounds each candidates query. Default DefaultPageSize.
 	PageSize int
+	// StopGrace is how long a read in progress may take once the run's context has ended (a graceful
+	// stop); past it the read is cut off and its claim given back. Default DefaultStopGrace.
+	StopGrace time.Duration
 	// Logger gets one line per run that read something. Default slog.Default().
 	Logger *slog.Logger
 }
@@ -86,6 +102,12 @@ func New(cfg Config) (*Prober, error) {
 	}
 	if cfg.PageSize == 0 {
 		cfg.PageSize = DefaultPageSize
+	}
+	if cfg.StopGrace == 0 {
+		cfg.StopGrace = DefaultStopGrace
+	}
+	if cfg.PageSize < 1 || cfg.StopGrace < 0 {
+		return nil, errors.New("probes: the page size and the stop grace must be positive")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -146,11 +168,21 @@ func (p *Prober) Totals() Totals {
 
 // RunOnce probes every candidate whose next read is due, page by page, and waits for the reads it
 // started. It returns what it did, and the first error that stopped it (what it did before stands).
+//
+// When ctx ends (a graceful stop), RunOnce claims no further read and returns without error once the reads
+// it started are over: a read claimed and not yet started is given back at once, so that another prober
+// (or the restarted process) makes it without waiting out the claim (twice the lookup's timeout plus
+// 30 s). A read in progress is not cut off by ctx: it gets StopGrace to finish, and its finding is
+// recorded. A read cut off at the end of StopGrace has learned nothing; as a lookup only reads the
+// destination, asking again is harmless, so its claim is given back too, and it is not recorded as a
+// failed read (that would count towards lookup_failed for a fault that is not the destination's).
 func (p *Prober) RunOnce(ctx context.Context) (Counts, error) {
 	counts := Counts{Reads: map[string]int{}, Settled: map[string]int{}}
 	if len(p.readers) == 0 {
 		return counts, nil
 	}
+	work, done := p.graceful(ctx)
+	defer done()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var firstErr error
@@ -167,8 +199,8 @@ func (p *Prober) RunOnce(ctx context.Context) (Counts, error) {
 		return firstErr != nil
 	}
 	var after items.ItemRef
-	for !stopped() {
-		found, err := p.cfg.Store.SweepCandidates(ctx, after, p.cfg.PageSize)
+	for !stopped() && ctx.Err() == nil {
+		found, err := p.cfg.Store.SweepCandidates(work, after, p.cfg.PageSize)
 		if err != nil {
 			fail(err)
 			break
@@ -185,15 +217,14 @@ func (p *Prober) RunOnce(ctx context.Context) (Counts, error) {
 			if p.cfg.Ledger.Now().Before(due) {
 				continue
 			}
-			if err := r.acquire(ctx); err != nil {
-				fail(err)
-				break
+			if r.acquire(ctx) != nil {
+				break // only a stop ends the wait for a slot: nothing more is claimed
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer r.release()
-				if err := p.probe(ctx, r, it, read, &counts, &mu); err != nil {
+				if err := p.probe(work, ctx, r, it, read, &counts, &mu); err != nil {
 					fail(err)
 				}
 			}()
@@ -232,12 +263,48 @@ func (p *Prober) next(it *items.Item, l Lookup) (int, time.Time) {
 	return n, done[len(done)-1].At.Add(l.RetryAfter)
 }
 
-// probe claims read n of the item, reads, and records the read or the verdict.
-func (p *Prober) probe(ctx context.Context, r *reader, it *items.Item, n int, counts *Counts, mu *sync.Mutex) error {
+// graceful returns the context a run works in: ctx's values, but not its end; it ends StopGrace after ctx
+// does (or when done is called), so that a read in progress when ctx ends can finish.
+func (p *Prober) graceful(ctx context.Context) (work context.Context, done func()) {
+	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var mu sync.Mutex
+	var timer *time.Timer
+	stopWatching := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		timer = time.AfterFunc(p.cfg.StopGrace, cancel)
+	})
+	return work, func() {
+		stopWatching()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
+}
+
+// detached returns a context for a store write that must be made even when ctx has ended (recording a
+// read's finding, giving a claim back), bounded by recordTimeout.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+}
+
+// claimLength is how long a read's claim holds: long enough for the read (Timeout) and its recording.
+func claimLength(l Lookup) time.Duration { return 2*l.Timeout + 30*time.Second }
+
+// probe claims read n of the item, reads, and records the read or the verdict, working in ctx. Once stop
+// has ended it claims nothing, and a claim it holds whose read has not started is given back.
+func (p *Prober) probe(ctx, stop context.Context, r *reader, it *items.Item, n int, counts *Counts, mu *sync.Mutex) error {
+	if stop.Err() != nil {
+		return nil
+	}
 	l := p.cfg.Ledger
 	now := l.Now()
-	won, err := p.cfg.Store.ClaimProbe(ctx, items.ProbeClaim{Tenant: it.Tenant, Key: it.Key, Attempt: it.Attempt, Read: n,
-		Claim: newClaim(), Now: now, Until: now.Add(2*r.lookup.Timeout + 30*time.Second)})
+	claim := items.ProbeClaim{Tenant: it.Tenant, Key: it.Key, Attempt: it.Attempt, Read: n,
+		Claim: newClaim(), Now: now, Until: now.Add(claimLength(r.lookup))}
+	won, err := p.cfg.Store.ClaimProbe(ctx, claim)
 	if err != nil {
 		return err
 	}
@@ -247,7 +314,22 @@ func (p *Prober) probe(ctx context.Context, r *reader, it *items.Item, n int, co
 		mu.Unlock()
 		return nil
 	}
+	if stop.Err() != nil {
+		p.giveBack(ctx, r, claim, "prober stopping: read claim given back unread; the next prober reads it at once")
+		return nil
+	}
 	a := r.read(ctx, it, l.IdempotencyKey(it.Tenant, it.Key))
+	if a.outcome == items.ProbeFailed && ctx.Err() != nil {
+		// Cut off at the end of the stop's grace: the read learned nothing about the destination. A lookup
+		// only reads, so asking again is harmless: the claim is given back (the next prober reads at once)
+		// and no failed read is recorded, as it would count towards lookup_failed and page a person for a
+		// fault that is not the destination's.
+		p.giveBack(ctx, r, claim, "prober stopping: read cut off at the end of the stop grace, claim given back; the next prober reads it at once")
+		return nil
+	}
+	// The read is over: its finding is recorded even when ctx ended meanwhile.
+	ctx, cancel := detached(ctx)
+	defer cancel()
 	read := items.ProbeRead{Read: n, Of: len(r.lookup.SettleAfter), URL: a.url, Status: a.status, Outcome: a.outcome,
 		ExternalID: a.externalID, Detail: a.detail, At: l.Now()}
 	by := items.ProbeResolverPrefix + r.destination
@@ -296,6 +378,20 @@ func (p *Prober) probe(ctx context.Context, r *reader, it *items.Item, n int, co
 	return err
 }
 
+// giveBack releases a read's claim on a context of its own (ctx may have ended), so that the read is
+// claimable at once; a failure is logged: the read then waits for the claim to run out.
+func (p *Prober) giveBack(ctx context.Context, r *reader, c items.ProbeClaim, why string) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	attrs := []any{"destination", r.destination, "tenant", c.Tenant, "key", c.Key, "attempt", c.Attempt, "read", c.Read}
+	if _, err := p.cfg.Store.ReleaseProbe(rctx, c); err != nil {
+		p.cfg.Logger.WarnContext(ctx, "probe claim release failed; the read waits for its claim to run out",
+			append(attrs, "claim_length", claimLength(r.lookup).String(), "error", err)...)
+		return
+	}
+	p.cfg.Logger.InfoContext(ctx, why, attrs...)
+}
+
 func bump(m map[string]map[string]int, dest, name string) {
 	if m[dest] == nil {
 		m[dest] = map[string]int{}
@@ -312,6 +408,11 @@ func newClaim() string {
 // Run probes once at start and then on the cron schedule spec ("@every 30s", five fields), until ctx is
 // done. Runs never overlap: a tick that comes while one runs is dropped. Errors are logged by RunOnce and
 // do not stop the loop.
+//
+// When ctx ends (a graceful stop), Run starts no new run, and a run in progress ends as RunOnce says: no
+// further read is claimed, a claimed read not yet started is given back at once, and a read in progress
+// gets StopGrace to finish and be recorded (one cut off is given back). So Run returns within about
+// StopGrace of ctx's end, holding no claim, and the store may be closed after it.
 func (p *Prober) Run(ctx context.Context, spec string) error {
 	tick := make(chan struct{}, 1)
 	c := cron.New()

@@ -36,6 +36,8 @@ type env struct {
 	url      string
 	prober   *probes.Prober
 	logs     *handlerstest.SyncBuffer
+	// lookup is the destination's lookup, defaults filled, as the prober has it.
+	lookup probes.Lookup
 }
 
 // testStore is what the tests use of a store: the ledger's, the prober's and the alert outbox's.
@@ -100,12 +102,21 @@ func newEnvOn(t *testing.T, open openStore, lookup probes.Lookup, rcfg sandbox.C
 	if lookup.RatePerSecond == 0 {
 		lookup.RatePerSecond = 1000
 	}
-	e.prober, err = probes.New(probes.Config{Ledger: e.ledger, Store: e.store, Lookups: map[string]probes.Lookup{dest: lookup},
-		Logger: slog.New(slog.NewTextHandler(e.logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.lookup = lookup
+	e.prober = e.newProber(e.store, 0)
 	return e
+}
+
+// newProber is a prober of the env's lookup over store, logging to e.logs, with the given grace at a stop
+// (0: the default).
+func (e *env) newProber(store probes.Store, grace time.Duration) *probes.Prober {
+	e.t.Helper()
+	p, err := probes.New(probes.Config{Ledger: e.ledger, Store: store, Lookups: map[string]probes.Lookup{dest: e.lookup},
+		StopGrace: grace, Logger: slog.New(slog.NewTextHandler(e.logs, nil))})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return p
 }
 
 var payload = `{"invoice":"742","amount":120.5}`

@@ -42,6 +42,8 @@ type OperatorStore interface {
 	items.RetentionStore
 	// ClaimProbe takes one read of a probe (package probes).
 	ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
+	// ReleaseProbe gives a read's claim back while the claim still holds it (a prober's graceful stop).
+	ReleaseProbe(ctx context.Context, c items.ProbeClaim) (bool, error)
 }
 
 // ExerciseOperators runs the operator part of the suite against the stores open returns (new and empty

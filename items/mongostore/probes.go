@@ -40,9 +40,8 @@ func (s *Store) ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error
 	if n == 0 {
 		return false, nil
 	}
-	id := fmt.Sprintf("%s\x00%s\x00%d\x00%d", c.Tenant, c.Key, c.Attempt, c.Read)
 	res, err := s.probes().UpdateOne(ctx,
-		bson.D{{Key: "_id", Value: id}, {Key: "claimed_until", Value: bson.D{{Key: "$lte", Value: msTime(c.Now)}}}},
+		bson.D{{Key: "_id", Value: probeID(c)}, {Key: "claimed_until", Value: bson.D{{Key: "$lte", Value: msTime(c.Now)}}}},
 		bson.D{
 			{Key: "$set", Value: bson.D{{Key: "claim", Value: c.Claim}, {Key: "claimed_until", Value: msTime(c.Until)}}},
 			{Key: "$setOnInsert", Value: bson.D{{Key: "tenant", Value: c.Tenant}, {Key: "key", Value: c.Key},
@@ -56,4 +55,27 @@ func (s *Store) ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error
 		return false, unavailable("claim probe", err)
 	}
 	return res.MatchedCount+res.UpsertedCount == 1, nil
+}
+
+// ReleaseProbe gives back read c.Read of attempt c.Attempt of an item, only while c.Claim still holds it:
+// a claim that ran out and was taken over is another prober's, and stays. The read is then claimable at
+// once, instead of when the claim would have run out. It reports whether the claim was given back.
+// Returns ErrUnavailable.
+//
+// ATOMICITY: one delete whose filter names the read's document and the claim, so it removes the claim
+// only while it is c.Claim's.
+func (s *Store) ReleaseProbe(ctx context.Context, c items.ProbeClaim) (bool, error) {
+	if err := checkID(c.Tenant, c.Key); err != nil {
+		return false, err
+	}
+	res, err := s.probes().DeleteOne(ctx, bson.D{{Key: "_id", Value: probeID(c)}, {Key: "claim", Value: c.Claim}})
+	if err != nil {
+		return false, unavailable("release probe", err)
+	}
+	return res.DeletedCount == 1, nil
+}
+
+// probeID is the _id of the claim document of one read of an item's attempt.
+func probeID(c items.ProbeClaim) string {
+	return fmt.Sprintf("%s\x00%s\x00%d\x00%d", c.Tenant, c.Key, c.Attempt, c.Read)
 }

@@ -145,7 +145,9 @@ func newProber(ledger *items.Ledger, lookups map[string]probes.Lookup, log *slog
 	if !ok {
 		return nil, fmt.Errorf("the store %T cannot claim probes", ledger.Store())
 	}
-	return probes.New(probes.Config{Ledger: ledger, Store: store, Lookups: lookups, Logger: log})
+	// A read in progress at a stop gets half the stop's time to finish, so that recording its finding and
+	// giving back the claims left end before serve closes the store.
+	return probes.New(probes.Config{Ledger: ledger, Store: store, Lookups: lookups, Logger: log, StopGrace: ShutdownTimeout / 2})
 }
 
 // lookups reads the configured lookups (the config file is read again: it is small, and read at start).
@@ -157,7 +159,9 @@ func (m *Main) lookups(o serveOptions) (map[string]probes.Lookup, error) {
 	return f.lookups, err
 }
 
-// runProbes runs the prober on the sweep's schedule until Close.
+// runProbes runs the prober on the sweep's schedule until Close. Close cancels the loop's context and
+// waits for it (probes.Run): no new read is claimed, a read in progress finishes and is recorded, the
+// reads claimed and not started are given back; only then does the store close (it stops after).
 func (m *Main) runProbes(p *probes.Prober, spec string) {
 	if p == nil {
 		return

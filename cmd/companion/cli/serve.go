@@ -31,7 +31,8 @@ and/or from "tokens:" in the config file; the start line names them (never their
 the service runs open (tenant "default", role operator) and listens on loopback addresses only.
 SIGINT or SIGTERM stops it gracefully: running requests finish; the sweeps stop, an alert being posted
 finishes and alerts claimed but not yet posted are given back (another replica, or the restarted
-service, sends them at once); then the ledger closes.
+service, sends them at once); the probes stop the same way, a lookup in progress finishes and is
+recorded and reads claimed but not started are given back; then the ledger closes.
 
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
@@ -163,9 +164,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 		served <- err
 	}()
-	// Close stops these in reverse: first the server (running requests finish), then the sweeps (no new
-	// run; an alert being posted lands and is recorded, the alert claims left are given back on a context
-	// of their own), then the store.
+	// Close stops these in reverse: first the server (running requests finish), then the prober (no new
+	// read; a lookup in progress finishes and is recorded, the read claims left are given back), then the
+	// sweeps (no new run; an alert being posted lands and is recorded, the alert claims left are given back
+	// on a context of their own), then the store.
 	m.keep(daemon{name: "store", stop: func(context.Context) error {
 		err := store.Close()
 		log.Info("companion stopped", slog.String("store", where))
@@ -179,7 +181,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
 	}
-	m.runProbes(prober, o.sweepEvery)
+	m.runProbes(prober, o.sweepEvery) // stopped before the store closes
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 	if err := m.serveDebug(o.debugAddr, log); err != nil {
 		return err
