@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -27,6 +29,13 @@ const (
 	DefaultRefreshTimeout = 10 * time.Second
 	// DefaultStopGrace is how long a dispatch that is told to stop lets a message being posted finish.
 	DefaultStopGrace = 10 * time.Second
+	// DefaultFindGiveUp is how long a group whose earlier post may have landed unrecorded waits for a
+	// history read that works: past it, the group is posted even though the read failed (a possible
+	// duplicate rather than a lost alert).
+	DefaultFindGiveUp = 10 * time.Minute
+	// findMargin is how far before the earlier post began the history read starts: Slack's clock and the
+	// ledger's may differ a little.
+	findMargin = 2 * time.Minute
 	// recordTimeout bounds each store write a dispatch makes after its own context ended: recording where
 	// a message landed, and giving a claim back.
 	recordTimeout = 5 * time.Second
@@ -55,6 +64,9 @@ type Outbox interface {
 	// NoteAlertMessage records where a message carrying the alerts landed, on those not yet finished that
 	// have none, without finishing them: for a dispatcher that lost its claim while posting.
 	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
+	// MarkAlertPost records on the alerts held by claim that their message is about to be posted at at
+	// (items.Alert.PostAttemptAt); FinishAlerts clears it, and so does a zero at (a refused post).
+	MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error)
 	// CloseAlert closes one alert; CloseItemAlerts every open alert about an item.
 	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
 	CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error)
@@ -83,6 +95,9 @@ type DispatcherConfig struct {
 	// StopGrace is how long a message being posted may take once the dispatch's context has ended (a
 	// graceful stop); past it the post is cut off.
 	StopGrace time.Duration
+	// FindGiveUp is how long a group whose earlier post may have landed unrecorded waits for a history
+	// read of its conversation that works before it is posted all the same. Default DefaultFindGiveUp.
+	FindGiveUp time.Duration
 	// Logger gets one line per dispatch that sent or changed something. Default slog.Default().
 	Logger *slog.Logger
 	// PublicURL is the service's address as people reach it (https://companion.example.com); when set,
@@ -125,8 +140,11 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if cfg.StopGrace == 0 {
 		cfg.StopGrace = DefaultStopGrace
 	}
-	if cfg.PageSize < 1 || cfg.MaxGroups < 1 || cfg.ClaimTimeout < time.Second || cfg.RefreshTimeout <= 0 || cfg.StopGrace <= 0 {
-		return nil, fmt.Errorf("alerts: dispatcher page size, max groups, claim timeout (at least 1s), refresh timeout and stop grace must be positive")
+	if cfg.FindGiveUp == 0 {
+		cfg.FindGiveUp = DefaultFindGiveUp
+	}
+	if cfg.PageSize < 1 || cfg.MaxGroups < 1 || cfg.ClaimTimeout < time.Second || cfg.RefreshTimeout <= 0 || cfg.StopGrace <= 0 || cfg.FindGiveUp <= 0 {
+		return nil, fmt.Errorf("alerts: dispatcher page size, max groups, claim timeout (at least 1s), refresh timeout, stop grace and find give-up must be positive")
 	}
 	log := LogNotifier{Logger: cfg.Logger}
 	if cfg.Notifier == nil {
@@ -332,7 +350,15 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		// Nobody is named for these items: the log is the only place left, and the operator API shows them.
 		notifier = d.log
 	}
-	ref, update, err := d.send(ctx, notifier, g, live, msg)
+	ref, update, err := d.send(ctx, notifier, g, live, msg, claim)
+	if errors.Is(err, errHistoryUnread) {
+		// An earlier post may have landed and its conversation could not be read: posting now could post
+		// it twice. The claim is given back; the next dispatch reads again (posting once FindGiveUp passed).
+		counts.Failed++
+		d.cfg.Logger.ErrorContext(ctx, "alert not posted: an earlier post of it may have landed unrecorded and Slack's history could not be read; will retry",
+			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+		return nil
+	}
 	if err != nil && ctx.Err() != nil && !update {
 		// Cut off at the end of the stop's grace: Slack may have posted it all the same. Giving the group
 		// back would post it again at once; its claim runs out instead (it is no longer renewed). (A cut
@@ -347,6 +373,13 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
 			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+		if errors.Is(err, ErrPostRefused) && !update {
+			// Slack answered that it took nothing: the next sender posts without looking for it first.
+			// (Should clearing fail, the next sender reads the history once, and finds nothing.)
+			rctx, cancel := detached(ctx)
+			_, _ = d.cfg.Outbox.MarkAlertPost(rctx, claim, time.Time{})
+			cancel()
+		}
 		giveBack = false
 		return d.release(ctx, claim, g)
 	}
@@ -406,10 +439,20 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 	return nil
 }
 
+// errHistoryUnread says a group was not posted because an earlier post of it may have landed and the history
+// read that would find it failed.
+var errHistoryUnread = errors.New("an earlier post may have landed; the history read failed")
+
 // send delivers a claimed group's message. When a message carrying these alerts went out already (a
 // dispatcher that lost its claim while posting noted it on them), that message is updated instead of
 // posting another: a group gets one message. The bool says it updated.
-func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message) (MessageRef, bool, error) {
+//
+// With a notifier that finds its posts (Slack), each post is marked on the alerts before it begins; a
+// group whose alerts carry such a mark had a post whose landing was never recorded (its answer was lost):
+// the conversation's history since then is read, and a message found there is updated instead of posting
+// another. Only when the read proves there is none is the group posted; when the read fails, send returns
+// errHistoryUnread (nothing posted) until FindGiveUp has passed since the earlier post, then posts anyway.
+func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertGroup, live []items.Alert, msg Message, claim string) (MessageRef, bool, error) {
 	for _, a := range live {
 		ref := MessageRef{Channel: a.Channel, TS: a.TS}
 		if g.Escalation {
@@ -421,9 +464,50 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 			return ref, true, notifier.Update(ctx, ref, msg)
 		}
 	}
+	finder, ok := notifier.(PostFinder)
+	if !ok {
+		ref, err := notifier.Post(ctx, g.Owner, msg)
+		return ref, false, err
+	}
+	var attempts []string
+	var first time.Time
+	for _, a := range live {
+		if a.PostAttemptAt == nil {
+			continue
+		}
+		if id := attemptID(*a.PostAttemptAt); !slices.Contains(attempts, id) {
+			attempts = append(attempts, id)
+		}
+		if first.IsZero() || a.PostAttemptAt.Before(first) {
+			first = *a.PostAttemptAt
+		}
+	}
+	if len(attempts) > 0 {
+		ref, found, err := finder.FindPost(ctx, g.Owner, msg, attempts, first.Add(-findMargin))
+		switch {
+		case err == nil && found:
+			d.cfg.Logger.InfoContext(ctx, "alert message found in Slack (its post's answer was lost); updating it", "channel", ref.Channel, "ts", ref.TS,
+				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID)
+			return ref, true, notifier.Update(ctx, ref, msg)
+		case err != nil && d.cfg.Ledger.Now().Sub(first) < d.cfg.FindGiveUp:
+			return MessageRef{}, false, fmt.Errorf("%w: %w", errHistoryUnread, err)
+		case err != nil:
+			d.cfg.Logger.WarnContext(ctx, "alert posted although an earlier post may have landed: Slack's history could not be read for longer than the find give-up (check the app's history scopes)",
+				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "since", first, "find_give_up", d.cfg.FindGiveUp.String(), "error", err)
+		}
+	}
+	// Marked before the post, so that a post whose answer is lost is looked for, not posted again.
+	at := d.cfg.Ledger.Now()
+	if _, err := d.cfg.Outbox.MarkAlertPost(ctx, claim, at); err != nil {
+		return MessageRef{}, false, err
+	}
+	msg.Attempt = attemptID(at)
 	ref, err := notifier.Post(ctx, g.Owner, msg)
 	return ref, false, err
 }
+
+// attemptID names a post attempt by the time it began, to the millisecond (as both stores keep it).
+func attemptID(at time.Time) string { return strconv.FormatInt(at.UnixMilli(), 10) }
 
 // release gives a claim back, on a context of its own (ctx may have ended), so that the group it holds
 // is claimable at once; a failure is logged (the group waits for the claim to run out) and returned.

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -29,6 +30,10 @@ type Message struct {
 	// Query is the operator API request that lists the group's items; Command the same for the CLI.
 	Query   string
 	Command string
+	// Attempt names the post that carries the message (the time the post began, in Unix milliseconds): a
+	// notifier that can find its posts (PostFinder) puts it in the message's metadata, so that a post
+	// whose answer was lost is found again by it. Empty on updates.
+	Attempt string
 }
 
 // Total is the number of items the message is about.
@@ -206,12 +211,27 @@ type MessageRef struct {
 	TS      string
 }
 
+// ErrPostRefused is wrapped by a Notifier's Post error when the destination answered that it did not take
+// the message (Slack's ok:false, a rate limit): no message landed. Any other error may hide a message
+// that landed.
+var ErrPostRefused = errors.New("the post was refused")
+
 // Notifier delivers alert messages.
 type Notifier interface {
 	// Post delivers a new message to owner and returns where it landed.
 	Post(ctx context.Context, owner string, m Message) (MessageRef, error)
 	// Update replaces an earlier message, to show what happened to its items.
 	Update(ctx context.Context, ref MessageRef, m Message) error
+}
+
+// PostFinder is a Notifier that can find a message it posted when the post's answer was lost (a timeout, a
+// connection cut after the request was sent, a stop cutting the call): the message may have landed all
+// the same. The dispatcher asks it before posting a group again whose earlier post is not recorded.
+type PostFinder interface {
+	// FindPost looks for a message of m's group (tenant, owner, batch, escalation) sent to owner by one of
+	// the given attempts (Message.Attempt) since since. found is false only when the conversation's
+	// history since then was read through and holds no such message; an error means nothing is proven.
+	FindPost(ctx context.Context, owner string, m Message, attempts []string, since time.Time) (ref MessageRef, found bool, err error)
 }
 
 // LogNotifier writes alerts to the log: the notifier when no Slack settings are given. The items stay

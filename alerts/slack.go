@@ -74,13 +74,90 @@ func NewSlack(cfg SlackConfig) (*Slack, error) {
 }
 
 // Post implements Notifier with chat.postMessage. An owner that is a user id gets a direct message from
-// the app; a channel id gets a channel message.
+// the app; a channel id gets a channel message. The message carries metadata naming its group and post
+// attempt (MessageMetadata), by which FindPost finds it when the answer was lost.
 func (s *Slack) Post(ctx context.Context, owner string, m Message) (MessageRef, error) {
-	channel, ts, err := s.client.PostMessageContext(ctx, owner, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...))
+	channel, ts, err := s.client.PostMessageContext(ctx, owner, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...),
+		slack.MsgOptionMetadata(MessageMetadata(m)))
+	var refused slack.SlackErrorResponse
+	var limited *slack.RateLimitedError
+	if errors.As(err, &refused) || errors.As(err, &limited) {
+		return MessageRef{}, fmt.Errorf("slack chat.postMessage to %s: %w: %w", owner, ErrPostRefused, err)
+	}
 	if err != nil {
 		return MessageRef{}, fmt.Errorf("slack chat.postMessage to %s: %w", owner, err)
 	}
 	return MessageRef{Channel: channel, TS: ts}, nil
+}
+
+// MetadataEventType is the event_type of the metadata every alert message carries.
+const MetadataEventType = "companion_alert"
+
+// Limits of the history read of FindPost.
+const (
+	// historyPage is how many messages one conversations.history call asks for (Slack advises at most 200).
+	historyPage = 200
+	// historyPages bounds the calls of one FindPost: a conversation with more messages since the attempt
+	// proves nothing, and the dispatcher tries again later.
+	historyPages = 5
+)
+
+// MessageMetadata is the Slack message metadata of an alert message: its group (tenant, owner, batch,
+// escalation) and its post attempt. It names the group only: no item, payload or secret is in it.
+func MessageMetadata(m Message) slack.SlackMetadata {
+	return slack.SlackMetadata{EventType: MetadataEventType, EventPayload: map[string]any{
+		"tenant": m.Tenant, "owner": m.Owner, "batch_id": m.BatchID, "escalation": m.Escalation, "attempt": m.Attempt}}
+}
+
+// FindPost implements PostFinder with conversations.history (include_all_metadata) over the owner's
+// conversation since since: a channel id is read as it is, a user id's direct messages with the app are
+// opened first (conversations.open, which answers with the existing conversation). It reads at most
+// historyPages pages of historyPage messages; a longer history is an error (nothing proven).
+func (s *Slack) FindPost(ctx context.Context, owner string, m Message, attempts []string, since time.Time) (MessageRef, bool, error) {
+	channel := owner
+	if strings.HasPrefix(owner, "U") || strings.HasPrefix(owner, "W") {
+		c, _, _, err := s.client.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{owner}})
+		if err != nil {
+			return MessageRef{}, false, fmt.Errorf("slack conversations.open with %s: %w", owner, err)
+		}
+		channel = c.ID
+	}
+	want := MessageMetadata(m).EventPayload
+	oldest := fmt.Sprintf("%d.%06d", since.Unix(), since.Nanosecond()/1000)
+	cursor := ""
+	for range historyPages {
+		h, err := s.client.GetConversationHistoryContext(ctx, &slack.GetConversationHistoryParameters{ChannelID: channel, Oldest: oldest,
+			Inclusive: true, Limit: historyPage, Cursor: cursor, IncludeAllMetadata: true})
+		if err != nil {
+			return MessageRef{}, false, fmt.Errorf("slack conversations.history of %s: %w", channel, err)
+		}
+		for _, msg := range h.Messages {
+			md := msg.Metadata
+			if md.EventType != MetadataEventType || !sameGroup(md.EventPayload, want) {
+				continue
+			}
+			for _, a := range attempts {
+				if md.EventPayload["attempt"] == a {
+					return MessageRef{Channel: channel, TS: msg.Timestamp}, true, nil
+				}
+			}
+		}
+		cursor = h.ResponseMetaData.NextCursor
+		if !h.HasMore || cursor == "" {
+			return MessageRef{}, false, nil
+		}
+	}
+	return MessageRef{}, false, fmt.Errorf("slack conversations.history of %s: more than %d messages since %s", channel, historyPages*historyPage, oldest)
+}
+
+// sameGroup reports whether a message's metadata names the group of want.
+func sameGroup(got, want map[string]any) bool {
+	for _, k := range []string{"tenant", "owner", "batch_id", "escalation"} {
+		if got[k] != want[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // Update implements Notifier with chat.update.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,7 +16,8 @@ import (
 )
 
 // fakeSlack is a local HTTP server speaking the part of Slack's Web API the notifier uses
-// (chat.postMessage, chat.update, views.open) and a response_url endpoint. It records every call.
+// (chat.postMessage, chat.update, views.open, conversations.open, conversations.history with metadata)
+// and a response_url endpoint. It records every call.
 type fakeSlack struct {
 	srv *httptest.Server
 
@@ -31,6 +33,18 @@ type fakeSlack struct {
 	// updateDelay and onUpdate are delay and onPost for chat.update.
 	updateDelay time.Duration
 	onUpdate    func()
+	// loseAnswers makes this many chat.postMessage calls land (the message is kept, as Slack keeps it) and
+	// then lose their answer: the connection is closed instead of answering.
+	loseAnswers int
+	// dropPosts cuts the connection of this many chat.postMessage calls before Slack takes the message:
+	// nothing lands, and the caller cannot know.
+	dropPosts int
+	// failHistory answers this many conversations.history calls with ok:false.
+	failHistory int
+	// histories counts the conversations.history calls; opens the conversations.open calls.
+	histories, opens int
+	// now gives the time of a posted message's ts (Slack's clock); nil: a fixed time.
+	now func() time.Time
 	// answering counts the chat.postMessage calls being answered: a post whose caller gave up still
 	// lands (as on Slack), and Settle waits for it.
 	answering sync.WaitGroup
@@ -42,6 +56,8 @@ type slackMessage struct {
 	TS      string
 	Text    string
 	Blocks  []map[string]any
+	// Metadata is the message's metadata as posted (event_type, event_payload).
+	Metadata map[string]any
 }
 
 // slackView is one views.open call.
@@ -56,6 +72,8 @@ func newFakeSlack(t *testing.T) *fakeSlack {
 	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
 	mux.HandleFunc("/api/chat.update", f.update)
 	mux.HandleFunc("/api/views.open", f.viewsOpen)
+	mux.HandleFunc("/api/conversations.open", f.conversationsOpen)
+	mux.HandleFunc("/api/conversations.history", f.conversationsHistory)
 	mux.HandleFunc("/respond/", f.respond)
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
@@ -89,6 +107,11 @@ func readMessage(r *http.Request) (slackMessage, error) {
 			return m, err
 		}
 	}
+	if md := r.PostForm.Get("metadata"); md != "" {
+		if err := json.Unmarshal([]byte(md), &m.Metadata); err != nil {
+			return m, err
+		}
+	}
 	if r.PostForm.Get("token") != "xoxb-test" && r.Header.Get("Authorization") != "Bearer xoxb-test" {
 		return m, fmt.Errorf("no bot token")
 	}
@@ -105,6 +128,14 @@ func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	delay := f.delay
+	if f.dropPosts > 0 {
+		f.dropPosts--
+		f.mu.Unlock()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+		}
+		return
+	}
 	if f.failPosts > 0 {
 		f.failPosts--
 		f.mu.Unlock()
@@ -121,13 +152,93 @@ func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {
 	defer f.mu.Unlock()
 	f.seq++
 	// A message to a user id lands in the app's direct-message conversation with that user.
-	channel := m.Channel
-	if strings.HasPrefix(channel, "U") {
-		channel = "D" + channel[1:]
+	channel := dmChannel(m.Channel)
+	sec := int64(1764439200)
+	if f.now != nil {
+		sec = f.now().Unix()
 	}
-	m.Channel, m.TS = channel, fmt.Sprintf("1764439200.%06d", f.seq)
+	m.Channel, m.TS = channel, fmt.Sprintf("%d.%06d", sec, f.seq)
 	f.posts = append(f.posts, m)
+	if f.loseAnswers > 0 {
+		// Landed, but the answer never reaches the caller: the connection is cut.
+		f.loseAnswers--
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
 	answer(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS})
+}
+
+// dmChannel is the conversation a message to id lands in: a user's direct messages with the app, or the
+// channel itself.
+func dmChannel(id string) string {
+	if strings.HasPrefix(id, "U") {
+		return "D" + id[1:]
+	}
+	return id
+}
+
+func (f *fakeSlack) conversationsOpen(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.PostForm.Get("token") != "xoxb-test" || r.PostForm.Get("users") == "" {
+		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
+		return
+	}
+	f.mu.Lock()
+	f.opens++
+	f.mu.Unlock()
+	answer(w, map[string]any{"ok": true, "no_op": true, "already_open": true, "channel": map[string]any{"id": dmChannel(r.PostForm.Get("users"))}})
+}
+
+// conversationsHistory answers with the messages of a conversation newer than oldest (inclusive), newest
+// first, with their metadata when include_all_metadata is set; limit and cursor page through them.
+func (f *fakeSlack) conversationsHistory(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil || r.PostForm.Get("token") != "xoxb-test" {
+		answer(w, map[string]any{"ok": false, "error": "invalid_arguments"})
+		return
+	}
+	q := r.PostForm
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.histories++
+	if f.failHistory > 0 {
+		f.failHistory--
+		answer(w, map[string]any{"ok": false, "error": "missing_scope", "needed": "channels:history,groups:history,mpim:history,im:history"})
+		return
+	}
+	oldest, _ := strconv.ParseFloat(q.Get("oldest"), 64)
+	var msgs []map[string]any
+	for i := len(f.posts) - 1; i >= 0; i-- {
+		p := f.posts[i]
+		ts, _ := strconv.ParseFloat(p.TS, 64)
+		if p.Channel != q.Get("channel") || ts < oldest {
+			continue
+		}
+		m := map[string]any{"type": "message", "ts": p.TS, "text": p.Text}
+		if q.Get("include_all_metadata") == "1" && p.Metadata != nil {
+			m["metadata"] = p.Metadata
+		}
+		msgs = append(msgs, m)
+	}
+	start, _ := strconv.Atoi(q.Get("cursor"))
+	limit, _ := strconv.Atoi(q.Get("limit"))
+	if limit <= 0 {
+		limit = 100
+	}
+	end := min(start+limit, len(msgs))
+	start = min(start, end)
+	res := map[string]any{"ok": true, "messages": msgs[start:end], "has_more": end < len(msgs)}
+	if end < len(msgs) {
+		res["response_metadata"] = map[string]any{"next_cursor": strconv.Itoa(end)}
+	}
+	answer(w, res)
+}
+
+// Histories returns how many conversations.history calls the fake answered.
+func (f *fakeSlack) Histories() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.histories
 }
 
 func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {

@@ -166,13 +166,15 @@ func TestStopDuringASlowPostPostsOnce(t *testing.T) {
 
 // TestStopCutsAPostPastTheGraceAndKeepsItsClaim: Slack answers the post later than the stop's grace, so
 // the post is cut off. It may have landed (here it does), so the group keeps its claim: a second
-// dispatcher at once posts nothing. (Once the claim runs out the group is sent again: a post cut off
-// without an answer cannot be found.)
+// dispatcher at once posts nothing. Once the claim runs out, the next dispatcher finds the message in the
+// conversation's history (the post was marked on the alerts before it began) and updates it: one message.
+// (On the earlier main it posted a second one.)
 func TestStopCutsAPostPastTheGraceAndKeepsItsClaim(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, items.Config{Destinations: map[string]items.Destination{"billing": {Owner: "U0BILLING"}}})
 	e.needsPerson("cut", "exec-5", 2)
 	slack := newFakeSlack(t)
+	slack.now = e.clock.Now
 	posting := make(chan struct{})
 	var once sync.Once
 	slack.onPost = func() { once.Do(func() { close(posting) }) }
@@ -192,6 +194,13 @@ func TestStopCutsAPostPastTheGraceAndKeepsItsClaim(t *testing.T) {
 	if posts := slack.Posts(); c.Messages != 0 || len(posts) != 1 {
 		t.Fatalf("the second dispatcher at once: %+v, posts %+v; want nothing posted (the claim is kept)", c, posts)
 	}
+	e.advance(alerts.DefaultClaimTimeout + time.Second)
+	c = e.dispatch(e.stopDispatcher(e.store, slack.notifier(t), 0))
+	posts := slack.Posts()
+	if c.Messages != 1 || c.Alerted != 2 || len(posts) != 1 || len(slack.Updates()) != 1 || slack.Updates()[0].TS != posts[0].TS {
+		t.Fatalf("once the claim ran out: %+v, %d posts, updates %+v; want the cut post found and updated", c, len(posts), slack.Updates())
+	}
+	e.checkSentIn("cut", 2, posts[0].TS)
 }
 
 // TestStopCutsAnUpdateAndGivesItsClaimBack: the group's message went out before (a dispatcher that lost

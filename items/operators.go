@@ -272,6 +272,11 @@ type Alert struct {
 	SentAt            *time.Time `json:"sent_at,omitempty"`
 	EscalatedAt       *time.Time `json:"escalated_at,omitempty"`
 	ClosedAt          *time.Time `json:"closed_at,omitempty"`
+	// PostAttemptAt is when a dispatcher last began to post a message carrying the alert (its first or,
+	// for a sent alert, its escalation) whose landing is not recorded yet: the post's answer may have been
+	// lost while the message landed, so the next sender looks for it before posting. Cleared when the
+	// message is recorded; nil when no post is in doubt.
+	PostAttemptAt *time.Time `json:"post_attempt_at,omitempty"`
 }
 
 // Ref returns the item the alert is about.

@@ -27,6 +27,7 @@ type OperatorStore interface {
 	ReleaseAlerts(ctx context.Context, claim string) error
 	RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error)
 	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
+	MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error)
 	CloseAlert(ctx context.Context, a items.Alert, now time.Time) (bool, error)
 	CloseItemAlerts(ctx context.Context, tenant, key string, now time.Time) (int, error)
 	RequestEscalation(ctx context.Context, tenant, key, by string, now time.Time) (int, error)
@@ -501,6 +502,65 @@ func exerciseOutbox(t *testing.T, open func(t *testing.T) OperatorStore, opts Op
 		}
 		if esc, err := h.ops.MessageAlerts(h.ctx, "D9", "2.2"); err != nil || len(esc) != 1 || esc[0].Key != "k1" || esc[0].Status != items.AlertSent {
 			t.Fatalf("escalation message alerts %+v (%v), want k1, still sent", esc, err)
+		}
+	})
+
+	t.Run("PostAttemptMarkedUntilFinished", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		for _, k := range []string{"k1", "k2"} {
+			add(h, alert(h, k, items.CauseNoDedupe, "U0ANNA", "exec-1"))
+		}
+		g := items.AlertGroup{Tenant: tenantA, Owner: "U0ANNA", BatchID: "exec-1"}
+		if got := claim(h, g, "c1"); len(got) != 2 || got[0].PostAttemptAt != nil {
+			t.Fatalf("claimed %+v, want both, no post attempted", got)
+		}
+		at := h.now().Add(1500 * time.Microsecond) // kept at least to the millisecond
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c1", at); err != nil || n != 2 {
+			t.Fatalf("marking the post changed %d (%v), want 2", n, err)
+		}
+		if n, err := h.ops.MarkAlertPost(h.ctx, "nobody", at); err != nil || n != 0 {
+			t.Fatalf("marking for a claim nobody holds changed %d (%v), want 0", n, err)
+		}
+		// A refused post clears the mark; the next post marks again.
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c1", time.Time{}); err != nil || n != 2 {
+			t.Fatalf("clearing the mark changed %d (%v), want 2", n, err)
+		}
+		if as, _ := h.ops.ItemAlerts(h.ctx, tenantA, "k1"); len(as) != 1 || as[0].PostAttemptAt != nil {
+			t.Fatalf("alerts %+v, want the mark cleared", as)
+		}
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c1", at); err != nil || n != 2 {
+			t.Fatalf("marking the post again changed %d (%v), want 2", n, err)
+		}
+		// The post's answer was lost: the claim is given back, the mark stays for the next sender.
+		if err := h.ops.ReleaseAlerts(h.ctx, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		got := claim(h, g, "c2")
+		if len(got) != 2 || got[0].PostAttemptAt == nil || got[0].PostAttemptAt.UnixMilli() != at.UnixMilli() {
+			t.Fatalf("claimed again %+v, want both carrying the post attempted at %v", got, at)
+		}
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "c2", Channel: "D1", TS: "1.1", At: h.now()}); err != nil || n != 2 {
+			t.Fatalf("finish changed %d (%v), want 2", n, err)
+		}
+		sent, err := h.ops.MessageAlerts(h.ctx, "D1", "1.1")
+		if err != nil || len(sent) != 2 || sent[0].PostAttemptAt != nil || sent[1].PostAttemptAt != nil {
+			t.Fatalf("sent alerts %+v (%v), want both with no post in doubt", sent, err)
+		}
+		// An escalation's post is marked and cleared the same way.
+		h.advance(2 * time.Hour)
+		esc := claim(h, items.AlertGroup{Tenant: tenantA, Owner: "U0BOSS", BatchID: "exec-1", Escalation: true}, "c3")
+		if len(esc) != 2 {
+			t.Fatalf("escalation claimed %v, want both", akeys(esc))
+		}
+		if n, err := h.ops.MarkAlertPost(h.ctx, "c3", h.now()); err != nil || n != 2 {
+			t.Fatalf("marking the escalation post changed %d (%v), want 2", n, err)
+		}
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "c3", Channel: "D9", TS: "2.2", At: h.now(), Escalation: true}); err != nil || n != 2 {
+			t.Fatalf("finish escalation changed %d (%v), want 2", n, err)
+		}
+		if esc, err := h.ops.MessageAlerts(h.ctx, "D9", "2.2"); err != nil || len(esc) != 2 || esc[0].PostAttemptAt != nil {
+			t.Fatalf("escalated alerts %+v (%v), want both with no post in doubt", esc, err)
 		}
 	})
 

@@ -180,6 +180,8 @@ type alertDoc struct {
 	SentAt            *time.Time `bson:"sent_at"`
 	EscalatedAt       *time.Time `bson:"escalated_at"`
 	ClosedAt          *time.Time `bson:"closed_at"`
+	// PostAttemptAt is absent on alerts stored before it existed: no post in doubt.
+	PostAttemptAt *time.Time `bson:"post_attempt_at,omitempty"`
 }
 
 // alertID names one alert: its item, attempt and cause. The unique _id keeps one alert per triple.
@@ -192,7 +194,8 @@ func (d alertDoc) alert() items.Alert {
 		EscalateAfter: time.Duration(d.EscalateAfter) * time.Millisecond, BatchID: d.BatchID, Destination: d.Destination,
 		Status: d.Status, Channel: d.Channel, TS: d.TS, EscalateAt: msTimePtr(d.EscalateAt), EscalatedBy: d.EscalatedBy,
 		EscalationChannel: d.EscalationChannel, EscalationTS: d.EscalationTS, CreatedAt: msTime(d.CreatedAt),
-		SentAt: msTimePtr(d.SentAt), EscalatedAt: msTimePtr(d.EscalatedAt), ClosedAt: msTimePtr(d.ClosedAt)}
+		SentAt: msTimePtr(d.SentAt), EscalatedAt: msTimePtr(d.EscalatedAt), ClosedAt: msTimePtr(d.ClosedAt),
+		PostAttemptAt: msTimePtr(d.PostAttemptAt)}
 }
 
 // AddAlerts records pending alerts, except those for which the outbox holds one with the same item,
@@ -307,7 +310,8 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	if f.Escalation {
 		res, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: f.Claim}, {Key: "status", Value: items.AlertSent}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: items.AlertEscalated}, {Key: "escalation_channel", Value: f.Channel},
-				{Key: "escalation_ts", Value: f.TS}, {Key: "escalated_at", Value: at}, {Key: "claim", Value: nil}, {Key: "claimed_until", Value: nil}}}})
+				{Key: "escalation_ts", Value: f.TS}, {Key: "escalated_at", Value: at}, {Key: "claim", Value: nil}, {Key: "claimed_until", Value: nil}}},
+				{Key: "$unset", Value: bson.D{{Key: "post_attempt_at", Value: ""}}}})
 		if err != nil {
 			return 0, unavailable("finish alerts", err)
 		}
@@ -332,7 +336,8 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 		// claim in the filter keeps a claim that ran out and was taken over from being finished here.
 		res, err := s.alerts().UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "claim", Value: f.Claim}, {Key: "status", Value: items.AlertPending}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: items.AlertSent}, {Key: "channel", Value: f.Channel}, {Key: "ts", Value: f.TS},
-				{Key: "sent_at", Value: at}, {Key: "escalate_at", Value: escalateAt}, {Key: "claim", Value: nil}, {Key: "claimed_until", Value: nil}}}})
+				{Key: "sent_at", Value: at}, {Key: "escalate_at", Value: escalateAt}, {Key: "claim", Value: nil}, {Key: "claimed_until", Value: nil}}},
+				{Key: "$unset", Value: bson.D{{Key: "post_attempt_at", Value: ""}}}})
 		if err != nil {
 			return n, unavailable("finish alerts", err)
 		}
@@ -349,6 +354,22 @@ func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Ti
 		bson.D{{Key: "$set", Value: bson.D{{Key: "claimed_until", Value: msTime(until)}}}})
 	if err != nil {
 		return 0, unavailable("renew alert claim", err)
+	}
+	return int(res.MatchedCount), nil
+}
+
+// MarkAlertPost records on the alerts held by claim that a message carrying them is about to be posted at
+// at: until FinishAlerts records where it landed, the next sender knows the post may have landed with
+// its answer lost, and looks for it. A zero at clears the mark (the post was refused: nothing landed). It
+// returns how many alerts it changed. Returns ErrUnavailable.
+func (s *Store) MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error) {
+	update := bson.D{{Key: "$set", Value: bson.D{{Key: "post_attempt_at", Value: msTime(at)}}}}
+	if at.IsZero() {
+		update = bson.D{{Key: "$unset", Value: bson.D{{Key: "post_attempt_at", Value: ""}}}}
+	}
+	res, err := s.alerts().UpdateMany(ctx, bson.D{{Key: "claim", Value: claim}}, update)
+	if err != nil {
+		return 0, unavailable("mark alert post", err)
 	}
 	return int(res.MatchedCount), nil
 }

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS alerts (
 	sent_at            INTEGER,
 	escalated_at       INTEGER,
 	closed_at          INTEGER,
+	post_attempt_at    INTEGER,
 	PRIMARY KEY (tenant, key, attempt, cause)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS alerts_pending ON alerts (tenant, owner, batch_id) WHERE status = 'pending';
@@ -58,6 +59,16 @@ CREATE TABLE IF NOT EXISTS counters (
 func (s *Store) migrateOperators(ctx context.Context) error {
 	if _, err := s.w.ExecContext(ctx, operatorsSchema+probesSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	// Ledgers made before alerts carried their post attempt get the column (NULL: no post in doubt).
+	var have int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('alerts') WHERE name = 'post_attempt_at'`).Scan(&have); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	if have == 0 {
+		if _, err := s.w.ExecContext(ctx, `ALTER TABLE alerts ADD COLUMN post_attempt_at INTEGER`); err != nil {
+			return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+		}
 	}
 	return nil
 }
@@ -204,7 +215,7 @@ func (s *Store) AlertGroups(ctx context.Context, now time.Time, limit int) ([]it
 }
 
 const alertColumns = `tenant, key, attempt, cause, owner, escalate_to, escalate_after, batch_id, destination, status,
-	channel, ts, escalate_at, escalated_by, escalation_channel, escalation_ts, created_at, sent_at, escalated_at, closed_at`
+	channel, ts, escalate_at, escalated_by, escalation_channel, escalation_ts, created_at, sent_at, escalated_at, closed_at, post_attempt_at`
 
 func scanAlerts(rows *sql.Rows) ([]items.Alert, error) {
 	defer rows.Close()
@@ -212,15 +223,16 @@ func scanAlerts(rows *sql.Rows) ([]items.Alert, error) {
 	for rows.Next() {
 		var a items.Alert
 		var after, created int64
-		var escalateAt, sentAt, escalatedAt, closedAt sql.NullInt64
+		var escalateAt, sentAt, escalatedAt, closedAt, attemptAt sql.NullInt64
 		if err := rows.Scan(&a.Tenant, &a.Key, &a.Attempt, &a.Cause, &a.Owner, &a.EscalateTo, &after, &a.BatchID,
 			&a.Destination, &a.Status, &a.Channel, &a.TS, &escalateAt, &a.EscalatedBy, &a.EscalationChannel,
-			&a.EscalationTS, &created, &sentAt, &escalatedAt, &closedAt); err != nil {
+			&a.EscalationTS, &created, &sentAt, &escalatedAt, &closedAt, &attemptAt); err != nil {
 			return nil, unavailable(err)
 		}
 		a.EscalateAfter = time.Duration(after)
 		a.CreatedAt = time.Unix(0, created).UTC()
 		a.EscalateAt, a.SentAt, a.EscalatedAt, a.ClosedAt = fromNanos(escalateAt), fromNanos(sentAt), fromNanos(escalatedAt), fromNanos(closedAt)
+		a.PostAttemptAt = fromNanos(attemptAt)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -281,12 +293,12 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 	var err error
 	if f.Escalation {
 		res, err = s.w.ExecContext(ctx, `UPDATE alerts SET status = 'escalated', escalation_channel = ?, escalation_ts = ?,
-			escalated_at = ?, claim = NULL, claimed_until = NULL WHERE claim = ? AND status = 'sent'`,
+			escalated_at = ?, claim = NULL, claimed_until = NULL, post_attempt_at = NULL WHERE claim = ? AND status = 'sent'`,
 			f.Channel, f.TS, nanos(f.At), f.Claim)
 	} else {
 		res, err = s.w.ExecContext(ctx, `UPDATE alerts SET status = 'sent', channel = ?, ts = ?, sent_at = ?,
 			escalate_at = CASE WHEN escalate_to != '' AND escalate_after > 0 THEN ? + escalate_after END,
-			claim = NULL, claimed_until = NULL WHERE claim = ? AND status = 'pending'`,
+			claim = NULL, claimed_until = NULL, post_attempt_at = NULL WHERE claim = ? AND status = 'pending'`,
 			f.Channel, f.TS, nanos(f.At), nanos(f.At), f.Claim)
 	}
 	if err != nil {
@@ -301,6 +313,23 @@ func (s *Store) FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, e
 // many alerts the claim holds; 0 means it was released, finished or taken over. Returns ErrUnavailable.
 func (s *Store) RenewAlertClaim(ctx context.Context, claim string, until time.Time) (int, error) {
 	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET claimed_until = ? WHERE claim = ?`, nanos(until), claim)
+	if err != nil {
+		return 0, unavailable(err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), unavailable(err)
+}
+
+// MarkAlertPost records on the alerts held by claim that a message carrying them is about to be posted at
+// at: until FinishAlerts records where it landed, the next sender knows the post may have landed with
+// its answer lost, and looks for it. A zero at clears the mark (the post was refused: nothing landed). It
+// returns how many alerts it changed. Returns ErrUnavailable.
+func (s *Store) MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error) {
+	var mark any
+	if !at.IsZero() {
+		mark = nanos(at)
+	}
+	res, err := s.w.ExecContext(ctx, `UPDATE alerts SET post_attempt_at = ? WHERE claim = ?`, mark, claim)
 	if err != nil {
 		return 0, unavailable(err)
 	}
