@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -302,6 +304,49 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 				t.Errorf("the ledger was opened before the config was checked")
 			}
 		})
+	}
+}
+
+// A port already taken (another companion serve, most likely) says so and names the flag to change.
+func TestAddressInUseSaysWhatToDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+	err = p.Run(context.Background(), []string{"serve", "--addr", addr})
+	if err == nil {
+		p.Close()
+		t.Fatal("started on an address in use")
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	for _, want := range []string{"cannot listen on " + addr + ": the address is already in use", "--addr (COMPANION_ADDR)",
+		"--addr 127.0.0.1:" + strconv.Itoa(n+1)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// A data dir that is a file, not a directory, is named as such (not as a failed mkdir or SQLite error).
+func TestDataDirThatIsAFileSaysSo(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "companion-data")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--data-dir", file})
+	if err == nil {
+		p.Close()
+		t.Fatal("started on a data dir that is a file")
+	}
+	for _, want := range []string{"cannot open the ledger in data dir " + file + ": it is a file, not a directory", "--data-dir (COMPANION_DATA_DIR)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
 	}
 }
 

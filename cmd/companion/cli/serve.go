@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -12,7 +13,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
@@ -136,7 +139,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
-		return fmt.Errorf("cannot listen on %s: %w", o.addr, err)
+		return listenError(o.addr, err)
 	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
@@ -315,11 +318,71 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)
 	}
+	if err := dataDirWritable(dir); err != nil {
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; give this user write access to it, "+
+			"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
+	}
 	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()))
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
 	return s, "sqlite " + s.Path(), nil
+}
+
+// dataDirWritable says, in plain words, why this user cannot keep the ledger in an existing data dir:
+// without it, SQLite's own words ("unable to open database file (14)", under the name of the step
+// that met them first) are all a newcomer sees. A dir that does not exist yet is left to the store,
+// which creates it (and says so when it cannot).
+func dataDirWritable(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return errors.New("it is a file, not a directory")
+	}
+	f, err := os.CreateTemp(dir, ".companion-write-check-*")
+	if err != nil {
+		return fmt.Errorf("this user (uid %d) cannot create files in it (%w)", os.Geteuid(), errors.Unwrap(err))
+	}
+	f.Close()
+	_ = os.Remove(f.Name())
+	for _, name := range []string{sqlitestore.FileName, sqlitestore.FileName + "-wal", sqlitestore.FileName + "-shm"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("this user (uid %d) cannot write %s (%w)", os.Geteuid(), name, errors.Unwrap(err))
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// listenError says why the service cannot listen on addr and what to do about it.
+func listenError(addr string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot listen on %s: the address is already in use (another companion serve, or another program, "+
+			"listens there): stop it, or choose another address with --addr (COMPANION_ADDR), e.g. --addr %s", addr, nextPort(addr))
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("cannot listen on %s: this user may not listen on that port (ports below 1024 need privileges): "+
+			"choose a port of 1024 or above with --addr (COMPANION_ADDR), e.g. --addr 127.0.0.1:8080", addr)
+	}
+	return fmt.Errorf("cannot listen on %s: %w", addr, err)
+}
+
+// nextPort is addr with the port after its own (127.0.0.1:8081 for 127.0.0.1:8080), for a suggestion.
+func nextPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n <= 0 || n >= 65535 {
+		return "127.0.0.1:8081"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1))
 }
 
 // logger writes JSON lines, or text when standard error is a terminal (a person is reading).
