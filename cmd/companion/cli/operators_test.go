@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -244,6 +245,28 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 		"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET_FILE": writeSecret(t, dir, "signing"), "SLACK_API_URL": "http://127.0.0.1:1/api/"})
 	if !strings.Contains(svc.err.String(), "alerts Slack http://127.0.0.1:1/api/") {
 		t.Errorf("start line does not name Slack:\n%s", svc.err)
+	}
+	if strings.Contains(svc.err.String(), "names no owner") {
+		t.Errorf("the start line warns of no owner though the config names some:\n%s", svc.err)
+	}
+	// Slack set up, but no owner anywhere in the config: the start line says that the alerts will go to
+	// the log, and what to set, instead of leaving a newcomer to wait for a Slack message that never comes.
+	for i, yaml := range []string{"", "destinations:\n  billing:\n    dedupe: key\n"} {
+		env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, fmt.Sprintf("n%d", i)),
+			"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "signing", "SLACK_API_URL": "http://127.0.0.1:1/api/"}
+		if yaml != "" {
+			env["COMPANION_CONFIG"] = filepath.Join(dir, "no-owner.yaml")
+			if err := os.WriteFile(env["COMPANION_CONFIG"], []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := start(t, env)
+		for _, want := range []string{"alerts Slack http://127.0.0.1:1/api/ (but the config names no owner", "go to the log",
+			"set defaults.owner or alerts.default_owner"} {
+			if !strings.Contains(p.err.String(), want) {
+				t.Errorf("config %q: the start line lacks %q:\n%s", yaml, want, p.err)
+			}
+		}
 	}
 	status, _ := call(t, svc, "POST", "/v1/slack/actions", "", "")
 	if status != 415 {
