@@ -279,6 +279,17 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"unset secret env", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_env: NOT_SET\n", []string{"line 5", "tokens[0].secret_env", "NOT_SET"}},
 		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
 		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
+		// One start names every problem of the file, in line order: an unknown field does not hide the
+		// others (docs/configuration.md shows both lines of such a file).
+		{"unknown field and bad value together", "defaults:\n  max_attempt: 3\ndestinations:\n  billing:\n    dedupe: maybe\n",
+			[]string{"line 2: defaults.max_attempt: unknown field (did you mean max_attempts?)\n  line 5: destinations.billing.dedupe: \"maybe\" is not one of key, lookup, none"}},
+		{"bad value before an unknown field", "destinations:\n  billing:\n    dedupe: maybe\n    max_attempt: 3\n",
+			[]string{"line 3: destinations.billing.dedupe: \"maybe\" is not one of key, lookup, none\n  line 4: destinations.billing.max_attempt: unknown field"}},
+		// The YAML parser's own words get the likely cause.
+		{"tab indent", "defaults:\n\tdedupe: key\n", []string{"line 2", "line 2 holds a tab: YAML indents with spaces only"}},
+		{"indentation", "defaults:\n  dedupe: key\n   max_attempts: 3\n", []string{"line 3", "check this line's indentation"}},
+		{"colon in a value", "destinations:\n  billing:\n    check_hint: search: the billing tool\n", []string{"line 3", `a value that holds ": " needs quotes`}},
+		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
 		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
 			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
