@@ -87,7 +87,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
-		return usageErrorf("--sweep-every: %v", err)
+		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
+			return usageErrorf("--sweep-every: %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
+		}
+		return usageErrorf("--sweep-every: %v; write five cron fields (\"*/2 * * * *\") or a descriptor (\"@every 30s\", \"@hourly\")", err)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr %q: %v", o.addr, err)
