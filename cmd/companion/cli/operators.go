@@ -168,7 +168,8 @@ type apiItem struct {
 const itemsSynopsis = `Lists, shows and resolves items through the operator API.
 
   companion items list [--state unknown,failed] [--needs-person] [--destination D] [--workflow W]
-                       [--batch B] [--owner O] [--older-than 4h] [--limit N] [--cursor C] [--all] [--json]
+                       [--batch B] [--execution E] [--reference R] [--owner O] [--older-than 4h]
+                       [--limit N] [--cursor C] [--all] [--json]
   companion items show KEY [--json]
   companion items resolve KEY --outcome succeeded|not_committed|acknowledged --evidence "what you checked and found"
                        [--external-id ID] [--json]

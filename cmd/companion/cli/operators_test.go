@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -173,6 +174,26 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	_, err = run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach companion at http://127.0.0.1:1") {
 		t.Fatalf("unreachable service: %v", err)
+	}
+}
+
+// "companion items --help" is the one place that shows all three subcommands: it names every flag of
+// each, so that a newcomer does not learn of --execution or --reference only from the docs.
+func TestItemsHelpNamesEveryFlag(t *testing.T) {
+	overview, err := run(t, nil, "items", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"list", "show", "resolve"} {
+		help, err := run(t, nil, "items", sub, "--help")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+			if !strings.Contains(overview, "--"+m[1]) {
+				t.Errorf("items --help does not name items %s --%s:\n%s", sub, m[1], overview)
+			}
+		}
 	}
 }
 
