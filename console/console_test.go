@@ -272,8 +272,14 @@ func TestAWorkflowTokenOrAnUnknownTokenCannotSignIn(t *testing.T) {
 			t.Fatalf("a workflow token got a session cookie %+v", ck)
 		}
 	}
-	if resp, body := e.signIn(c, "not-a-token"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "unknown token") {
+	if resp, body := e.signIn(c, "not-a-token"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "unknown token") ||
+		strings.Contains(body, "paste only the secret") {
 		t.Fatalf("an unknown token's sign-in answered %d:\n%s", resp.StatusCode, body)
+	}
+	// The whole configured line pasted instead of its secret: told which part to paste.
+	if resp, body := e.signIn(c, "ops:acme:operator:"+operatorSecret); resp.StatusCode != http.StatusUnauthorized ||
+		!strings.Contains(body, "paste only the secret, the part after the third colon of name:tenant:operator:secret") {
+		t.Fatalf("a whole token line's sign-in answered %d:\n%s", resp.StatusCode, body)
 	}
 	if status, _, _ := e.page(c, "/console/"); status != http.StatusSeeOther {
 		t.Fatalf("the queue answered %d after refused sign-ins, want 303 to sign in", status)

@@ -92,6 +92,22 @@ func TestExtraRouteSeesCaller(t *testing.T) {
 	handlerstest.Expect(t, s.Get(handlerstest.WorkflowAcme, "/v1/whoami"), http.StatusForbidden, handlers.CodeForbidden, "")
 }
 
+// A caller that sends the whole configured line, name:tenant:role:secret, as its bearer is told to send
+// only the secret; any other unknown token gets the plain answer.
+func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	r := s.Get("wf-acme:acme:workflow:"+handlerstest.WorkflowAcme, "/v1/items/x")
+	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+	if msg := r.Str("error.message"); msg != "unknown token; send only the secret, the part after the third colon of name:tenant:role:secret" {
+		t.Errorf("whole token line: %q", msg)
+	}
+	r = s.Get("not-a-token", "/v1/items/x")
+	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+	if msg := r.Str("error.message"); msg != "unknown token" {
+		t.Errorf("unknown token: %q", msg)
+	}
+}
+
 func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
 	ledger, err := items.NewLedger(context.Background(), openSQLite(t), items.Config{})
 	if err != nil {

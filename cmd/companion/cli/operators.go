@@ -102,6 +102,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 			e.Error.hint = fmt.Sprintf("The service at %s has tokens: set COMPANION_TOKEN to the secret of an operator token "+
 				"(the last part of name:tenant:operator:secret in its COMPANION_TOKENS).", c.base)
+		case resp.StatusCode == http.StatusUnauthorized && strings.Count(c.token, ":") >= 3:
+			e.Error.hint = "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only, " +
+				"the part after the third colon."
 		case resp.StatusCode == http.StatusUnauthorized:
 			e.Error.hint = fmt.Sprintf("The service at %s knows no token with the secret in COMPANION_TOKEN: check it against "+
 				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)

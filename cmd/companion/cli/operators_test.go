@@ -150,6 +150,11 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
 		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "anna:acme:operator:op-secret-0123456789"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") ||
+		!strings.Contains(err.Error(), "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only") {
+		t.Fatalf("stats with a whole token line in COMPANION_TOKEN: %v", err)
+	}
 
 	out, err = run(t, env, "stats")
 	if err != nil {
