@@ -108,6 +108,20 @@ func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
 	}
 }
 
+// A call without a body (curl without -d, a node with its body unset) is told so, not that its JSON
+// "ends too early"; a body cut short still is.
+func TestAnEmptyBodySaysItIsEmpty(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	for body, want := range map[string]string{"": "body: is empty: send a JSON object", " \n": "body: is empty: send a JSON object",
+		`{"key":"a","payload":{}`: "body: malformed JSON: it ends too early"} {
+		r := s.Post(handlerstest.WorkflowAcme, "/v1/before-write", body)
+		handlerstest.Expect(t, r, http.StatusBadRequest, items.CodeInvalid, "body")
+		if msg := r.Str("error.message"); msg != want {
+			t.Errorf("body %q: message %q, want %q", body, msg, want)
+		}
+	}
+}
+
 func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
 	ledger, err := items.NewLedger(context.Background(), openSQLite(t), items.Config{})
 	if err != nil {
