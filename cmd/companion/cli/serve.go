@@ -142,7 +142,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
-		return listenError(o.addr, err)
+		return listenError(o.addr, "--addr (COMPANION_ADDR)", err)
 	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
@@ -365,15 +365,16 @@ func dataDirWritable(dir string) error {
 	return nil
 }
 
-// listenError says why the service cannot listen on addr and what to do about it.
-func listenError(addr string, err error) error {
+// listenError says why a command cannot listen on addr and what to do about it; flag names the setting
+// that chooses the address ("--addr (COMPANION_ADDR)").
+func listenError(addr, flag string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
-		return fmt.Errorf("cannot listen on %s: the address is already in use (another companion serve, or another program, "+
-			"listens there): stop it, or choose another address with --addr (COMPANION_ADDR), e.g. --addr %s", addr, nextPort(addr))
+		return fmt.Errorf("cannot listen on %s: the address is already in use (another companion, or another program, "+
+			"listens there): stop it, or choose another address with %s, e.g. --addr %s", addr, flag, nextPort(addr))
 	case errors.Is(err, syscall.EACCES):
 		return fmt.Errorf("cannot listen on %s: this user may not listen on that port (ports below 1024 need privileges): "+
-			"choose a port of 1024 or above with --addr (COMPANION_ADDR), e.g. --addr 127.0.0.1:8080", addr)
+			"choose a port of 1024 or above with %s", addr, flag)
 	}
 	return fmt.Errorf("cannot listen on %s: %w", addr, err)
 }
