@@ -39,7 +39,10 @@ type apiClient struct {
 func (m *Main) client() (*apiClient, error) {
 	base := strings.TrimRight(m.env("COMPANION_URL", "http://127.0.0.1:8080"), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL", base)
+		if !strings.Contains(base, "://") && base != "" {
+			return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL; write it with its scheme, e.g. COMPANION_URL=http://%s", base, base)
+		}
+		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL such as http://127.0.0.1:8080", base)
 	}
 	return &apiClient{base: base, token: m.Getenv("COMPANION_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}, nil
 }

@@ -142,6 +142,10 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") || !strings.Contains(err.Error(), "needs one of role operator") {
 		t.Fatalf("stats with a workflow token: %v", err)
 	}
+	_, err = run(t, map[string]string{"COMPANION_URL": strings.TrimPrefix(env["COMPANION_URL"], "http://")}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "e.g. COMPANION_URL="+env["COMPANION_URL"]) {
+		t.Fatalf("stats with COMPANION_URL without its scheme: %v", err)
+	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
 		t.Fatalf("stats without COMPANION_TOKEN: %v", err)
