@@ -342,6 +342,22 @@ func TestAddressInUseSaysWhatToDo(t *testing.T) {
 	}
 }
 
+// An --addr that is not host:port says what it most likely meant.
+func TestMalformedAddrSuggestsHostPort(t *testing.T) {
+	for addr, want := range map[string]string{"8080": "--addr 127.0.0.1:8080", "localhost": "--addr localhost:8080",
+		"http://127.0.0.1:8080": "--addr 127.0.0.1:8080", "http://localhost:9000/": "--addr localhost:9000"} {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+		err := p.Run(context.Background(), []string{"serve", "--addr", addr})
+		if err == nil {
+			p.Close()
+			t.Fatalf("started on --addr %s", addr)
+		}
+		if !strings.Contains(err.Error(), "give host:port, e.g. "+want) {
+			t.Errorf("--addr %s: %v; want the suggestion %q", addr, err, want)
+		}
+	}
+}
+
 // A data dir that is a file, not a directory, is named as such (not as a failed mkdir or SQLite error).
 func TestDataDirThatIsAFileSaysSo(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "companion-data")

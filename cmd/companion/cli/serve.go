@@ -93,7 +93,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return usageErrorf("--sweep-every: %v; write five cron fields (\"*/2 * * * *\") or a descriptor (\"@every 30s\", \"@hourly\")", err)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
-		return usageErrorf("--addr %q: %v", o.addr, err)
+		return usageErrorf("--addr %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
 	}
 	if o.debugAddr != "" && !loopback(o.debugAddr) {
 		return usageErrorf("--debug-addr %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
@@ -377,6 +377,26 @@ func listenError(addr, flag string, err error) error {
 			"choose a port of 1024 or above with %s", addr, flag)
 	}
 	return fmt.Errorf("cannot listen on %s: %w", addr, err)
+}
+
+// addrSuggestion is the host:port a malformed --addr most likely meant: a port alone on loopback
+// ("8080"), a host alone on port 8080 ("localhost"), a URL without its scheme and path.
+func addrSuggestion(addr string) string {
+	a := addr
+	if _, rest, ok := strings.Cut(a, "://"); ok {
+		a = rest
+	}
+	a, _, _ = strings.Cut(a, "/")
+	if _, _, err := net.SplitHostPort(a); err == nil {
+		return a
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(a, ":")); err == nil && n > 0 && n < 65536 {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(n))
+	}
+	if a != "" && !strings.Contains(a, ":") {
+		return net.JoinHostPort(a, "8080")
+	}
+	return "127.0.0.1:8080"
 }
 
 // nextPort is addr with the port after its own (127.0.0.1:8081 for 127.0.0.1:8080), for a suggestion.
