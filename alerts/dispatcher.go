@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replaysafe/companion/internal/stopgrace"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -36,9 +37,6 @@ const (
 	// findMargin is how far before the earlier post began the history read starts: Slack's clock and the
 	// ledger's may differ a little.
 	findMargin = 2 * time.Minute
-	// recordTimeout bounds each store write a dispatch makes after its own context ended: recording where
-	// a message landed, and giving a claim back.
-	recordTimeout = 5 * time.Second
 )
 
 // Outbox is the alert outbox the dispatcher works on. Every method returns ErrUnavailable when the store
@@ -184,7 +182,7 @@ func (c DispatchCounts) Changed() bool {
 // StopGrace may have landed, so its group keeps its claim until it runs out rather than being posted
 // twice.
 func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
-	work, done := d.graceful(ctx)
+	work, done := stopgrace.Extend(ctx, d.cfg.StopGrace)
 	defer done()
 	var counts DispatchCounts
 	err := d.enqueue(work, ctx, &counts)
@@ -206,34 +204,6 @@ func (d *Dispatcher) Target(it *items.Item) Target { return d.target(it) }
 
 func (d *Dispatcher) target(it *items.Item) Target {
 	return d.cfg.Routing.Route(it, d.cfg.Ledger.Config().Destination(it.Destination))
-}
-
-// graceful returns the context a dispatch works in: ctx's values, but not its end; it ends StopGrace after
-// ctx does (or when done is called), so that a message being posted when ctx ends can land.
-func (d *Dispatcher) graceful(ctx context.Context) (work context.Context, done func()) {
-	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var timer *time.Timer
-	stopWatching := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		timer = time.AfterFunc(d.cfg.StopGrace, cancel)
-	})
-	return work, func() {
-		stopWatching()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
-}
-
-// detached returns a context for a store write that must be made even when ctx has ended (recording
-// where a message landed, giving a claim back), bounded by recordTimeout.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 }
 
 // enqueue adds one outbox record per item, attempt and cause; the outbox ignores repeats, so several
@@ -376,7 +346,7 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		if errors.Is(err, ErrPostRefused) && !update {
 			// Slack answered that it took nothing: the next sender posts without looking for it first.
 			// (Should clearing fail, the next sender reads the history once, and finds nothing.)
-			rctx, cancel := detached(ctx)
+			rctx, cancel := stopgrace.Detached(ctx)
 			_, _ = d.cfg.Outbox.MarkAlertPost(rctx, claim, time.Time{})
 			cancel()
 		}
@@ -384,7 +354,7 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		return d.release(ctx, claim, g)
 	}
 	// The message is out: where it landed is recorded even when ctx ended meanwhile.
-	rctx, cancel := detached(ctx)
+	rctx, cancel := stopgrace.Detached(ctx)
 	defer cancel()
 	delivery := items.AlertDelivery{Claim: claim, Channel: ref.Channel, TS: ref.TS, At: now, Escalation: g.Escalation}
 	n, err := d.cfg.Outbox.FinishAlerts(rctx, delivery)
@@ -512,7 +482,7 @@ func attemptID(at time.Time) string { return strconv.FormatInt(at.UnixMilli(), 1
 // release gives a claim back, on a context of its own (ctx may have ended), so that the group it holds
 // is claimable at once; a failure is logged (the group waits for the claim to run out) and returned.
 func (d *Dispatcher) release(ctx context.Context, claim string, g items.AlertGroup) error {
-	rctx, cancel := detached(ctx)
+	rctx, cancel := stopgrace.Detached(ctx)
 	defer cancel()
 	err := d.cfg.Outbox.ReleaseAlerts(rctx, claim)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
+	"github.com/replaysafe/companion/internal/stopgrace/stopgracetest"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -53,34 +54,12 @@ func (e *env) stopDispatcher(outbox alerts.Outbox, n alerts.Notifier, grace time
 // nil), and returns when Run has returned.
 func (e *env) running(d *alerts.Dispatcher) (stop func(then func())) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- alerts.Run(ctx, "@every 1h", e.sweeper(e.ledger, e.store, 0), d) }()
-	return func(then func()) {
-		e.t.Helper()
-		cancel()
-		if then != nil {
-			then()
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Fatalf("run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			e.t.Fatal("Run did not return within 20 s of its stop")
-		}
-	}
+	return stopgracetest.Running(e.t, e.ctx, func(ctx context.Context) error {
+		return alerts.Run(ctx, "@every 1h", e.sweeper(e.ledger, e.store, 0), d)
+	})
 }
 
-func wait(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s within 20 s", what)
-	}
-}
+var wait = stopgracetest.Wait
 
 // checkSentIn checks that each of the n items of prefix has one alert, sent in the message ts.
 func (e *env) checkSentIn(prefix string, n int, ts string) {

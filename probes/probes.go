@@ -39,6 +39,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/replaysafe/companion/internal/stopgrace"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -47,9 +48,6 @@ const (
 	DefaultPageSize = 100
 	// DefaultStopGrace is how long a read in progress when the prober is told to stop may take to finish.
 	DefaultStopGrace = 10 * time.Second
-	// recordTimeout bounds each store write a probe makes after its own context ended: recording a read or
-	// a verdict, and giving a claim back.
-	recordTimeout = 5 * time.Second
 )
 
 // Store is what the prober reads and claims. Every method returns ErrUnavailable when the store cannot be
@@ -181,7 +179,7 @@ func (p *Prober) RunOnce(ctx context.Context) (Counts, error) {
 	if len(p.readers) == 0 {
 		return counts, nil
 	}
-	work, done := p.graceful(ctx)
+	work, done := stopgrace.Extend(ctx, p.cfg.StopGrace)
 	defer done()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -263,34 +261,6 @@ func (p *Prober) next(it *items.Item, l Lookup) (int, time.Time) {
 	return n, done[len(done)-1].At.Add(l.RetryAfter)
 }
 
-// graceful returns the context a run works in: ctx's values, but not its end; it ends StopGrace after ctx
-// does (or when done is called), so that a read in progress when ctx ends can finish.
-func (p *Prober) graceful(ctx context.Context) (work context.Context, done func()) {
-	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var timer *time.Timer
-	stopWatching := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		timer = time.AfterFunc(p.cfg.StopGrace, cancel)
-	})
-	return work, func() {
-		stopWatching()
-		mu.Lock()
-		if timer != nil {
-			timer.Stop()
-		}
-		mu.Unlock()
-		cancel()
-	}
-}
-
-// detached returns a context for a store write that must be made even when ctx has ended (recording a
-// read's finding, giving a claim back), bounded by recordTimeout.
-func detached(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-}
-
 // claimLength is how long a read's claim holds: long enough for the read (Timeout) and its recording.
 func claimLength(l Lookup) time.Duration { return 2*l.Timeout + 30*time.Second }
 
@@ -328,7 +298,7 @@ func (p *Prober) probe(ctx, stop context.Context, r *reader, it *items.Item, n i
 		return nil
 	}
 	// The read is over: its finding is recorded even when ctx ended meanwhile.
-	ctx, cancel := detached(ctx)
+	ctx, cancel := stopgrace.Detached(ctx)
 	defer cancel()
 	read := items.ProbeRead{Read: n, Of: len(r.lookup.SettleAfter), URL: a.url, Status: a.status, Outcome: a.outcome,
 		ExternalID: a.externalID, Detail: a.detail, At: l.Now()}
@@ -381,7 +351,7 @@ func (p *Prober) probe(ctx, stop context.Context, r *reader, it *items.Item, n i
 // giveBack releases a read's claim on a context of its own (ctx may have ended), so that the read is
 // claimable at once; a failure is logged: the read then waits for the claim to run out.
 func (p *Prober) giveBack(ctx context.Context, r *reader, c items.ProbeClaim, why string) {
-	rctx, cancel := detached(ctx)
+	rctx, cancel := stopgrace.Detached(ctx)
 	defer cancel()
 	attrs := []any{"destination", r.destination, "tenant", c.Tenant, "key", c.Key, "attempt", c.Attempt, "read", c.Read}
 	if _, err := p.cfg.Store.ReleaseProbe(rctx, c); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/internal/stopgrace/stopgracetest"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/probes"
 	"github.com/replaysafe/companion/sandbox"
@@ -45,34 +46,10 @@ func (p *pausingStore) ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool
 // returns when Run has returned.
 func (e *env) running(p *probes.Prober) (stop func(then func())) {
 	e.t.Helper()
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx, "@every 1h") }()
-	return func(then func()) {
-		e.t.Helper()
-		cancel()
-		if then != nil {
-			then()
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				e.t.Fatalf("run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			e.t.Fatal("Run did not return within 20 s of its stop")
-		}
-	}
+	return stopgracetest.Running(e.t, e.ctx, func(ctx context.Context) error { return p.Run(ctx, "@every 1h") })
 }
 
-func wait(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no %s within 20 s", what)
-	}
-}
+var wait = stopgracetest.Wait
 
 // slowDestination is a lookup that signals each request's arrival on arrived and answers found with id
 // once answer lets it (answer gets the request's number, from 1); a request whose client gives up ends.
