@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -146,6 +147,11 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if o.items > 0 {
 		run = newBenchRun(u, o, roots, m.proxyFunc())
 		before, err := run.serviceCPU(ctx)
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			// Nothing listens there: a run would only count every call as an error.
+			return fmt.Errorf("bench: cannot reach companion at %s (--url, or COMPANION_URL): %v; start it (companion serve) "+
+				"or point --url at it", base, op)
+		}
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
 		}
