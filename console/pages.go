@@ -34,10 +34,12 @@ const (
 
 // page is what the layout renders around a page's body.
 type page struct {
-	Title   string
-	Nav     string
-	Who     *Principal
-	CSRF    string
+	Title string
+	Nav   string
+	Who   *Principal
+	CSRF  string
+	// Open hides Sign out: in open mode there is no sign-in to return to (it led back to the same page).
+	Open    bool
 	Refresh bool
 	Body    any
 }
@@ -93,7 +95,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p 
 }
 
 func (c *Console) frame(s *session, title, nav string, body any) page {
-	p := page{Title: title, Nav: nav, Body: body}
+	p := page{Title: title, Nav: nav, Body: body, Open: c.cfg.Open}
 	if s != nil {
 		p.Who, p.CSRF = &s.who, s.csrf
 	}
