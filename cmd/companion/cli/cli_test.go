@@ -125,7 +125,8 @@ func TestRefusesNonLoopbackWithoutTokens(t *testing.T) {
 			p.Close()
 			t.Fatalf("%s: started without tokens", addr)
 		}
-		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") {
+		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") ||
+			!strings.Contains(err.Error(), "e.g. COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more") {
 			t.Errorf("%s: %v", addr, err)
 		}
 		if cli.ExitCode(err) != 1 {

@@ -115,7 +115,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	if len(tokens) == 0 && !loopback(o.addr) {
 		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
-			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), "+
+			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), e.g. "+
+			"COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more "+
+			"(openssl rand -hex 16 prints one; callers send the secret alone as Bearer), "+
 			"or listen on a loopback address such as 127.0.0.1:8080", o.addr)
 	}
 
