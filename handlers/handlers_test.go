@@ -122,6 +122,18 @@ func TestAnEmptyBodySaysItIsEmpty(t *testing.T) {
 	}
 }
 
+// An after-write with a claim the item never gave (the README's example claim pasted as it is) says
+// which claim to send.
+func TestAForeignClaimSaysWhichClaimToSend(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	s.Claim("invoice-742:reminder:2", nil)
+	r := s.AfterWrite(map[string]any{"key": "invoice-742:reminder:2", "claim": "c_b4d838697893d48b1d1bc396", "outcome": "succeeded"})
+	handlerstest.Expect(t, r, http.StatusConflict, items.CodeConflict, "")
+	if msg := r.Str("error.message"); msg != "claim: not a claim of this item; send the claim of its before-write answer (proceed)" {
+		t.Errorf("message %q", msg)
+	}
+}
+
 func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
 	ledger, err := items.NewLedger(context.Background(), openSQLite(t), items.Config{})
 	if err != nil {
