@@ -203,12 +203,27 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
 }
 
-// keyAndFlags splits "KEY --flag …" (the key may come before or after the flags).
+// keyAndFlags splits "KEY --flag …": the key when it comes first, and the rest.
 func keyAndFlags(args []string) (string, []string) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		return args[0], args[1:]
 	}
 	return "", args
+}
+
+// parseKeyed parses the flags of a command that takes one KEY, given before, between or after the
+// flags ("items resolve --outcome succeeded --evidence '…' KEY" as well as "items resolve KEY --outcome …").
+func (m *Main) parseKeyed(fs *flagSet, args []string) (key string, done bool, err error) {
+	key, rest := keyAndFlags(args)
+	if key == "" {
+		// Flag parsing stops at the first argument that is not a flag: that is the key; the flags after it
+		// are parsed below (help and errors are reported there, the flags parsed here are kept).
+		if fs.Parse(rest) == nil && fs.NArg() > 0 {
+			key, rest = fs.Arg(0), fs.Args()[1:]
+		}
+	}
+	done, err = m.parse(fs, rest)
+	return key, done, err
 }
 
 // optionalBool is a flag that is unset, true or false: --needs-person, --needs-person=false.
@@ -365,10 +380,10 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func (m *Main) itemsShow(ctx context.Context, args []string) error {
-	key, rest := keyAndFlags(args)
 	fs := m.newFlags("items show", itemsSynopsis)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if done, err := m.parse(fs, rest); done {
+	key, done, err := m.parseKeyed(fs, args)
+	if done {
 		return err
 	}
 	if key == "" {
@@ -488,13 +503,13 @@ func parens(s string) string {
 }
 
 func (m *Main) itemsResolve(ctx context.Context, args []string) error {
-	key, rest := keyAndFlags(args)
 	fs := m.newFlags("items resolve", itemsSynopsis)
 	outcome := fs.String("outcome", "", "`succeeded` (the effect exists), not_committed (it certainly does not) or acknowledged (seen; nothing changes)")
 	evidence := fs.String("evidence", "", "what you checked and what you found (at least 10 characters)")
 	externalID := fs.String("external-id", "", "the destination's `id` of the record, when you found it")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if done, err := m.parse(fs, rest); done {
+	key, done, err := m.parseKeyed(fs, args)
+	if done {
 		return err
 	}
 	switch {
