@@ -424,6 +424,18 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 			t.Errorf("%v: exit code %d (%v), want 2", args, cli.ExitCode(err), err)
 		}
 	}
+	// A mistyped flag is named with the flag it most likely meant.
+	for args, want := range map[string]string{
+		"serve --adr 127.0.0.1:0":  `serve: unknown flag --adr (did you mean --addr? run "companion serve --help")`,
+		"serve --data_dir x":       `serve: unknown flag --data_dir (did you mean --data-dir?`,
+		"items list --need-person": `items list: unknown flag --need-person (did you mean --needs-person?`,
+		"serve --frobnicate":       `serve: unknown flag --frobnicate (run "companion serve --help" for its flags)`,
+	} {
+		_, err := run(strings.Fields(args)...)
+		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {
+			t.Errorf("%s: %v (exit %d); want %q", args, err, cli.ExitCode(err), want)
+		}
+	}
 }
 
 func TestTokenMistakesStopTheStart(t *testing.T) {
