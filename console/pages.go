@@ -34,14 +34,13 @@ const (
 
 // page is what the layout renders around a page's body.
 type page struct {
-	Title string
-	Nav   string
-	Who   *Principal
-	CSRF  string
-	// Open hides Sign out: in open mode there is no sign-in to return to (it led back to the same page).
-	Open    bool
+	Title   string
+	Nav     string
+	Who     *Principal
+	CSRF    string
 	Refresh bool
 	Body    any
+	Open    bool // open mode: no Sign out, as there is no sign-in to go back to
 }
 
 type pageTemplate struct{ t *template.Template }
