@@ -65,6 +65,8 @@ type Store struct {
 	groupReads atomic.Int64
 	// fault, set by tests, fails a transaction's statement after it ran, or its commit before it runs.
 	fault func(op string) error
+	// lock is the data dir's lock (lockDataDir), held until Close.
+	lock *os.File
 }
 
 var _ items.Store = (*Store)(nil)
@@ -75,6 +77,16 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitestore: data dir: %w", err)
 	}
+	lock, err := lockDataDir(dataDir)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened && lock != nil {
+			lock.Close() // a failure before the store held it
+		}
+	}()
 	path := filepath.Join(dataDir, FileName)
 	dsn := func(pragmas ...string) string {
 		q := url.Values{}
@@ -100,7 +112,8 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	r.SetMaxOpenConns(8)
-	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize}
+	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize, lock: lock}
+	opened = true // s holds the lock now: its Close releases it
 	for _, o := range opts {
 		o(s)
 	}
@@ -668,5 +681,10 @@ func (s *Store) Close() error {
 			_ = st.Close()
 		}
 	}
-	return errors.Join(s.r.Close(), s.w.Close())
+	err := errors.Join(s.r.Close(), s.w.Close())
+	if s.lock != nil {
+		s.lock.Close() // after the connections: their last close checkpoints the ledger
+		s.lock = nil
+	}
+	return err
 }

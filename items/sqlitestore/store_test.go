@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/replaysafe/companion/items"
@@ -244,4 +245,34 @@ func TestCloseTwice(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
+}
+
+// TestASecondProcessCannotOpenTheLedger: while one store holds a data dir, a second Open of it (as a
+// second companion serve would) fails at once, saying which process holds it; once the first is closed,
+// the ledger opens again, and a lock file left behind by a process that ended does not stop it.
+func TestASecondProcessCannotOpenTheLedger(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	first, err := sqlitestore.Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sqlitestore.Open(ctx, dir)
+	if !errors.Is(err, sqlitestore.ErrInUse) {
+		t.Fatalf("a second Open while the first holds the ledger: %v; want ErrInUse", err)
+	}
+	if want := fmt.Sprintf("pid %d holds", os.Getpid()); !strings.Contains(err.Error(), want) {
+		t.Errorf("the error does not name the holder (%q): %v", want, err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, sqlitestore.LockName)); err != nil {
+		t.Fatalf("the lock file: %v", err) // left behind, as after a crash
+	}
+	again, err := sqlitestore.Open(ctx, dir)
+	if err != nil {
+		t.Fatalf("Open after the first closed: %v", err)
+	}
+	again.Close()
 }

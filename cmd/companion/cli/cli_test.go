@@ -563,3 +563,25 @@ func TestEveryCommandHasHelpAndVersion(t *testing.T) {
 		t.Errorf("--version: %v %q", err, out)
 	}
 }
+
+// A second serve on the data dir of a running one stops at its start, naming the process that holds the
+// ledger, and starts once the first has stopped.
+func TestSecondServeOnOneDataDirStops(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir, "COMPANION_SWEEP_EVERY": "@every 1h"})
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--data-dir", dir, "--sweep-every", "@every 1h"})
+	if err == nil {
+		p.Close()
+		t.Fatal("a second serve started on the data dir of a running one")
+	}
+	for _, want := range []string{"cannot open the ledger in data dir " + dir + ": ", "the ledger is open in another process",
+		fmt.Sprintf("pid %d holds", os.Getpid()), "stop that one first"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	first.Close()
+	again := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir, "COMPANION_SWEEP_EVERY": "@every 1h"})
+	again.Close()
+}

@@ -328,6 +328,9 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 			"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
 	}
 	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()))
+	if errors.Is(err, sqlitestore.ErrInUse) {
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, err)
+	}
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
