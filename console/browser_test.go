@@ -152,8 +152,9 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	timeline = get(t, ctx, "open item", chromedp.Text(chromedp.ID("timeline")))
 	idem = get(t, ctx, "open item", chromedp.Text(chromedp.ID("idem")))
 	flat := strings.Join(strings.Fields(timeline), " ")
-	for _, want := range []string{"Claimed state → in_flight execution exec-inv-742", "Report after the write",
-		"outcome unknown evidence class timeout", "Needs a person reason unknown_no_dedupe"} {
+	for _, want := range []string{"Claimed state → in flight execution exec-inv-742", "Report after the write",
+		"outcome unknown: the workflow does not know unknown error no answer in time: the request may have been written timeout",
+		"Needs a person why the outcome is unknown and the destination can neither dedupe nor be searched unknown_no_dedupe"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("timeline lacks %q:\n%s", want, timeline)
 		}
@@ -163,17 +164,20 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	}
 	screenshot(t, ctx, shots, "item")
 
-	// The contract refuses an acknowledgement of an unknown item; the page says why and keeps the evidence.
+	// An unknown item is offered committed and not committed, never acknowledged (the contract refuses it).
+	if n := get(t, ctx, "offered outcomes", chromedp.Evaluate[int](`document.querySelectorAll('input[name=outcome]').length`)); n != 2 {
+		t.Errorf("the form offers %d outcomes for an unknown item, want 2", n)
+	}
+	// The contract refuses evidence under 10 characters; the page says why and keeps the evidence.
 	var refused, kept string
 	run(t, ctx, "refused resolution",
-		chromedp.Click(chromedp.ID("outcome-acknowledged")),
-		chromedp.SendKeys(chromedp.ID("evidence"), "Found INV-742 twice in the billing tool"),
+		chromedp.Click(chromedp.ID("outcome-not-committed")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "no INV"),
 		chromedp.Click(chromedp.ID("resolve-submit")),
 		chromedp.WaitVisible(chromedp.ID("refused")))
 	refused = get(t, ctx, "refused resolution", chromedp.Text(chromedp.ID("refused")))
 	kept = get(t, ctx, "refused resolution", chromedp.Value(chromedp.ID("evidence")))
-	if !strings.Contains(refused, "409 conflict") || !strings.Contains(refused, "can be acknowledged; this item is unknown") ||
-		kept != "Found INV-742 twice in the billing tool" {
+	if !strings.Contains(refused, "400 invalid_request") || !strings.Contains(refused, "at least 10 characters") || kept != "no INV" {
 		t.Fatalf("refusal shows %q, evidence kept %q", refused, kept)
 	}
 	screenshot(t, ctx, shots, "item-refused")

@@ -57,9 +57,13 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"age":      items.Age,
-	"itemURL":  func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
-	"batchURL": func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"age":            items.Age,
+	"itemURL":        func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
+	"batchURL":       func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"alertText":      func(s string) string { return wordOf(alertWords, s) },
+	"classText":      func(c items.ErrorClass) string { return wordOf(classWords, string(c)) },
+	"resolutionText": func(o string) string { return wordOf(resolutionWords, o) },
+	"stateText":      func(s items.State) string { return wordOf(stateWords, string(s)) },
 	"stateClass": func(s items.State) string {
 		return "state state-" + strings.ReplaceAll(string(s), "_", "-")
 	},
@@ -254,7 +258,8 @@ type event struct {
 	Class           string
 }
 
-type detail struct{ Name, Value string }
+// detail is one value of an event: in words, and the ledger's word when it differs.
+type detail struct{ Name, Value, Word string }
 
 type itemView struct {
 	Item           *items.Item
@@ -262,14 +267,19 @@ type itemView struct {
 	Owner          string
 	CheckHint      string
 	Why            string
-	Events         []event
-	Attempts       []attemptView
-	Resolvable     bool
-	Acknowledge    bool
-	Form           resolveForm
-	Refused        *PublicError
-	Done           string
-	Now            time.Time
+	// Situation says what the state means and what to do next; CauseText explains Item.Cause.
+	Situation string
+	CauseText string
+	Events    []event
+	Attempts  []attemptView
+	// Resolvable: resolve accepts an outcome; Settle: succeeded and not_committed; Acknowledge: acknowledged.
+	Resolvable  bool
+	Settle      bool
+	Acknowledge bool
+	Form        resolveForm
+	Refused     *PublicError
+	Done        string
+	Now         time.Time
 }
 
 type attemptView struct {
@@ -313,11 +323,20 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	if it.NeedsPersonCause != "" {
 		v.Why = c.cfg.CauseText(it.NeedsPersonCause)
 	}
+	// The form offers exactly the outcomes resolve accepts (API.md): succeeded and not_committed for an
+	// unknown item (Get recorded an expired lease) or a failed one with no attempts left, acknowledged for
+	// what Acknowledgeable says. An item that needs a person but takes none of them says so instead.
+	dest := c.cfg.Ledger.Config().Destination(it.Destination)
+	v.Settle = it.State == items.StateUnknown || (it.State == items.StateFailed && it.Attempt >= dest.MaxAttempts+it.ExtraAttempts)
 	v.Acknowledge = it.Acknowledgeable()
-	v.Resolvable = it.State == items.StateUnknown || it.NeedsPerson || v.Acknowledge
+	v.Resolvable = v.Settle || v.Acknowledge
 	v.Form.Outcome = items.ResolveSucceeded
-	if v.Acknowledge {
+	if v.Acknowledge && !v.Settle {
 		v.Form.Outcome = items.ResolveAcknowledged
+	}
+	v.Situation = c.situation(it, v)
+	if it.Cause != "" {
+		v.CauseText = c.causeText(it.Cause)
 	}
 	for _, a := range it.Attempts {
 		av := attemptView{Attempt: a}
@@ -327,13 +346,13 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 		v.Attempts = append(v.Attempts, av)
 	}
 	for i := len(it.History) - 1; i >= 0; i-- {
-		v.Events = append(v.Events, timelineEvent(it.History[i]))
+		v.Events = append(v.Events, c.timelineEvent(it.History[i]))
 	}
 	return v, nil
 }
 
-// timelineEvent describes one history event.
-func timelineEvent(e items.Event) event {
+// timelineEvent describes one history event, each value in words with the ledger's word beside it.
+func (c *Console) timelineEvent(e items.Event) event {
 	ev := event{At: e.At.UTC().Format("2006-01-02 15:04:05Z"), Kind: e.Kind, Attempt: e.Attempt, Note: e.Note, Class: "ev-" + strings.ReplaceAll(e.Kind, "_", "-")}
 	titles := map[string]string{
 		items.EventClaimed: "Claimed", items.EventPrepared: "Prepared", items.EventAfterWrite: "Report after the write",
@@ -347,18 +366,44 @@ func timelineEvent(e items.Event) event {
 	}
 	add := func(name, value string) {
 		if value != "" {
-			ev.Details = append(ev.Details, detail{name, value})
+			ev.Details = append(ev.Details, detail{Name: name, Value: value})
 		}
 	}
+	// addWord adds a value in words, with the ledger's word beside it when they differ.
+	addWord := func(name, word, text string) {
+		if word == "" {
+			return
+		}
+		d := detail{Name: name, Value: text}
+		if text != word {
+			d.Word = word
+		}
+		ev.Details = append(ev.Details, d)
+	}
+	state := func(s items.State) string { return strings.ReplaceAll(string(s), "_", " ") }
 	if e.From != "" || e.To != "" {
-		add("state", strings.TrimSpace(string(e.From)+" → "+string(e.To)))
+		add("state", strings.TrimSpace(state(e.From)+" → "+state(e.To)))
 	}
 	add("execution", e.ExecutionID)
 	add("batch", e.BatchID)
-	add("decision", string(e.Decision))
-	add("reason", string(e.Reason))
-	add("outcome", e.Outcome)
-	add("evidence class", string(e.ErrorClass))
+	addWord("decision", string(e.Decision), wordOf(decisionWords, string(e.Decision)))
+	switch r := string(e.Reason); {
+	case e.Kind == items.EventProbe && strings.HasPrefix(r, "read_"):
+		add("read", strings.TrimPrefix(r, "read_"))
+	case e.Kind == items.EventNeedsPerson || e.Kind == items.EventAlerted || e.Kind == items.EventEscalated || e.Kind == items.EventLeaseExpired:
+		addWord("why", r, c.causeText(r))
+	default:
+		addWord("reason", r, wordOf(reasonWords, r))
+	}
+	name := "outcome"
+	switch e.Kind {
+	case items.EventReconcile:
+		name = "finding"
+	case items.EventResolve:
+		name = "resolved as"
+	}
+	addWord(name, e.Outcome, wordOf(outcomeWords[e.Kind], e.Outcome))
+	addWord("error", string(e.ErrorClass), wordOf(classWords, string(e.ErrorClass)))
 	if e.HTTPStatus != 0 {
 		add("HTTP status", strconv.Itoa(e.HTTPStatus))
 	}
