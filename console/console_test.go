@@ -424,6 +424,11 @@ func TestTheQueuePagesOldestFirst(t *testing.T) {
 	if !strings.Contains(first, `href="/console/?page=2"`) || !strings.Contains(second, "page 2 of 2") {
 		t.Fatal("the pages do not link to each other")
 	}
+	// The links say which way the waiting goes: the next page holds items that waited less long (they
+	// used to read "Older →", the opposite of what the next page holds).
+	if !regexp.MustCompile(`id="next">Waiting less long →<`).MatchString(first) || !regexp.MustCompile(`id="prev">← Waiting longer<`).MatchString(second) {
+		t.Error("the pager's links do not say that the next page waited less long and the previous one longer")
+	}
 }
 
 // TestTheQueueGroupsByBatchInTheOrderOfTheirOldest: a page's items are grouped by owner and batch, each
