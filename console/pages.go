@@ -105,21 +105,60 @@ func (c *Console) frame(s *session, title, nav string, body any) page {
 }
 
 // fail shows an error page with the status of the public error.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, e PublicError) {
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, e PublicError, links ...link) {
 	if e.Status >= 500 {
 		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code)
 	}
-	w.WriteHeader(e.Status)
-	c.render(w, r, "error", c.frame(s, "Error", "", e))
+	c.errorPage(w, r, s, e, links)
 }
 
-func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, err error) {
+func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, err error, links ...link) {
 	e := c.cfg.Errors(err)
 	if e.Status >= 500 {
 		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code, "cause", err.Error())
 	}
+	c.errorPage(w, r, s, e, links)
+}
+
+// errorTitles head an error page: what happened, in words (the status and code stand beside it).
+var errorTitles = map[int]string{
+	http.StatusBadRequest:            "This request is not valid",
+	http.StatusUnauthorized:          "Sign in first",
+	http.StatusForbidden:             "Not allowed",
+	http.StatusNotFound:              "Not found",
+	http.StatusMethodNotAllowed:      "Not allowed here",
+	http.StatusConflict:              "The item's state does not allow this",
+	http.StatusRequestEntityTooLarge: "Too large",
+	http.StatusInternalServerError:   "Something went wrong inside the service",
+	http.StatusServiceUnavailable:    "The ledger is unavailable",
+}
+
+// errorView is an error page: the public error, a title in words, and links to where to go on.
+type errorView struct {
+	PublicError
+	Title string
+	Links []link
+}
+
+type link struct{ Text, URL string }
+
+// errorPage renders e. A page the store could not read (503 on a GET) says that nothing was changed and
+// reloads itself, so it recovers on its own once the store answers again.
+func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, s *session, e PublicError, links []link) {
+	v := errorView{PublicError: e, Title: errorTitles[e.Status], Links: links}
+	if v.Title == "" {
+		v.Title = http.StatusText(e.Status)
+	}
+	retry := e.Status == http.StatusServiceUnavailable && r.Method != http.MethodPost
+	if retry {
+		v.Message = fmt.Sprintf("The ledger cannot be read right now (its store is unavailable or busy). Nothing was changed; "+
+			"this page tries again every %d s.", int(c.cfg.Refresh/time.Second))
+		w.Header().Set("Retry-After", strconv.Itoa(int(c.cfg.Refresh/time.Second)))
+	}
 	w.WriteHeader(e.Status)
-	c.render(w, r, "error", c.frame(s, "Error", "", e))
+	p := c.frame(s, v.Title, "", v)
+	p.Refresh = retry
+	c.render(w, r, "error", p)
 }
 
 // row is one item in a list.
@@ -294,6 +333,12 @@ type resolveForm struct {
 func (c *Console) item(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.URL.Query().Get("key")
 	v, err := c.itemView(r, s, key)
+	if errors.Is(err, items.ErrNotFound) {
+		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
+			Message: "No item has the key " + key + " in tenant " + s.who.Tenant + ". An item is known by the key its workflow gave; Find looks a term up as a key, a batch id, a business reference and an execution id."},
+			link{"Find " + key, Prefix + "find?q=" + url.QueryEscape(key)})
+		return
+	}
 	if err != nil {
 		c.failErr(w, r, s, err)
 		return
@@ -469,8 +514,21 @@ type stateCount struct {
 func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	id := q.Get("id")
+	if id == "" {
+		c.fail(w, r, s, PublicError{Status: http.StatusBadRequest, Code: string(items.CodeInvalid),
+			Message: "Which batch? This page shows one batch, named by its id (batch?id=…); Find looks one up."}, link{"Find", Prefix + "find"})
+		return
+	}
 	st, err := c.cfg.Batches.Status(r.Context(), batches.StatusParams{Tenant: s.who.Tenant, BatchID: id, Cursor: q.Get("cursor"), Limit: 50})
-	if err != nil {
+	switch {
+	case errors.Is(err, items.ErrNotFound):
+		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
+			Message: "No batch has the id " + id + " in tenant " + s.who.Tenant + "."}, link{"Find " + id, Prefix + "find?q=" + url.QueryEscape(id)})
+		return
+	case err != nil && q.Get("cursor") != "" && items.ErrorCode(err) == items.CodeInvalid:
+		c.failErr(w, r, s, err, link{"The batch's first page", Prefix + "batch?id=" + url.QueryEscape(id)})
+		return
+	case err != nil:
 		c.failErr(w, r, s, err)
 		return
 	}
