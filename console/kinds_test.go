@@ -272,3 +272,38 @@ func TestTheItemPageSaysEveryKindInWords(t *testing.T) {
 		}
 	}
 }
+
+// The queue says of each item whether its alert went out (pending, sent, escalated) and its last error in
+// words, and Find marks the items that need a person (a duplicate effect is "succeeded" and needs one).
+func TestTheQueueSaysTheAlertAndFindMarksWhoNeedsAPerson(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.kinds()
+	c := e.client()
+	_, queue, _ := e.page(c, "/console/")
+	rowOf := func(body, key string) string {
+		i := strings.Index(body, `data-key="`+key+`"`)
+		if i < 0 {
+			t.Fatalf("no row for %s", key)
+		}
+		j := strings.Index(body[i:], "</tr>")
+		return body[i : i+j]
+	}
+	for key, want := range map[string]string{
+		"k-unknown":   "Alert: due, not sent yet",
+		"k-alerted":   "Alert: sent to the owner",
+		"k-escalated": "Alert: escalated: sent on to the escalation contact",
+		"k-exhausted": "attempt 3 · connection refused",
+	} {
+		if r := rowOf(queue, key); !strings.Contains(r, want) {
+			t.Errorf("the queue's row of %s does not say %q:\n%s", key, want, r)
+		}
+	}
+	_, find, _ := e.page(c, "/console/find?q=QT-D")
+	if r := rowOf(find, "k-duplicate"); !strings.Contains(r, "needs a person") {
+		t.Errorf("Find does not mark the duplicate effect as needing a person:\n%s", r)
+	}
+	if r := rowOf(find, "k-acknowledged"); strings.Contains(r, "needs a person") {
+		t.Errorf("Find marks the acknowledged item as needing a person:\n%s", r)
+	}
+}

@@ -64,6 +64,7 @@ var funcs = template.FuncMap{
 	"classText":      func(c items.ErrorClass) string { return wordOf(classWords, string(c)) },
 	"resolutionText": func(o string) string { return wordOf(resolutionWords, o) },
 	"stateText":      func(s items.State) string { return wordOf(stateWords, string(s)) },
+	"stateName":      func(s items.State) string { return strings.ReplaceAll(string(s), "_", " ") },
 	"stateClass": func(s items.State) string {
 		return "state state-" + strings.ReplaceAll(string(s), "_", "-")
 	},
@@ -167,6 +168,9 @@ type row struct {
 	State                                                         items.State
 	Attempt                                                       int
 	Age                                                           string
+	// NeedsPerson marks an item waiting for its owner; Alert says its alert status in words.
+	NeedsPerson bool
+	Alert       string
 }
 
 type group struct {
@@ -200,17 +204,26 @@ func (c *Console) row(it *items.Item, now time.Time) row {
 		rw.Why = c.cfg.CauseText(rw.Cause)
 	}
 	rw.CheckHint = c.cfg.Target(it).CheckHint
+	rw.NeedsPerson = it.NeedsPerson
+	if it.AlertStatus != "" {
+		rw.Alert = wordOf(alertWords, it.AlertStatus)
+	}
 	return rw
 }
 
+// lastError names the item's last error briefly: its class in words ("connection refused", "timeout"),
+// with the HTTP status.
 func lastError(it *items.Item) string {
+	class := strings.ReplaceAll(string(it.FailureClass), "_", " ")
 	switch {
+	case it.HTTPStatus != 0 && it.FailureClass == items.ClassHTTP:
+		return fmt.Sprintf("HTTP %d", it.HTTPStatus)
 	case it.HTTPStatus != 0 && it.FailureClass != "":
-		return fmt.Sprintf("%s (HTTP %d)", it.FailureClass, it.HTTPStatus)
+		return fmt.Sprintf("%s (HTTP %d)", class, it.HTTPStatus)
 	case it.HTTPStatus != 0:
 		return fmt.Sprintf("HTTP %d", it.HTTPStatus)
 	}
-	return string(it.FailureClass)
+	return class
 }
 
 // queue shows the items that need a person, oldest first, grouped by owner and batch: one page, read
