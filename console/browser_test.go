@@ -280,3 +280,38 @@ func TestBrowserQueueRefreshesItself(t *testing.T) {
 		t.Fatalf("%d rows after the refresh", n)
 	}
 }
+
+// TestBrowserEveryKindOfItemSaysWhatToDo opens an item of every kind in chromium: each says what its state
+// means and what to do next, offers exactly the outcomes resolve accepts, and a duplicate effect is
+// acknowledged from its page.
+func TestBrowserEveryKindOfItemSaysWhatToDo(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t, envOptions{open: true})
+	k := e.kinds()
+	for kind, key := range k {
+		run(t, ctx, kind, chromedp.Navigate(e.srv.URL+"/console/item?key="+key+"&norefresh=1"), chromedp.WaitVisible(chromedp.ID("situation")))
+		situation := get(t, ctx, kind, chromedp.Text(chromedp.ID("situation")))
+		n := get(t, ctx, kind, chromedp.Evaluate[int](`document.querySelectorAll('input[name=outcome]').length`))
+		if len(situation) < 30 {
+			t.Errorf("%s: the page says %q of what to do", kind, situation)
+		}
+		if offers := n > 0; offers != strings.Contains(situation, "below") {
+			t.Errorf("%s: %d outcomes offered, and the page says %q", kind, n, situation)
+		}
+	}
+	var done, situation string
+	run(t, ctx, "acknowledge",
+		chromedp.Navigate(e.srv.URL+"/console/item?key="+k["duplicate effect"]+"&norefresh=1"),
+		chromedp.WaitVisible(chromedp.ID("outcome-acknowledged")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "Refunded the second invoice in billing"),
+		chromedp.Click(chromedp.ID("resolve-submit")),
+		chromedp.WaitVisible(chromedp.ID("done")))
+	done = get(t, ctx, "acknowledge", chromedp.Text(chromedp.ID("done")))
+	situation = get(t, ctx, "acknowledge", chromedp.Text(chromedp.ID("situation")))
+	if done != "Resolution recorded." || !strings.Contains(situation, "acknowledged. Nothing to do") {
+		t.Errorf("after acknowledging: %q, %q", done, situation)
+	}
+	if it := e.get(k["duplicate effect"]); it.NeedsPerson || it.Resolution == nil || it.Resolution.Outcome != items.ResolveAcknowledged {
+		t.Errorf("the ledger has %+v", it.Resolution)
+	}
+}

@@ -118,7 +118,7 @@ func (c *Console) situation(it *items.Item, v *itemView) string {
 	switch {
 	case it.State == items.StateSucceeded && it.DuplicateEffect && it.NeedsPerson:
 		return "The write succeeded, but a second success with another external id was reported: the effect may exist twice. " +
-			"Check " + it.Destination + ", undo the duplicate if there is one, then acknowledge it below."
+			"Check the destination (" + it.Destination + "), undo the duplicate if there is one, then acknowledge it below."
 	case it.State == items.StateSucceeded && it.DuplicateEffect:
 		return "The write succeeded; a duplicate effect was reported and acknowledged. Nothing to do."
 	case it.State == items.StateSucceeded:
@@ -134,8 +134,8 @@ func (c *Console) situation(it *items.Item, v *itemView) string {
 	case it.State == items.StateFailed && v.Acknowledge:
 		return "The write failed and may be retried, but nothing has moved for too long. Find out why the workflow does not retry it, then acknowledge it below."
 	case it.State == items.StateFailed && v.Settle:
-		return "The write failed and no attempts are left: nothing retries it. Check whether it reached " + it.Destination +
-			", then record below what you found (not committed grants one more attempt)."
+		return "The write failed and no attempts are left: nothing retries it. Check whether it reached the destination (" + it.Destination +
+			"), then record below what you found (not committed grants one more attempt)."
 	case it.State == items.StateFailed && it.Retryable:
 		s := "The write failed and will be retried: the next run of the workflow tries again"
 		if it.RetryAt != nil && it.RetryAt.After(v.Now) {
@@ -145,11 +145,11 @@ func (c *Console) situation(it *items.Item, v *itemView) string {
 	case it.State == items.StateFailed:
 		return "The destination refused the write for good: a run with the same key skips it. Nothing here to settle; fix the cause and send it as a new item if it is still wanted."
 	case it.State == items.StateUnknown && it.NeedsPerson:
-		return "Nobody knows whether the write happened, and nothing checks it automatically. Check " + it.Destination +
-			", then record below what you found."
+		return "Nobody knows whether the write happened, and nothing checks it automatically. Check the destination (" + it.Destination +
+			"), then record below what you found."
 	case it.State == items.StateUnknown && it.Dedupe == items.DedupeLookup && !it.LookupFailed:
-		return "Nobody knows yet whether the write happened: the next run (or the service's probe) looks the reference up in " +
-			it.Destination + ". Nothing to do yet; if you already know, record it below."
+		return "Nobody knows yet whether the write happened: the next run (or the service's probe) looks the reference up in the destination (" +
+			it.Destination + "). Nothing to do yet; if you already know, record it below."
 	case it.State == items.StateUnknown:
 		return "Nobody knows yet whether the write happened: the next run retries it with the same idempotency key, which the destination deduplicates. Nothing to do yet; if you already know, record it below."
 	}
