@@ -387,6 +387,10 @@ func TestARefusedResolutionShowsTheContractsReason(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "at least 10 characters") || !strings.Contains(body, "short</textarea>") {
 		t.Fatalf("short evidence answered %d:\n%s", resp.StatusCode, body)
 	}
+	// The reason is said once (it used to be said twice: the message and its field's problem).
+	if m := regexp.MustCompile(`(?s)id="refused">(.*?)</p>`).FindStringSubmatch(body); m == nil || strings.Count(m[1], "at least 10 characters") != 1 {
+		t.Errorf("the refusal does not say its reason once: %v", m)
+	}
 	resp, body = e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-5"}, "outcome": {"acknowledged"},
 		"evidence": {"I saw the duplicate in billing"}}, nil)
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "can be acknowledged; this item is unknown") {

@@ -504,7 +504,10 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 	var ie *items.Error
 	if errors.As(err, &ie) && len(ie.Fields) > 0 {
 		for _, f := range ie.Fields {
-			e.Message += "; " + f.Field + " " + f.Problem
+			// The message often names the field's problem already ("evidence: must be …"): say it once.
+			if !strings.Contains(e.Message, f.Problem) {
+				e.Message += "; " + f.Field + " " + f.Problem
+			}
 		}
 	}
 	v.Refused, v.Form = &e, form
