@@ -82,7 +82,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Cleanup(func() { store.Close() })
 	clock := itemstest.NewClock()
 	ledger, err := items.NewLedger(ctx, store, items.Config{Now: clock.Now, Destinations: map[string]items.Destination{
-		"billing": {Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}}})
+		"billing": {Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"},
+		// slow asks for a person when an item stays unresolved for an hour (unresolved_too_long).
+		"slow": {EscalateAfter: time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,11 @@ import (
 func (e *env) kinds() map[string]string {
 	e.t.Helper()
 	k := map[string]string{}
+	dest := "billing"
 	claim := func(key string, dedupe items.Dedupe, ref string) items.Answer {
 		e.t.Helper()
 		a, err := e.ledger.BeforeWrite(e.ctx, items.BeforeWriteParams{Tenant: "default", Key: key, Fingerprint: fingerprint,
-			Destination: "billing", Dedupe: dedupe, Reference: ref, ExecutionID: "exec-" + key})
+			Destination: dest, Dedupe: dedupe, Reference: ref, ExecutionID: "exec-" + key})
 		if err != nil {
 			e.t.Fatalf("before-write %s: %v", key, err)
 		}
@@ -111,6 +112,27 @@ func (e *env) kinds() map[string]string {
 	}
 	k["settled by a person"] = "k-settled"
 
+	// Unresolved for longer than the destination's escalate_after: a retryable failure (acknowledged by a
+	// person) and an unknown outcome a same-key retry could settle (resolved by a person).
+	dest = "slow"
+	report("k-stalefailed", claim("k-stalefailed", items.DedupeKey, "QT-SF"), items.Evidence{Outcome: items.OutcomeFailed, Class: items.ClassDNS}, "")
+	report("k-staleunknown", claim("k-staleunknown", items.DedupeKey, "QT-SU"), items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}, "")
+	dest = "billing"
+	e.clock.Advance(2 * time.Hour)
+	for _, key := range []string{"k-stalefailed", "k-staleunknown"} {
+		if cause, err := e.ledger.MarkNeedsPerson(e.ctx, "default", key); err != nil || cause != items.CauseStale {
+			e.t.Fatalf("mark %s: %q %v", key, cause, err)
+		}
+	}
+	k["failed retryable, unresolved too long"] = "k-stalefailed"
+	k["unknown, unresolved too long"] = "k-staleunknown"
+
+	// Items of a batch.
+	e.unknownItem("k-batch-0", "QT-B0", "b-1", 0)
+	e.succeededItem("k-batch-1", "b-1", 1)
+	k["unknown, of a batch"] = "k-batch-0"
+	k["succeeded, of a batch"] = "k-batch-1"
+
 	e.claimIn("k-expired", "QT-EX", "exec-ex")
 	e.clock.Advance(time.Hour)
 	k["in flight past its lease"] = "k-expired"
@@ -146,6 +168,8 @@ func TestTheResolveFormOffersExactlyWhatResolveAccepts(t *testing.T) {
 		"unknown, lookup pending, probes absent and failed": settle, "lookup failed": settle, "found by a lookup": nil,
 		"duplicate effect": {items.ResolveAcknowledged}, "acknowledged": nil, "settled by a person": nil,
 		"in flight": nil, "in flight past its lease": settle,
+		"failed retryable, unresolved too long": {items.ResolveAcknowledged}, "unknown, unresolved too long": settle,
+		"unknown, of a batch": settle, "succeeded, of a batch": nil,
 	}
 	c := e.client()
 	csrf := ""
@@ -255,6 +279,8 @@ func TestTheItemPageSaysEveryKindInWords(t *testing.T) {
 		{"failed retryable", "situation", "will be retried"},
 		{"in flight", "situation", "A workflow holds this item"},
 		{"unknown, no dedupe", "timeline", "the outcome is unknown and the destination can neither dedupe nor be searched"},
+		{"failed retryable, unresolved too long", "situation", "nothing has moved for too long"},
+		{"unknown, unresolved too long", "situation", "nothing has moved for too long (no run retried it or looked it up)"},
 	} {
 		body := bodies[w.kind]
 		i := strings.Index(body, `id="`+w.id+`"`)

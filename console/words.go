@@ -144,6 +144,9 @@ func (c *Console) situation(it *items.Item, v *itemView) string {
 		return s + ". Nothing to do unless it keeps failing."
 	case it.State == items.StateFailed:
 		return "The destination refused the write for good: a run with the same key skips it. Nothing here to settle; fix the cause and send it as a new item if it is still wanted."
+	case it.State == items.StateUnknown && it.NeedsPerson && it.NeedsPersonCause == items.CauseStale:
+		return "Nobody knows whether the write happened, and nothing has moved for too long (no run retried it or looked it up). " +
+			"Check the destination (" + it.Destination + "), then record below what you found."
 	case it.State == items.StateUnknown && it.NeedsPerson:
 		return "Nobody knows whether the write happened, and nothing checks it automatically. Check the destination (" + it.Destination +
 			"), then record below what you found."
