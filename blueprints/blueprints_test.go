@@ -84,6 +84,16 @@ func TestCommandHelp(t *testing.T) {
 }
 
 // TestCommandTrimsTrailingSlash: --url https://x/ is the service https://x, as the workflows use it.
+// Without --out, render says what --out is and shows a whole command.
+func TestCommandWithoutOutSaysWhatToGive(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := Command(context.Background(), []string{"render", "--url", "https://companion.example.com"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "--out is required: the folder to write n8n-templates/ and make-templates/ into") ||
+		!strings.Contains(err.Error(), "--out ./my-templates") {
+		t.Fatalf("render without --out: %v", err)
+	}
+}
+
 func TestCommandTrimsTrailingSlash(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer

@@ -227,7 +227,10 @@ companion's sweeper when the lease ends.
    Every companion call maps its URL and its ` + "`Authorization: Bearer …`" + ` header from them, so the token
    is typed in one place and never pasted into the calls (` + "`companion templates render --url … --token …`" + `
    fills both for all files). Make's keychains and connections are per account and cannot be exported in a
-   blueprint, so the Settings modules are the one place.
+   blueprint, so the Settings modules are the one place. Make runs in Make's cloud: the URL must be one its
+   servers reach over the internet, over https (a loopback or private address such as the default SERVICE
+   never answers them), and a companion reachable there runs with tokens (without them it listens on
+   loopback only). The example write's URL below must be reachable from Make in the same way.
 
 ## The slot to replace
 

@@ -135,7 +135,8 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// "https://companion.example.com/" names the same service; the workflows append paths to it.
 	s.ServiceURL = strings.TrimRight(s.ServiceURL, "/")
 	if *out == "" {
-		return errors.New("templates render: --out is required")
+		return errors.New("templates render: --out is required: the folder to write n8n-templates/ and make-templates/ into " +
+			"(e.g. companion templates render --url https://companion.example.com --out ./my-templates)")
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -372,6 +372,9 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		case !ok:
 			w.WriteHeader(http.StatusUnauthorized)
 			v.Error = "unknown token: no token of this service has this secret (check that it was pasted whole)"
+			if strings.Count(r.PostFormValue("token"), ":") >= 3 {
+				v.Error = "unknown token; paste only the secret, the part after the third colon of name:tenant:operator:secret"
+			}
 		case !p.Operator:
 			w.WriteHeader(http.StatusForbidden)
 			v.Error = "the console needs an operator token; " + p.Name + " is a workflow token"

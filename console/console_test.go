@@ -274,8 +274,14 @@ func TestAWorkflowTokenOrAnUnknownTokenCannotSignIn(t *testing.T) {
 			t.Fatalf("a workflow token got a session cookie %+v", ck)
 		}
 	}
-	if resp, body := e.signIn(c, "not-a-token"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "unknown token") {
+	if resp, body := e.signIn(c, "not-a-token"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(body, "unknown token") ||
+		strings.Contains(body, "paste only the secret") {
 		t.Fatalf("an unknown token's sign-in answered %d:\n%s", resp.StatusCode, body)
+	}
+	// The whole configured line pasted instead of its secret: told which part to paste.
+	if resp, body := e.signIn(c, "ops:acme:operator:"+operatorSecret); resp.StatusCode != http.StatusUnauthorized ||
+		!strings.Contains(body, "paste only the secret, the part after the third colon of name:tenant:operator:secret") {
+		t.Fatalf("a whole token line's sign-in answered %d:\n%s", resp.StatusCode, body)
 	}
 	if status, _, _ := e.page(c, "/console/"); status != http.StatusSeeOther {
 		t.Fatalf("the queue answered %d after refused sign-ins, want 303 to sign in", status)
@@ -364,9 +370,17 @@ func TestOpenModeNeedsNoSignInAndResolvesAsLocal(t *testing.T) {
 	e := newEnv(t, envOptions{open: true})
 	e.unknownItem("inv-9", "QT-9", "", 0)
 	c := e.client()
-	status, body, csrf := e.page(c, "/console/")
-	if status != http.StatusOK || !strings.Contains(body, "inv-9") || csrf == "" {
-		t.Fatalf("open mode queue answered %d (csrf %q):\n%s", status, csrf, body)
+	status, body, _ := e.page(c, "/console/")
+	if status != http.StatusOK || !strings.Contains(body, "inv-9") {
+		t.Fatalf("open mode queue answered %d:\n%s", status, body)
+	}
+	// No Sign out: there is no sign-in to go back to (it led straight back here); the header says why.
+	if strings.Contains(body, "Sign out") || !strings.Contains(body, "local · tenant default (open mode: no sign-in)") {
+		t.Errorf("open mode header:\n%s", body)
+	}
+	status, body, csrf := e.page(c, "/console/item?key=inv-9")
+	if status != http.StatusOK || csrf == "" {
+		t.Fatalf("open mode item page answered %d (csrf %q):\n%s", status, csrf, body)
 	}
 	resp, _ := e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-9"}, "outcome": {"not_committed"},
 		"evidence": {"no invoice QT-9 in the billing tool"}}, nil)

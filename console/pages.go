@@ -40,6 +40,7 @@ type page struct {
 	CSRF    string
 	Refresh bool
 	Body    any
+	Open    bool // open mode: no Sign out, as there is no sign-in to go back to
 }
 
 type pageTemplate struct{ t *template.Template }
@@ -98,7 +99,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p 
 }
 
 func (c *Console) frame(s *session, title, nav string, body any) page {
-	p := page{Title: title, Nav: nav, Body: body}
+	p := page{Title: title, Nav: nav, Body: body, Open: c.cfg.Open}
 	if s != nil {
 		p.Who, p.CSRF = &s.who, s.csrf
 	}

@@ -201,6 +201,11 @@ func (s *server) authenticate(c *gin.Context) (Principal, error) {
 	}
 	p, ok := s.auth.lookup(strings.TrimSpace(secret))
 	if !ok {
+		if strings.Count(secret, ":") >= 3 {
+			// Most likely the whole configured line, name:tenant:role:secret, pasted as the bearer.
+			return Principal{}, &items.Error{Code: CodeUnauthorized,
+				Message: "unknown token; send only the secret, the part after the third colon of name:tenant:role:secret"}
+		}
 		return Principal{}, &items.Error{Code: CodeUnauthorized, Message: "unknown token"}
 	}
 	return p, nil

@@ -169,6 +169,9 @@ func decodeCareful(body []byte, prefix string, dst any, known fieldSet) (ps prob
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	tok, err := dec.Token()
+	if err == io.EOF { // nothing but white space: a call that forgot its body, not a JSON text cut short
+		return nil, items.Invalid(prefixed(prefix, "body"), "is empty: send a JSON object")
+	}
 	if err != nil {
 		return nil, malformed(prefix, err)
 	}

@@ -92,6 +92,48 @@ func TestExtraRouteSeesCaller(t *testing.T) {
 	handlerstest.Expect(t, s.Get(handlerstest.WorkflowAcme, "/v1/whoami"), http.StatusForbidden, handlers.CodeForbidden, "")
 }
 
+// A caller that sends the whole configured line, name:tenant:role:secret, as its bearer is told to send
+// only the secret; any other unknown token gets the plain answer.
+func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	r := s.Get("wf-acme:acme:workflow:"+handlerstest.WorkflowAcme, "/v1/items/x")
+	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+	if msg := r.Str("error.message"); msg != "unknown token; send only the secret, the part after the third colon of name:tenant:role:secret" {
+		t.Errorf("whole token line: %q", msg)
+	}
+	r = s.Get("not-a-token", "/v1/items/x")
+	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
+	if msg := r.Str("error.message"); msg != "unknown token" {
+		t.Errorf("unknown token: %q", msg)
+	}
+}
+
+// A call without a body (curl without -d, a node with its body unset) is told so, not that its JSON
+// "ends too early"; a body cut short still is.
+func TestAnEmptyBodySaysItIsEmpty(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	for body, want := range map[string]string{"": "body: is empty: send a JSON object", " \n": "body: is empty: send a JSON object",
+		`{"key":"a","payload":{}`: "body: malformed JSON: it ends too early"} {
+		r := s.Post(handlerstest.WorkflowAcme, "/v1/before-write", body)
+		handlerstest.Expect(t, r, http.StatusBadRequest, items.CodeInvalid, "body")
+		if msg := r.Str("error.message"); msg != want {
+			t.Errorf("body %q: message %q, want %q", body, msg, want)
+		}
+	}
+}
+
+// An after-write with a claim the item never gave (the README's example claim pasted as it is) says
+// which claim to send.
+func TestAForeignClaimSaysWhichClaimToSend(t *testing.T) {
+	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	s.Claim("invoice-742:reminder:2", nil)
+	r := s.AfterWrite(map[string]any{"key": "invoice-742:reminder:2", "claim": "c_b4d838697893d48b1d1bc396", "outcome": "succeeded"})
+	handlerstest.Expect(t, r, http.StatusConflict, items.CodeConflict, "")
+	if msg := r.Str("error.message"); msg != "claim: not a claim of this item; send the claim of its before-write answer (proceed)" {
+		t.Errorf("message %q", msg)
+	}
+}
+
 func TestWithoutTokensAndNotOpenEveryoneIsRefused(t *testing.T) {
 	ledger, err := items.NewLedger(context.Background(), openSQLite(t), items.Config{})
 	if err != nil {

@@ -567,7 +567,7 @@ func reportDigest(p AfterWriteParams) string {
 func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item, Report, error) {
 	att := it.attemptByClaim(p.Claim)
 	if att == nil {
-		return nil, Report{}, &Error{Code: CodeConflict, Message: "claim: not a claim of this item"}
+		return nil, Report{}, &Error{Code: CodeConflict, Message: "claim: not a claim of this item; send the claim of its before-write answer (proceed)"}
 	}
 	rep := Report{Attempt: att.Number}
 	digest := reportDigest(p)

@@ -331,5 +331,15 @@ func TestReadOnlyDataDirStopsTheStart(t *testing.T) {
 			strings.Contains(stderr.String(), "serving on") {
 			t.Fatalf("%s: exit %d:\n%s", dir, exit.ExitCode(), &stderr)
 		}
+		// It says what is wrong and what to do in plain words, not SQLite's "unable to open database file
+		// (14)" under the name of an internal step.
+		for _, want := range []string{"cannot create files in it (permission denied)", "give this user write access to it", "--data-dir"} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("%s: the error lacks %q:\n%s", dir, want, &stderr)
+			}
+		}
+		if strings.Contains(stderr.String(), "sqlitestore") || strings.Contains(stderr.String(), "(14)") {
+			t.Errorf("%s: the error speaks of the store's internals:\n%s", dir, &stderr)
+		}
 	}
 }

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -123,7 +125,8 @@ func TestRefusesNonLoopbackWithoutTokens(t *testing.T) {
 			p.Close()
 			t.Fatalf("%s: started without tokens", addr)
 		}
-		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") {
+		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") ||
+			!strings.Contains(err.Error(), "e.g. COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more") {
 			t.Errorf("%s: %v", addr, err)
 		}
 		if cli.ExitCode(err) != 1 {
@@ -277,6 +280,17 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"unset secret env", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_env: NOT_SET\n", []string{"line 5", "tokens[0].secret_env", "NOT_SET"}},
 		{"bad role", "tokens:\n  - name: a\n    tenant: acme\n    role: admin\n    secret_env: HOME_SECRET\n", []string{"line 4", "tokens[0].role", `"admin" is not one of workflow, operator`}},
 		{"malformed YAML", "destinations:\n  billing:\n   dedupe: key\n  - x\n", []string{"line"}},
+		// One start names every problem of the file, in line order: an unknown field does not hide the
+		// others (docs/configuration.md shows both lines of such a file).
+		{"unknown field and bad value together", "defaults:\n  max_attempt: 3\ndestinations:\n  billing:\n    dedupe: maybe\n",
+			[]string{"line 2: defaults.max_attempt: unknown field (did you mean max_attempts?)\n  line 5: destinations.billing.dedupe: \"maybe\" is not one of key, lookup, none"}},
+		{"bad value before an unknown field", "destinations:\n  billing:\n    dedupe: maybe\n    max_attempt: 3\n",
+			[]string{"line 3: destinations.billing.dedupe: \"maybe\" is not one of key, lookup, none\n  line 4: destinations.billing.max_attempt: unknown field"}},
+		// The YAML parser's own words get the likely cause.
+		{"tab indent", "defaults:\n\tdedupe: key\n", []string{"line 2", "line 2 holds a tab: YAML indents with spaces only"}},
+		{"indentation", "defaults:\n  dedupe: key\n   max_attempts: 3\n", []string{"line 3", "check this line's indentation"}},
+		{"colon in a value", "destinations:\n  billing:\n    check_hint: search: the billing tool\n", []string{"line 3", `a value that holds ": " needs quotes`}},
+		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
 		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
 			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
@@ -302,6 +316,65 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 				t.Errorf("the ledger was opened before the config was checked")
 			}
 		})
+	}
+}
+
+// A port already taken (another companion serve, most likely) says so and names the flag to change.
+func TestAddressInUseSaysWhatToDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+	err = p.Run(context.Background(), []string{"serve", "--addr", addr})
+	if err == nil {
+		p.Close()
+		t.Fatal("started on an address in use")
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(port)
+	for _, want := range []string{"cannot listen on " + addr + ": the address is already in use", "--addr (COMPANION_ADDR)",
+		"--addr 127.0.0.1:" + strconv.Itoa(n+1)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+}
+
+// An --addr that is not host:port says what it most likely meant.
+func TestMalformedAddrSuggestsHostPort(t *testing.T) {
+	for addr, want := range map[string]string{"8080": "--addr 127.0.0.1:8080", "localhost": "--addr localhost:8080",
+		"http://127.0.0.1:8080": "--addr 127.0.0.1:8080", "http://localhost:9000/": "--addr localhost:9000"} {
+		p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+		err := p.Run(context.Background(), []string{"serve", "--addr", addr})
+		if err == nil {
+			p.Close()
+			t.Fatalf("started on --addr %s", addr)
+		}
+		if !strings.Contains(err.Error(), "give host:port, e.g. "+want) {
+			t.Errorf("--addr %s: %v; want the suggestion %q", addr, err, want)
+		}
+	}
+}
+
+// A data dir that is a file, not a directory, is named as such (not as a failed mkdir or SQLite error).
+func TestDataDirThatIsAFileSaysSo(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "companion-data")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"--addr", "127.0.0.1:0", "--data-dir", file})
+	if err == nil {
+		p.Close()
+		t.Fatal("started on a data dir that is a file")
+	}
+	for _, want := range []string{"cannot open the ledger in data dir " + file + ": it is a file, not a directory", "--data-dir (COMPANION_DATA_DIR)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
 	}
 }
 
@@ -349,6 +422,18 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 	for _, args := range [][]string{{"frobnicate"}, {"serve", "--nope"}, {"version", "extra"}, {"--addr", "no-port"}, {"help", "frobnicate"}} {
 		if _, err := run(args...); cli.ExitCode(err) != 2 {
 			t.Errorf("%v: exit code %d (%v), want 2", args, cli.ExitCode(err), err)
+		}
+	}
+	// A mistyped flag is named with the flag it most likely meant.
+	for args, want := range map[string]string{
+		"serve --adr 127.0.0.1:0":  `serve: unknown flag --adr (did you mean --addr? run "companion serve --help")`,
+		"serve --data_dir x":       `serve: unknown flag --data_dir (did you mean --data-dir?`,
+		"items list --need-person": `items list: unknown flag --need-person (did you mean --needs-person?`,
+		"serve --frobnicate":       `serve: unknown flag --frobnicate (run "companion serve --help" for its flags)`,
+	} {
+		_, err := run(strings.Fields(args)...)
+		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {
+			t.Errorf("%s: %v (exit %d); want %q", args, err, cli.ExitCode(err), want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/url"
 	"os"
 	"reflect"
@@ -151,6 +152,7 @@ func (p *configProblems) err() error {
 	if len(p.list) == 0 {
 		return nil
 	}
+	slices.SortStableFunc(p.list, func(a, b string) int { return problemLine(a) - problemLine(b) })
 	return fmt.Errorf("config %s:\n  %s", p.path, strings.Join(p.list, "\n  "))
 }
 
@@ -181,12 +183,20 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
+	probs := &configProblems{path: path}
 	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
 		var root yaml.Node
 		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
-		return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(yamlProblems(err, &root), "\n  "))
+		problems := yamlProblems(err, &root, b)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			// Not YAML: nothing was decoded, so there is nothing more to check.
+			return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(problems, "\n  "))
+		}
+		// An unknown field or a misplaced list: the rest was decoded, and its own problems are told in
+		// the same run, so that one start names every problem of the file, not one per try.
+		probs.list = problems
 	}
-	probs := &configProblems{path: path}
 	lookups := map[string]probes.Lookup{}
 	if fc.Defaults.Lookup != nil {
 		probs.add(fc.Defaults.Lookup.line(), "defaults.lookup", "a lookup belongs to one destination; give it under destinations.<name>.lookup")
@@ -263,7 +273,18 @@ func checkPublicURL(s string) error {
 	return nil
 }
 
+// problemLine is the line a problem names ("line 7: …"), or a line after every other when it names none.
+func problemLine(problem string) int {
+	if m := problemAt.FindStringSubmatch(problem); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return n
+		}
+	}
+	return math.MaxInt32
+}
+
 var (
+	problemAt    = regexp.MustCompile(`^line (\d+):`)
 	unknownField = regexp.MustCompile(`^line (\d+): field (\S+) not found in type \S+$`)
 	wrongKind    = regexp.MustCompile("^line (\\d+): cannot unmarshal !!(\\w+) (?:`[^`]*` )?into (\\S+)$")
 )
@@ -271,10 +292,10 @@ var (
 // yamlProblems rewrites the YAML decoder's messages in the file's terms ("line 7:
 // destinations.billing.dedup: unknown field (did you mean dedupe?)") instead of Go's. root is the
 // file's node tree, in which an unknown field's path is found.
-func yamlProblems(err error, root *yaml.Node) []string {
+func yamlProblems(err error, root *yaml.Node, text []byte) []string {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+		return []string{syntaxProblem(strings.TrimPrefix(err.Error(), "yaml: "), text)}
 	}
 	kinds := map[string]string{"seq": "a list", "map": "a mapping", "str": "text", "int": "a number", "bool": "true or false"}
 	out := make([]string, len(te.Errors))
@@ -296,6 +317,32 @@ func yamlProblems(err error, root *yaml.Node) []string {
 		out[i] = e
 	}
 	return out
+}
+
+// syntaxProblem adds, to a YAML parser's message, the likely cause in a person's terms: the parser
+// names what it met ("found character that cannot start any token"), not what the writer did.
+func syntaxProblem(problem string, text []byte) string {
+	lines := strings.Split(string(text), "\n")
+	tabAt := 0
+	if n := problemLine(problem); n != math.MaxInt32 {
+		for i := min(n, len(lines)); i >= 1 && i >= n-2; i-- { // the parser may name a line after the tab's
+			if l := lines[i-1]; strings.Contains(l[:len(l)-len(strings.TrimLeft(l, " \t"))], "\t") {
+				tabAt = i
+				break
+			}
+		}
+	}
+	switch {
+	case tabAt > 0:
+		return fmt.Sprintf("%s (line %d holds a tab: YAML indents with spaces only)", problem, tabAt)
+	case strings.Contains(problem, "mapping values are not allowed"):
+		return problem + " (check this line's indentation against the lines above it; a value that holds \": \" needs quotes)"
+	case strings.Contains(problem, "did not find expected key"), strings.Contains(problem, "did not find expected '-'"):
+		return problem + " (check the indentation of this line and the lines above it)"
+	case strings.Contains(problem, "found unexpected end of stream"):
+		return problem + " (a quote opened and never closed?)"
+	}
+	return problem
 }
 
 // unknownFieldProblem says where the unknown field name on line is ("destinations.billing.max_attempt")

@@ -264,6 +264,14 @@ func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
 		m.usage(fs)
 		return true, nil
 	case err != nil:
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			var known []string
+			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
+			if guess := nearest(name, known); guess != "" {
+				return true, usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", fs.name, name, guess, fs.name)
+			}
+			return true, usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", fs.name, name, fs.name)
+		}
 		return true, usageErrorf("%s: %v (run \"companion %s --help\")", fs.name, err, fs.name)
 	case fs.NArg() > 0:
 		return true, usageErrorf("%s: unexpected argument %q (run \"companion %s --help\")", fs.name, fs.Arg(0), fs.name)

@@ -39,7 +39,10 @@ type apiClient struct {
 func (m *Main) client() (*apiClient, error) {
 	base := strings.TrimRight(m.env("COMPANION_URL", "http://127.0.0.1:8080"), "/")
 	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL", base)
+		if !strings.Contains(base, "://") && base != "" {
+			return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL; write it with its scheme, e.g. COMPANION_URL=http://%s", base, base)
+		}
+		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL such as http://127.0.0.1:8080", base)
 	}
 	return &apiClient{base: base, token: m.Getenv("COMPANION_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}, nil
 }
@@ -102,6 +105,9 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 			e.Error.hint = fmt.Sprintf("The service at %s has tokens: set COMPANION_TOKEN to the secret of an operator token "+
 				"(the last part of name:tenant:operator:secret in its COMPANION_TOKENS).", c.base)
+		case resp.StatusCode == http.StatusUnauthorized && strings.Count(c.token, ":") >= 3:
+			e.Error.hint = "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only, " +
+				"the part after the third colon."
 		case resp.StatusCode == http.StatusUnauthorized:
 			e.Error.hint = fmt.Sprintf("The service at %s knows no token with the secret in COMPANION_TOKEN: check it against "+
 				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
@@ -168,7 +174,8 @@ type apiItem struct {
 const itemsSynopsis = `Lists, shows and resolves items through the operator API.
 
   companion items list [--state unknown,failed] [--needs-person] [--destination D] [--workflow W]
-                       [--batch B] [--owner O] [--older-than 4h] [--limit N] [--cursor C] [--all] [--json]
+                       [--batch B] [--execution E] [--reference R] [--owner O] [--older-than 4h]
+                       [--limit N] [--cursor C] [--all] [--json]
   companion items show KEY [--json]
   companion items resolve KEY --outcome succeeded|not_committed|acknowledged --evidence "what you checked and found"
                        [--external-id ID] [--json]
@@ -196,12 +203,27 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
 }
 
-// keyAndFlags splits "KEY --flag …" (the key may come before or after the flags).
+// keyAndFlags splits "KEY --flag …": the key when it comes first, and the rest.
 func keyAndFlags(args []string) (string, []string) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		return args[0], args[1:]
 	}
 	return "", args
+}
+
+// parseKeyed parses the flags of a command that takes one KEY, given before, between or after the
+// flags ("items resolve --outcome succeeded --evidence '…' KEY" as well as "items resolve KEY --outcome …").
+func (m *Main) parseKeyed(fs *flagSet, args []string) (key string, done bool, err error) {
+	key, rest := keyAndFlags(args)
+	if key == "" {
+		// Flag parsing stops at the first argument that is not a flag: that is the key; the flags after it
+		// are parsed below (help and errors are reported there, the flags parsed here are kept).
+		if fs.Parse(rest) == nil && fs.NArg() > 0 {
+			key, rest = fs.Arg(0), fs.Args()[1:]
+		}
+	}
+	done, err = m.parse(fs, rest)
+	return key, done, err
 }
 
 // optionalBool is a flag that is unset, true or false: --needs-person, --needs-person=false.
@@ -358,10 +380,10 @@ func writeJSON(w io.Writer, v any) error {
 }
 
 func (m *Main) itemsShow(ctx context.Context, args []string) error {
-	key, rest := keyAndFlags(args)
 	fs := m.newFlags("items show", itemsSynopsis)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if done, err := m.parse(fs, rest); done {
+	key, done, err := m.parseKeyed(fs, args)
+	if done {
 		return err
 	}
 	if key == "" {
@@ -481,13 +503,13 @@ func parens(s string) string {
 }
 
 func (m *Main) itemsResolve(ctx context.Context, args []string) error {
-	key, rest := keyAndFlags(args)
 	fs := m.newFlags("items resolve", itemsSynopsis)
 	outcome := fs.String("outcome", "", "`succeeded` (the effect exists), not_committed (it certainly does not) or acknowledged (seen; nothing changes)")
 	evidence := fs.String("evidence", "", "what you checked and what you found (at least 10 characters)")
 	externalID := fs.String("external-id", "", "the destination's `id` of the record, when you found it")
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	if done, err := m.parse(fs, rest); done {
+	key, done, err := m.parseKeyed(fs, args)
+	if done {
 		return err
 	}
 	switch {

@@ -5,11 +5,13 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -95,10 +97,19 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err != nil || out != "resolved inv-1 as succeeded: now succeeded\n" {
 		t.Fatalf("items resolve: %v %q", err, out)
 	}
-	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
-	if err != nil || !strings.HasPrefix(out, "inv-1 was already resolved as succeeded by anna at ") ||
-		!strings.HasSuffix(out, "with the same evidence; nothing changed (state succeeded)\n") {
-		t.Fatalf("repeated resolve: %v %q", err, out)
+	// The repeat, with the KEY after the flags and between them, as a newcomer may well write it.
+	for _, args := range [][]string{
+		{"items", "resolve", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88", "inv-1"},
+		{"items", "resolve", "--outcome", "succeeded", "inv-1", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88"},
+	} {
+		out, err = run(t, env, args...)
+		if err != nil || !strings.HasPrefix(out, "inv-1 was already resolved as succeeded by anna at ") ||
+			!strings.HasSuffix(out, "with the same evidence; nothing changed (state succeeded)\n") {
+			t.Fatalf("repeated resolve %q: %v %q", args, err, out)
+		}
+	}
+	if out, err = run(t, env, "items", "show", "--json", "inv-1"); err != nil || !strings.Contains(out, `"key": "inv-1"`) && !strings.Contains(out, `"key":"inv-1"`) {
+		t.Fatalf("items show --json KEY: %v\n%s", err, out)
 	}
 	_, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "not_committed", "--evidence", "looked again: no invoice after all")
 	if err == nil || !strings.Contains(err.Error(), "conflict (HTTP 409)") || !strings.Contains(err.Error(), "(resolved as succeeded by anna at ") {
@@ -140,6 +151,10 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "forbidden (HTTP 403)") || !strings.Contains(err.Error(), "needs one of role operator") {
 		t.Fatalf("stats with a workflow token: %v", err)
 	}
+	_, err = run(t, map[string]string{"COMPANION_URL": strings.TrimPrefix(env["COMPANION_URL"], "http://")}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "e.g. COMPANION_URL="+env["COMPANION_URL"]) {
+		t.Fatalf("stats with COMPANION_URL without its scheme: %v", err)
+	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
 		t.Fatalf("stats without COMPANION_TOKEN: %v", err)
@@ -147,6 +162,11 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "not-a-known-secret-0000"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
 		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "anna:acme:operator:op-secret-0123456789"}, "stats")
+	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") ||
+		!strings.Contains(err.Error(), "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only") {
+		t.Fatalf("stats with a whole token line in COMPANION_TOKEN: %v", err)
 	}
 
 	out, err = run(t, env, "stats")
@@ -172,6 +192,26 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	_, err = run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "cannot reach companion at http://127.0.0.1:1") {
 		t.Fatalf("unreachable service: %v", err)
+	}
+}
+
+// "companion items --help" is the one place that shows all three subcommands: it names every flag of
+// each, so that a newcomer does not learn of --execution or --reference only from the docs.
+func TestItemsHelpNamesEveryFlag(t *testing.T) {
+	overview, err := run(t, nil, "items", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"list", "show", "resolve"} {
+		help, err := run(t, nil, "items", sub, "--help")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^  -([a-z-]+)`).FindAllStringSubmatch(help, -1) {
+			if !strings.Contains(overview, "--"+m[1]) {
+				t.Errorf("items --help does not name items %s --%s:\n%s", sub, m[1], overview)
+			}
+		}
 	}
 }
 
@@ -245,6 +285,28 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 	if !strings.Contains(svc.err.String(), "alerts Slack http://127.0.0.1:1/api/") {
 		t.Errorf("start line does not name Slack:\n%s", svc.err)
 	}
+	if strings.Contains(svc.err.String(), "names no owner") {
+		t.Errorf("the start line warns of no owner though the config names some:\n%s", svc.err)
+	}
+	// Slack set up, but no owner anywhere in the config: the start line says that the alerts will go to
+	// the log, and what to set, instead of leaving a newcomer to wait for a Slack message that never comes.
+	for i, yaml := range []string{"", "destinations:\n  billing:\n    dedupe: key\n"} {
+		env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(dir, fmt.Sprintf("n%d", i)),
+			"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_SIGNING_SECRET": "signing", "SLACK_API_URL": "http://127.0.0.1:1/api/"}
+		if yaml != "" {
+			env["COMPANION_CONFIG"] = filepath.Join(dir, "no-owner.yaml")
+			if err := os.WriteFile(env["COMPANION_CONFIG"], []byte(yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := start(t, env)
+		for _, want := range []string{"alerts Slack http://127.0.0.1:1/api/ (but the config names no owner", "go to the log",
+			"set defaults.owner or alerts.default_owner"} {
+			if !strings.Contains(p.err.String(), want) {
+				t.Errorf("config %q: the start line lacks %q:\n%s", yaml, want, p.err)
+			}
+		}
+	}
 	status, _ := call(t, svc, "POST", "/v1/slack/actions", "", "")
 	if status != 415 {
 		t.Errorf("the Slack endpoint answered %d to a request without a form, want 415", status)
@@ -260,7 +322,8 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 		{"empty route", nil, "alerts:\n  routes:\n    - workflow: billing\n", []string{"line 3", "alerts.routes[0]", "names no owner"}},
 		{"bad escalate_after", nil, "alerts:\n  routes:\n    - owner: U1\n      escalate_after: soon\n", []string{"line 4", "escalate_after"}},
 		{"only a token", map[string]string{"SLACK_BOT_TOKEN": "xoxb-1"}, "", []string{"SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"}},
-		{"bad schedule", map[string]string{"COMPANION_SWEEP_EVERY": "every minute"}, "", []string{"--sweep-every"}},
+		{"bad schedule", map[string]string{"COMPANION_SWEEP_EVERY": "every minute"}, "", []string{"--sweep-every", `five cron fields ("*/2 * * * *") or a descriptor ("@every 30s"`}},
+		{"duration as schedule", map[string]string{"COMPANION_SWEEP_EVERY": "30s"}, "", []string{"--sweep-every", `did you mean "@every 30s"?`}},
 		{"relative public_url", nil, "public_url: companion.example.com\n", []string{"line 1", "public_url", "absolute http(s) URL"}},
 		{"public_url with a query", nil, "public_url: https://c.example.com/?a=1\n", []string{"line 1", "public_url", "plain base URL"}},
 		{"bad COMPANION_PUBLIC_URL", map[string]string{"COMPANION_PUBLIC_URL": "ftp://c.example.com"}, "", []string{"COMPANION_PUBLIC_URL", "absolute http(s) URL"}},

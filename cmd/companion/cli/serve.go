@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -12,7 +13,9 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
@@ -84,10 +87,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
-		return usageErrorf("--sweep-every: %v", err)
+		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
+			return usageErrorf("--sweep-every: %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
+		}
+		return usageErrorf("--sweep-every: %v; write five cron fields (\"*/2 * * * *\") or a descriptor (\"@every 30s\", \"@hourly\")", err)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
-		return usageErrorf("--addr %q: %v", o.addr, err)
+		return usageErrorf("--addr %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
 	}
 	if o.debugAddr != "" && !loopback(o.debugAddr) {
 		return usageErrorf("--debug-addr %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
@@ -109,7 +115,9 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 	if len(tokens) == 0 && !loopback(o.addr) {
 		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
-			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), "+
+			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), e.g. "+
+			"COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more "+
+			"(openssl rand -hex 16 prints one; callers send the secret alone as Bearer), "+
 			"or listen on a loopback address such as 127.0.0.1:8080", o.addr)
 	}
 
@@ -136,7 +144,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		store.Close()
-		return fmt.Errorf("cannot listen on %s: %w", o.addr, err)
+		return listenError(o.addr, "--addr (COMPANION_ADDR)", err)
 	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
@@ -315,11 +323,92 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 	if err != nil {
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)
 	}
+	if err := dataDirWritable(dir); err != nil {
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; give this user write access to it, "+
+			"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
+	}
 	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()))
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
 	return s, "sqlite " + s.Path(), nil
+}
+
+// dataDirWritable says, in plain words, why this user cannot keep the ledger in an existing data dir:
+// without it, SQLite's own words ("unable to open database file (14)", under the name of the step
+// that met them first) are all a newcomer sees. A dir that does not exist yet is left to the store,
+// which creates it (and says so when it cannot).
+func dataDirWritable(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return errors.New("it is a file, not a directory")
+	}
+	f, err := os.CreateTemp(dir, ".companion-write-check-*")
+	if err != nil {
+		return fmt.Errorf("this user (uid %d) cannot create files in it (%w)", os.Geteuid(), errors.Unwrap(err))
+	}
+	f.Close()
+	_ = os.Remove(f.Name())
+	for _, name := range []string{sqlitestore.FileName, sqlitestore.FileName + "-wal", sqlitestore.FileName + "-shm"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("this user (uid %d) cannot write %s (%w)", os.Geteuid(), name, errors.Unwrap(err))
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// listenError says why a command cannot listen on addr and what to do about it; flag names the setting
+// that chooses the address ("--addr (COMPANION_ADDR)").
+func listenError(addr, flag string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return fmt.Errorf("cannot listen on %s: the address is already in use (another companion, or another program, "+
+			"listens there): stop it, or choose another address with %s, e.g. --addr %s", addr, flag, nextPort(addr))
+	case errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("cannot listen on %s: this user may not listen on that port (ports below 1024 need privileges): "+
+			"choose a port of 1024 or above with %s", addr, flag)
+	}
+	return fmt.Errorf("cannot listen on %s: %w", addr, err)
+}
+
+// addrSuggestion is the host:port a malformed --addr most likely meant: a port alone on loopback
+// ("8080"), a host alone on port 8080 ("localhost"), a URL without its scheme and path.
+func addrSuggestion(addr string) string {
+	a := addr
+	if _, rest, ok := strings.Cut(a, "://"); ok {
+		a = rest
+	}
+	a, _, _ = strings.Cut(a, "/")
+	if _, _, err := net.SplitHostPort(a); err == nil {
+		return a
+	}
+	if n, err := strconv.Atoi(strings.TrimPrefix(a, ":")); err == nil && n > 0 && n < 65536 {
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(n))
+	}
+	if a != "" && !strings.Contains(a, ":") {
+		return net.JoinHostPort(a, "8080")
+	}
+	return "127.0.0.1:8080"
+}
+
+// nextPort is addr with the port after its own (127.0.0.1:8081 for 127.0.0.1:8080), for a suggestion.
+func nextPort(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n <= 0 || n >= 65535 {
+		return "127.0.0.1:8081"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1))
 }
 
 // logger writes JSON lines, or text when standard error is a terminal (a person is reading).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -146,6 +147,11 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if o.items > 0 {
 		run = newBenchRun(u, o, roots, m.proxyFunc())
 		before, err := run.serviceCPU(ctx)
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			// Nothing listens there: a run would only count every call as an error.
+			return fmt.Errorf("bench: cannot reach companion at %s (--url, or COMPANION_URL): %v; start it (companion serve) "+
+				"or point --url at it", base, op)
+		}
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
 		}
@@ -553,15 +559,17 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 	w.Flush()
 	if run != nil && floor.ItemsPerSecond() > 0 {
 		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
+		end := ")." // closes the floor's parenthesis
 		if len(halves) == 2 {
 			b, a := halves[0].ItemsPerSecond(), halves[1].ItemsPerSecond()
 			fmt.Fprintf(m.Stdout, "; %.0f before the run, %.0f after it", b, a)
 			if lo, hi := min(a, b), max(a, b); lo > 0 && hi/lo > 1.5 {
 				fmt.Fprintf(m.Stdout, ").\nThe floor moved %.1f× between before and after the run: the disk's fsync latency changed, so\n"+
 					"this ratio is uncertain (%.2f× to %.2f×); run again, or compare several runs", hi/lo, rate/hi, rate/lo)
+				end = "." // the parenthesis was closed above
 			}
 		}
-		fmt.Fprintln(m.Stdout, ").")
+		fmt.Fprintln(m.Stdout, end)
 	}
 	switch {
 	case run == nil:

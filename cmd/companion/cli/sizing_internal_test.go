@@ -62,7 +62,7 @@ func TestBenchSummaryComparesTheFloorsHalves(t *testing.T) {
 			[]string{"4000 items/s is 3.60× the floor (1111 items/s; 1000 before the run, 1250 after it)."}, "uncertain"},
 		{"moved", []sqlitestore.FloorResult{half(1000, time.Second), half(1000, 400*time.Millisecond)},
 			[]string{"4000 items/s is 2.80× the floor (1429 items/s; 1000 before the run, 2500 after it).",
-				"The floor moved 2.5× between before and after the run", "this ratio is uncertain (1.60× to 4.00×)"}, ""},
+				"The floor moved 2.5× between before and after the run", "this ratio is uncertain (1.60× to 4.00×); run again, or compare several runs.\n"}, "runs)."},
 		{"floor alone", []sqlitestore.FloorResult{half(1000, time.Second)}, []string{"floor (2 fsync'd SQLite commits/item)"}, "×"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

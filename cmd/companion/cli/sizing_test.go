@@ -167,3 +167,22 @@ func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
 		t.Errorf("bench against a service that answers 503: %v\n%s", err, out)
 	}
 }
+
+// A bench against an address where nothing listens stops at once and says so, instead of running every
+// call into an error and printing a table of zeros.
+func TestBenchWithNoServiceSaysSo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // a port nothing listens on
+	out, err := run(t, map[string]string{"COMPANION_URL": "http://" + addr}, "bench", "--items", "5", "--callers", "1")
+	if err == nil || !strings.Contains(err.Error(), "bench: cannot reach companion at http://"+addr+" (--url, or COMPANION_URL)") ||
+		!strings.Contains(err.Error(), "start it (companion serve)") {
+		t.Errorf("bench with no service: %v", err)
+	}
+	if strings.Contains(out, "items/s") {
+		t.Errorf("bench with no service printed a summary:\n%s", out)
+	}
+}

@@ -147,6 +147,10 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		}
 		notifier = slack
 		out.where = "Slack " + slackCfg.APIURL
+		if !namesAnOwner(ledger.Config(), routing) {
+			out.where += " (but the config names no owner: only the items whose before-write gives an \"owner\" reach Slack, " +
+				"the others' alerts go to the log; set defaults.owner or alerts.default_owner to a Slack user id U… or channel id C…)"
+		}
 	}
 	// A message being posted at a stop gets half the stop's time to land, so that recording it and giving
 	// back the claims left end before serve closes the store.
@@ -160,6 +164,25 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		}
 	}
 	return out, nil
+}
+
+// namesAnOwner reports whether the configuration gives any item an owner to alert: the defaults, a
+// destination, a route or the routing's default owner. Without one, Slack is set up but silent.
+func namesAnOwner(cfg items.Config, routing alerts.Routing) bool {
+	if cfg.Defaults.Owner != "" || routing.DefaultOwner != "" {
+		return true
+	}
+	for _, d := range cfg.Destinations {
+		if d.Owner != "" {
+			return true
+		}
+	}
+	for _, r := range routing.Routes {
+		if r.Owner != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // handlersConfig adds the operator surface to the HTTP service's configuration.

@@ -2,6 +2,9 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"strings"
+	"syscall"
 
 	"github.com/replaysafe/companion/blueprints"
 	"github.com/replaysafe/companion/sandbox"
@@ -22,9 +25,29 @@ func (m *Main) receiver(ctx context.Context, args []string) error {
 		}
 	}
 	m.keepRunning(ctx, "receiver", func(ctx context.Context) error {
-		return sandbox.Command(ctx, args, m.Stdout, m.Stderr)
+		return receiverError(args, sandbox.Command(ctx, args, m.Stdout, m.Stderr))
 	})
 	return nil
+}
+
+// receiverError words the receiver's error for the command line: without the "receiver: " that the
+// running part's name already gives it, and with what to do when its address is taken.
+func receiverError(args []string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) {
+		addr := "127.0.0.1:9090" // the receiver's default; its flags are the sandbox's, so --addr is found by hand
+		for i, a := range args {
+			if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "addr="); ok && strings.HasPrefix(a, "-") {
+				addr = v
+			} else if (a == "--addr" || a == "-addr") && i+1 < len(args) {
+				addr = args[i+1]
+			}
+		}
+		return listenError(addr, "--addr", err)
+	}
+	return errors.New(strings.TrimPrefix(err.Error(), "receiver: "))
 }
 
 func (m *Main) templates(ctx context.Context, args []string) error {

@@ -2,10 +2,12 @@ package cli_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,5 +62,35 @@ func TestTemplatesRender(t *testing.T) {
 	})
 	if found < 4 {
 		t.Errorf("%d rendered templates name the given URL, want at least 4", found)
+	}
+}
+
+// A receiver whose address is taken says so once ("receiver: …", not "receiver: receiver: …") and
+// names the flag that moves it; its other errors lose the doubled prefix too.
+func TestReceiverErrorsSayWhatToDo(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", ln.Addr().String()}, "receiver: cannot listen on " + ln.Addr().String() + ": the address is already in use"},
+		{[]string{"--addr=" + ln.Addr().String()}, "choose another address with --addr, e.g. --addr 127.0.0.1:"},
+		{[]string{"--addr", "127.0.0.1:0", "--dedupe", "maybe"}, `receiver: sandbox: dedupe must be "key" or "none", not "maybe"`},
+	} {
+		p := newProgram(nil)
+		if err := p.Run(context.Background(), append([]string{"receiver"}, tc.args...)); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := p.Wait(ctx)
+		cancel()
+		p.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "receiver: receiver:") {
+			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
+		}
 	}
 }
