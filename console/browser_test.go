@@ -152,8 +152,9 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	timeline = get(t, ctx, "open item", chromedp.Text(chromedp.ID("timeline")))
 	idem = get(t, ctx, "open item", chromedp.Text(chromedp.ID("idem")))
 	flat := strings.Join(strings.Fields(timeline), " ")
-	for _, want := range []string{"Claimed state → in_flight execution exec-inv-742", "Report after the write",
-		"outcome unknown evidence class timeout", "Needs a person reason unknown_no_dedupe"} {
+	for _, want := range []string{"Claimed state → in flight execution exec-inv-742", "Report after the write",
+		"outcome unknown: the workflow does not know unknown error no answer in time: the request may have been written timeout",
+		"Needs a person why the outcome is unknown and the destination can neither dedupe nor be searched unknown_no_dedupe"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("timeline lacks %q:\n%s", want, timeline)
 		}
@@ -163,17 +164,20 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	}
 	screenshot(t, ctx, shots, "item")
 
-	// The contract refuses an acknowledgement of an unknown item; the page says why and keeps the evidence.
+	// An unknown item is offered committed and not committed, never acknowledged (the contract refuses it).
+	if n := get(t, ctx, "offered outcomes", chromedp.Evaluate[int](`document.querySelectorAll('input[name=outcome]').length`)); n != 2 {
+		t.Errorf("the form offers %d outcomes for an unknown item, want 2", n)
+	}
+	// The contract refuses evidence under 10 characters; the page says why and keeps the evidence.
 	var refused, kept string
 	run(t, ctx, "refused resolution",
-		chromedp.Click(chromedp.ID("outcome-acknowledged")),
-		chromedp.SendKeys(chromedp.ID("evidence"), "Found INV-742 twice in the billing tool"),
+		chromedp.Click(chromedp.ID("outcome-not-committed")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "no INV"),
 		chromedp.Click(chromedp.ID("resolve-submit")),
 		chromedp.WaitVisible(chromedp.ID("refused")))
 	refused = get(t, ctx, "refused resolution", chromedp.Text(chromedp.ID("refused")))
 	kept = get(t, ctx, "refused resolution", chromedp.Value(chromedp.ID("evidence")))
-	if !strings.Contains(refused, "409 conflict") || !strings.Contains(refused, "can be acknowledged; this item is unknown") ||
-		kept != "Found INV-742 twice in the billing tool" {
+	if !strings.Contains(refused, "400 invalid_request") || !strings.Contains(refused, "at least 10 characters") || kept != "no INV" {
 		t.Fatalf("refusal shows %q, evidence kept %q", refused, kept)
 	}
 	screenshot(t, ctx, shots, "item-refused")
@@ -274,5 +278,40 @@ func TestBrowserQueueRefreshesItself(t *testing.T) {
 	n = get(t, ctx, "refreshed", chromedp.Evaluate[int](`document.querySelectorAll("tr.queue-row").length`))
 	if n != 0 {
 		t.Fatalf("%d rows after the refresh", n)
+	}
+}
+
+// TestBrowserEveryKindOfItemSaysWhatToDo opens an item of every kind in chromium: each says what its state
+// means and what to do next, offers exactly the outcomes resolve accepts, and a duplicate effect is
+// acknowledged from its page.
+func TestBrowserEveryKindOfItemSaysWhatToDo(t *testing.T) {
+	ctx := browser(t)
+	e := newEnv(t, envOptions{open: true})
+	k := e.kinds()
+	for kind, key := range k {
+		run(t, ctx, kind, chromedp.Navigate(e.srv.URL+"/console/item?key="+key+"&norefresh=1"), chromedp.WaitVisible(chromedp.ID("situation")))
+		situation := get(t, ctx, kind, chromedp.Text(chromedp.ID("situation")))
+		n := get(t, ctx, kind, chromedp.Evaluate[int](`document.querySelectorAll('input[name=outcome]').length`))
+		if len(situation) < 30 {
+			t.Errorf("%s: the page says %q of what to do", kind, situation)
+		}
+		if offers := n > 0; offers != strings.Contains(situation, "below") {
+			t.Errorf("%s: %d outcomes offered, and the page says %q", kind, n, situation)
+		}
+	}
+	var done, situation string
+	run(t, ctx, "acknowledge",
+		chromedp.Navigate(e.srv.URL+"/console/item?key="+k["duplicate effect"]+"&norefresh=1"),
+		chromedp.WaitVisible(chromedp.ID("outcome-acknowledged")),
+		chromedp.SendKeys(chromedp.ID("evidence"), "Refunded the second invoice in billing"),
+		chromedp.Click(chromedp.ID("resolve-submit")),
+		chromedp.WaitVisible(chromedp.ID("done")))
+	done = get(t, ctx, "acknowledge", chromedp.Text(chromedp.ID("done")))
+	situation = get(t, ctx, "acknowledge", chromedp.Text(chromedp.ID("situation")))
+	if done != "Resolution recorded." || !strings.Contains(situation, "acknowledged. Nothing to do") {
+		t.Errorf("after acknowledging: %q, %q", done, situation)
+	}
+	if it := e.get(k["duplicate effect"]); it.NeedsPerson || it.Resolution == nil || it.Resolution.Outcome != items.ResolveAcknowledged {
+		t.Errorf("the ledger has %+v", it.Resolution)
 	}
 }

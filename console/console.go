@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -196,7 +197,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s := c.session(w, r)
 	if s == nil {
-		http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
+		c.toSignin(w, r)
 		return
 	}
 	if r.Method == http.MethodPost && !c.validCSRF(s, r) {
@@ -303,6 +304,47 @@ func (c *Console) validCSRF(s *session, r *http.Request) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(s.csrf)) == 1
 }
 
+// toSignin sends a request without a live session to the sign-in page, which then leads back to the page
+// asked for (a link from a Slack alert lands on its item). A request whose session cookie names a session
+// no longer known (expired, signed out, a restart) is told that its session ended, and a form posted so
+// that it was not recorded.
+func (c *Console) toSignin(w http.ResponseWriter, r *http.Request) {
+	q := url.Values{}
+	if _, err := r.Cookie(sessionCookie); err == nil {
+		setCookie(w, r, sessionCookie, "", -1)
+		q.Set("ended", "1")
+		if r.Method == http.MethodPost {
+			q.Set("ended", "post")
+		}
+	}
+	next := r.URL.RequestURI()
+	if r.Method == http.MethodPost {
+		next = ""
+		if key := r.PostFormValue("key"); items.ValidKey(key) {
+			next = Prefix + "item?key=" + url.QueryEscape(key)
+		}
+	}
+	if safeNext(next) != Prefix {
+		q.Set("next", next)
+	}
+	to := Prefix + "signin"
+	if len(q) > 0 {
+		to += "?" + q.Encode()
+	}
+	http.Redirect(w, r, to, http.StatusSeeOther)
+}
+
+// safeNext returns next when it is a path of the console on this site, else the queue: a sign-in never
+// leads elsewhere.
+func safeNext(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || !strings.HasPrefix(next, Prefix) ||
+		strings.ContainsAny(next, "\\\x00") || strings.HasPrefix(u.Path, Prefix+"signin") || strings.HasPrefix(u.Path, Prefix+"signout") {
+		return Prefix
+	}
+	return next
+}
+
 // signin shows the sign-in form (GET) or checks an operator token (POST). The form carries its own CSRF
 // token, tied to a short-lived cookie, since there is no session yet.
 func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
@@ -310,7 +352,16 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		return
 	}
-	v := signinView{}
+	v := signinView{Next: safeNext(r.FormValue("next"))}
+	if v.Next == Prefix {
+		v.Next = ""
+	}
+	switch r.URL.Query().Get("ended") {
+	case "1":
+		v.Notice = "Your session has ended (a session lasts 12 hours, ends when you sign out, and a restart of the service ends them all). Sign in again."
+	case "post":
+		v.Notice = "Your session had ended, so what you submitted was not recorded. Sign in again, then submit it again."
+	}
 	if r.Method == http.MethodPost {
 		ck, err := r.Cookie(signinCookie)
 		got := r.PostFormValue("csrf")
@@ -320,7 +371,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 			v.Error = "the form has no valid CSRF token; try again"
 		case !ok:
 			w.WriteHeader(http.StatusUnauthorized)
-			v.Error = "unknown token"
+			v.Error = "unknown token: no token of this service has this secret (check that it was pasted whole)"
 			if strings.Count(r.PostFormValue("token"), ":") >= 3 {
 				v.Error = "unknown token; paste only the secret, the part after the third colon of name:tenant:operator:secret"
 			}
@@ -330,7 +381,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 		default:
 			setCookie(w, r, signinCookie, "", -1)
 			c.newSession(w, r, p)
-			http.Redirect(w, r, Prefix, http.StatusSeeOther)
+			http.Redirect(w, r, safeNext(v.Next), http.StatusSeeOther)
 			return
 		}
 	}
@@ -360,4 +411,7 @@ func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 type signinView struct {
 	CSRF  string
 	Error string
+	// Notice says why the sign-in page is shown (a session that ended); Next is where signing in leads.
+	Notice string
+	Next   string
 }

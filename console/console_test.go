@@ -82,7 +82,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Cleanup(func() { store.Close() })
 	clock := itemstest.NewClock()
 	ledger, err := items.NewLedger(ctx, store, items.Config{Now: clock.Now, Destinations: map[string]items.Destination{
-		"billing": {Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}}})
+		"billing": {Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"},
+		// slow asks for a person when an item stays unresolved for an hour (unresolved_too_long).
+		"slow": {EscalateAfter: time.Hour}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,6 +403,10 @@ func TestARefusedResolutionShowsTheContractsReason(t *testing.T) {
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "at least 10 characters") || !strings.Contains(body, "short</textarea>") {
 		t.Fatalf("short evidence answered %d:\n%s", resp.StatusCode, body)
 	}
+	// The reason is said once (it used to be said twice: the message and its field's problem).
+	if m := regexp.MustCompile(`(?s)id="refused">(.*?)</p>`).FindStringSubmatch(body); m == nil || strings.Count(m[1], "at least 10 characters") != 1 {
+		t.Errorf("the refusal does not say its reason once: %v", m)
+	}
 	resp, body = e.post(c, "/console/item/resolve", url.Values{"csrf": {csrf}, "key": {"inv-5"}, "outcome": {"acknowledged"},
 		"evidence": {"I saw the duplicate in billing"}}, nil)
 	if resp.StatusCode != http.StatusConflict || !strings.Contains(body, "can be acknowledged; this item is unknown") {
@@ -437,6 +443,11 @@ func TestTheQueuePagesOldestFirst(t *testing.T) {
 	}
 	if !strings.Contains(first, `href="/console/?page=2"`) || !strings.Contains(second, "page 2 of 2") {
 		t.Fatal("the pages do not link to each other")
+	}
+	// The links say which way the waiting goes: the next page holds items that waited less long (they
+	// used to read "Older →", the opposite of what the next page holds).
+	if !regexp.MustCompile(`id="next">Waiting less long →<`).MatchString(first) || !regexp.MustCompile(`id="prev">← Waiting longer<`).MatchString(second) {
+		t.Error("the pager's links do not say that the next page waited less long and the previous one longer")
 	}
 }
 

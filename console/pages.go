@@ -58,9 +58,14 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"age":      items.Age,
-	"itemURL":  func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
-	"batchURL": func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"age":            items.Age,
+	"itemURL":        func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
+	"batchURL":       func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"alertText":      func(s string) string { return wordOf(alertWords, s) },
+	"classText":      func(c items.ErrorClass) string { return wordOf(classWords, string(c)) },
+	"resolutionText": func(o string) string { return wordOf(resolutionWords, o) },
+	"stateText":      func(s items.State) string { return wordOf(stateWords, string(s)) },
+	"stateName":      func(s items.State) string { return strings.ReplaceAll(string(s), "_", " ") },
 	"stateClass": func(s items.State) string {
 		return "state state-" + strings.ReplaceAll(string(s), "_", "-")
 	},
@@ -102,21 +107,60 @@ func (c *Console) frame(s *session, title, nav string, body any) page {
 }
 
 // fail shows an error page with the status of the public error.
-func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, e PublicError) {
+func (c *Console) fail(w http.ResponseWriter, r *http.Request, s *session, e PublicError, links ...link) {
 	if e.Status >= 500 {
 		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code)
 	}
-	w.WriteHeader(e.Status)
-	c.render(w, r, "error", c.frame(s, "Error", "", e))
+	c.errorPage(w, r, s, e, links)
 }
 
-func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, err error) {
+func (c *Console) failErr(w http.ResponseWriter, r *http.Request, s *session, err error, links ...link) {
 	e := c.cfg.Errors(err)
 	if e.Status >= 500 {
 		c.cfg.Logger.ErrorContext(r.Context(), "console request failed", "path", r.URL.Path, "code", e.Code, "cause", err.Error())
 	}
+	c.errorPage(w, r, s, e, links)
+}
+
+// errorTitles head an error page: what happened, in words (the status and code stand beside it).
+var errorTitles = map[int]string{
+	http.StatusBadRequest:            "This request is not valid",
+	http.StatusUnauthorized:          "Sign in first",
+	http.StatusForbidden:             "Not allowed",
+	http.StatusNotFound:              "Not found",
+	http.StatusMethodNotAllowed:      "Not allowed here",
+	http.StatusConflict:              "The item's state does not allow this",
+	http.StatusRequestEntityTooLarge: "Too large",
+	http.StatusInternalServerError:   "Something went wrong inside the service",
+	http.StatusServiceUnavailable:    "The ledger is unavailable",
+}
+
+// errorView is an error page: the public error, a title in words, and links to where to go on.
+type errorView struct {
+	PublicError
+	Title string
+	Links []link
+}
+
+type link struct{ Text, URL string }
+
+// errorPage renders e. A page the store could not read (503 on a GET) says that nothing was changed and
+// reloads itself, so it recovers on its own once the store answers again.
+func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, s *session, e PublicError, links []link) {
+	v := errorView{PublicError: e, Title: errorTitles[e.Status], Links: links}
+	if v.Title == "" {
+		v.Title = http.StatusText(e.Status)
+	}
+	retry := e.Status == http.StatusServiceUnavailable && r.Method != http.MethodPost
+	if retry {
+		v.Message = fmt.Sprintf("The ledger cannot be read right now (its store is unavailable or busy). Nothing was changed; "+
+			"this page tries again every %d s.", int(c.cfg.Refresh/time.Second))
+		w.Header().Set("Retry-After", strconv.Itoa(int(c.cfg.Refresh/time.Second)))
+	}
 	w.WriteHeader(e.Status)
-	c.render(w, r, "error", c.frame(s, "Error", "", e))
+	p := c.frame(s, v.Title, "", v)
+	p.Refresh = retry
+	c.render(w, r, "error", p)
 }
 
 // row is one item in a list.
@@ -125,6 +169,9 @@ type row struct {
 	State                                                         items.State
 	Attempt                                                       int
 	Age                                                           string
+	// NeedsPerson marks an item waiting for its owner; Alert says its alert status in words.
+	NeedsPerson bool
+	Alert       string
 }
 
 type group struct {
@@ -158,17 +205,26 @@ func (c *Console) row(it *items.Item, now time.Time) row {
 		rw.Why = c.cfg.CauseText(rw.Cause)
 	}
 	rw.CheckHint = c.cfg.Target(it).CheckHint
+	rw.NeedsPerson = it.NeedsPerson
+	if it.AlertStatus != "" {
+		rw.Alert = wordOf(alertWords, it.AlertStatus)
+	}
 	return rw
 }
 
+// lastError names the item's last error briefly: its class in words ("connection refused", "timeout"),
+// with the HTTP status.
 func lastError(it *items.Item) string {
+	class := strings.ReplaceAll(string(it.FailureClass), "_", " ")
 	switch {
+	case it.HTTPStatus != 0 && it.FailureClass == items.ClassHTTP:
+		return fmt.Sprintf("HTTP %d", it.HTTPStatus)
 	case it.HTTPStatus != 0 && it.FailureClass != "":
-		return fmt.Sprintf("%s (HTTP %d)", it.FailureClass, it.HTTPStatus)
+		return fmt.Sprintf("%s (HTTP %d)", class, it.HTTPStatus)
 	case it.HTTPStatus != 0:
 		return fmt.Sprintf("HTTP %d", it.HTTPStatus)
 	}
-	return string(it.FailureClass)
+	return class
 }
 
 // queue shows the items that need a person, oldest first, grouped by owner and batch: one page, read
@@ -255,7 +311,8 @@ type event struct {
 	Class           string
 }
 
-type detail struct{ Name, Value string }
+// detail is one value of an event: in words, and the ledger's word when it differs.
+type detail struct{ Name, Value, Word string }
 
 type itemView struct {
 	Item           *items.Item
@@ -263,14 +320,19 @@ type itemView struct {
 	Owner          string
 	CheckHint      string
 	Why            string
-	Events         []event
-	Attempts       []attemptView
-	Resolvable     bool
-	Acknowledge    bool
-	Form           resolveForm
-	Refused        *PublicError
-	Done           string
-	Now            time.Time
+	// Situation says what the state means and what to do next; CauseText explains Item.Cause.
+	Situation string
+	CauseText string
+	Events    []event
+	Attempts  []attemptView
+	// Resolvable: resolve accepts an outcome; Settle: succeeded and not_committed; Acknowledge: acknowledged.
+	Resolvable  bool
+	Settle      bool
+	Acknowledge bool
+	Form        resolveForm
+	Refused     *PublicError
+	Done        string
+	Now         time.Time
 }
 
 type attemptView struct {
@@ -285,6 +347,12 @@ type resolveForm struct {
 func (c *Console) item(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.URL.Query().Get("key")
 	v, err := c.itemView(r, s, key)
+	if errors.Is(err, items.ErrNotFound) {
+		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
+			Message: "No item has the key " + key + " in tenant " + s.who.Tenant + ". An item is known by the key its workflow gave; Find looks a term up as a key, a batch id, a business reference and an execution id."},
+			link{"Find " + key, Prefix + "find?q=" + url.QueryEscape(key)})
+		return
+	}
 	if err != nil {
 		c.failErr(w, r, s, err)
 		return
@@ -314,11 +382,20 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	if it.NeedsPersonCause != "" {
 		v.Why = c.cfg.CauseText(it.NeedsPersonCause)
 	}
+	// The form offers exactly the outcomes resolve accepts (API.md): succeeded and not_committed for an
+	// unknown item (Get recorded an expired lease) or a failed one with no attempts left, acknowledged for
+	// what Acknowledgeable says. An item that needs a person but takes none of them says so instead.
+	dest := c.cfg.Ledger.Config().Destination(it.Destination)
+	v.Settle = it.State == items.StateUnknown || (it.State == items.StateFailed && it.Attempt >= dest.MaxAttempts+it.ExtraAttempts)
 	v.Acknowledge = it.Acknowledgeable()
-	v.Resolvable = it.State == items.StateUnknown || it.NeedsPerson || v.Acknowledge
+	v.Resolvable = v.Settle || v.Acknowledge
 	v.Form.Outcome = items.ResolveSucceeded
-	if v.Acknowledge {
+	if v.Acknowledge && !v.Settle {
 		v.Form.Outcome = items.ResolveAcknowledged
+	}
+	v.Situation = c.situation(it, v)
+	if it.Cause != "" {
+		v.CauseText = c.causeText(it.Cause)
 	}
 	for _, a := range it.Attempts {
 		av := attemptView{Attempt: a}
@@ -328,13 +405,13 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 		v.Attempts = append(v.Attempts, av)
 	}
 	for i := len(it.History) - 1; i >= 0; i-- {
-		v.Events = append(v.Events, timelineEvent(it.History[i]))
+		v.Events = append(v.Events, c.timelineEvent(it.History[i]))
 	}
 	return v, nil
 }
 
-// timelineEvent describes one history event.
-func timelineEvent(e items.Event) event {
+// timelineEvent describes one history event, each value in words with the ledger's word beside it.
+func (c *Console) timelineEvent(e items.Event) event {
 	ev := event{At: e.At.UTC().Format("2006-01-02 15:04:05Z"), Kind: e.Kind, Attempt: e.Attempt, Note: e.Note, Class: "ev-" + strings.ReplaceAll(e.Kind, "_", "-")}
 	titles := map[string]string{
 		items.EventClaimed: "Claimed", items.EventPrepared: "Prepared", items.EventAfterWrite: "Report after the write",
@@ -348,18 +425,44 @@ func timelineEvent(e items.Event) event {
 	}
 	add := func(name, value string) {
 		if value != "" {
-			ev.Details = append(ev.Details, detail{name, value})
+			ev.Details = append(ev.Details, detail{Name: name, Value: value})
 		}
 	}
+	// addWord adds a value in words, with the ledger's word beside it when they differ.
+	addWord := func(name, word, text string) {
+		if word == "" {
+			return
+		}
+		d := detail{Name: name, Value: text}
+		if text != word {
+			d.Word = word
+		}
+		ev.Details = append(ev.Details, d)
+	}
+	state := func(s items.State) string { return strings.ReplaceAll(string(s), "_", " ") }
 	if e.From != "" || e.To != "" {
-		add("state", strings.TrimSpace(string(e.From)+" → "+string(e.To)))
+		add("state", strings.TrimSpace(state(e.From)+" → "+state(e.To)))
 	}
 	add("execution", e.ExecutionID)
 	add("batch", e.BatchID)
-	add("decision", string(e.Decision))
-	add("reason", string(e.Reason))
-	add("outcome", e.Outcome)
-	add("evidence class", string(e.ErrorClass))
+	addWord("decision", string(e.Decision), wordOf(decisionWords, string(e.Decision)))
+	switch r := string(e.Reason); {
+	case e.Kind == items.EventProbe && strings.HasPrefix(r, "read_"):
+		add("read", strings.TrimPrefix(r, "read_"))
+	case e.Kind == items.EventNeedsPerson || e.Kind == items.EventAlerted || e.Kind == items.EventEscalated || e.Kind == items.EventLeaseExpired:
+		addWord("why", r, c.causeText(r))
+	default:
+		addWord("reason", r, wordOf(reasonWords, r))
+	}
+	name := "outcome"
+	switch e.Kind {
+	case items.EventReconcile:
+		name = "finding"
+	case items.EventResolve:
+		name = "resolved as"
+	}
+	addWord(name, e.Outcome, wordOf(outcomeWords[e.Kind], e.Outcome))
+	addWord("error", string(e.ErrorClass), wordOf(classWords, string(e.ErrorClass)))
 	if e.HTTPStatus != 0 {
 		add("HTTP status", strconv.Itoa(e.HTTPStatus))
 	}
@@ -402,7 +505,10 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 	var ie *items.Error
 	if errors.As(err, &ie) && len(ie.Fields) > 0 {
 		for _, f := range ie.Fields {
-			e.Message += "; " + f.Field + " " + f.Problem
+			// The message often names the field's problem already ("evidence: must be …"): say it once.
+			if !strings.Contains(e.Message, f.Problem) {
+				e.Message += "; " + f.Field + " " + f.Problem
+			}
 		}
 	}
 	v.Refused, v.Form = &e, form
@@ -425,8 +531,21 @@ type stateCount struct {
 func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 	q := r.URL.Query()
 	id := q.Get("id")
+	if id == "" {
+		c.fail(w, r, s, PublicError{Status: http.StatusBadRequest, Code: string(items.CodeInvalid),
+			Message: "Which batch? This page shows one batch, named by its id (batch?id=…); Find looks one up."}, link{"Find", Prefix + "find"})
+		return
+	}
 	st, err := c.cfg.Batches.Status(r.Context(), batches.StatusParams{Tenant: s.who.Tenant, BatchID: id, Cursor: q.Get("cursor"), Limit: 50})
-	if err != nil {
+	switch {
+	case errors.Is(err, items.ErrNotFound):
+		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
+			Message: "No batch has the id " + id + " in tenant " + s.who.Tenant + "."}, link{"Find " + id, Prefix + "find?q=" + url.QueryEscape(id)})
+		return
+	case err != nil && q.Get("cursor") != "" && items.ErrorCode(err) == items.CodeInvalid:
+		c.failErr(w, r, s, err, link{"The batch's first page", Prefix + "batch?id=" + url.QueryEscape(id)})
+		return
+	case err != nil:
 		c.failErr(w, r, s, err)
 		return
 	}
