@@ -54,9 +54,13 @@ func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 		}
 		switch a.Status {
 		case items.AlertPending:
-			v.Status = "due, not sent yet"
-			if a.PostAttemptAt != nil {
+			switch {
+			case a.TS != "":
+				v.Status = "posted, not recorded as sent yet: the next dispatcher updates that message instead of posting another"
+			case a.PostAttemptAt != nil:
 				v.Status = "being posted: the post's landing is not recorded yet"
+			default:
+				v.Status = "due, not sent yet"
 			}
 		case items.AlertSent:
 			v.Status = "sent to the owner"

@@ -94,6 +94,7 @@ type outbox interface {
 	MarkAlertPost(ctx context.Context, claim string, at time.Time) (int, error)
 	ReleaseAlerts(ctx context.Context, claim string) error
 	FinishAlerts(ctx context.Context, f items.AlertDelivery) (int, error)
+	NoteAlertMessage(ctx context.Context, as []items.Alert, m items.AlertDelivery) (int, error)
 }
 
 // The item page shows the item's alert outbox records in words: due, a post under way (also after a stop
@@ -168,7 +169,15 @@ func TestTheItemPageShowsItsAlertRecords(t *testing.T) {
 				"a post began "+now.UTC().Format("2006-01-02 15:04:05Z")+" (5s ago)")
 			want("the item's alert fact", body, `id="alert">being posted since `+now.UTC().Format("2006-01-02 15:04:05Z"))
 
-			// The next dispatcher posts it.
+			// The message had landed: the dispatcher that finds it notes it, to update it rather than post again.
+			as := []items.Alert{{Tenant: "default", Key: "k-a", Attempt: 1, Cause: items.CauseNoDedupe}}
+			if n, err := ob.NoteAlertMessage(e.ctx, as, items.AlertDelivery{Channel: "C0ALERTS", TS: "1764590000.000100"}); err != nil || n != 1 {
+				t.Fatalf("note the message: %d %v", n, err)
+			}
+			_, s = section("k-a")
+			want("the alert whose message was found", s, "posted, not recorded as sent yet", `href="https://slack.com/archives/C0ALERTS/p1764590000000100"`)
+
+			// The next dispatcher records it as sent.
 			claim("c2", group)
 			sentAt := e.clock.Now()
 			if n, err := ob.FinishAlerts(e.ctx, items.AlertDelivery{Claim: "c2", Channel: "C0ALERTS", TS: "1764590000.000100", At: sentAt}); err != nil || n != 1 {
