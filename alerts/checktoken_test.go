@@ -40,7 +40,7 @@ func TestCheckToken(t *testing.T) {
 		t.Errorf("identity reads %q", got)
 	}
 	id.BotID = ""
-	if got := id.String(); !strings.Contains(got, "not a bot token") {
+	if got := id.String(); !strings.Contains(got, `user "companion" (U0BOT, a person's token, not a bot's)`) {
 		t.Errorf("a user token's identity does not say it is not a bot's: %q", got)
 	}
 

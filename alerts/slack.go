@@ -103,13 +103,13 @@ type SlackIdentity struct {
 	BotID, TeamURL string
 }
 
-// String names the identity for a log line: bot "companion" (U0BOT) in workspace "Acme" (T0ACME).
+// String names the identity for a log line: bot "companion" (U0BOT) in workspace "Acme" (T0ACME), or
+// user "anna" (U0ANNA, a person's token, not a bot's) in workspace "Acme" (T0ACME).
 func (id SlackIdentity) String() string {
-	who := "bot"
 	if id.BotID == "" {
-		who = "user (not a bot token: alerts are posted as this person)"
+		return fmt.Sprintf("user %q (%s, a person's token, not a bot's) in workspace %q (%s)", id.User, id.UserID, id.Team, id.TeamID)
 	}
-	return fmt.Sprintf("%s %q (%s) in workspace %q (%s)", who, id.User, id.UserID, id.Team, id.TeamID)
+	return fmt.Sprintf("bot %q (%s) in workspace %q (%s)", id.User, id.UserID, id.Team, id.TeamID)
 }
 
 // tokenRefusals are the auth.test errors that say the token itself cannot be used, with what to do.

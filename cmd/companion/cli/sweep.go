@@ -105,6 +105,67 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	return cfg, nil
 }
 
+// slackCheckTimeout bounds the check of the Slack bot token at serve's start: a Slack that does not
+// answer delays the start by no more than this.
+var slackCheckTimeout = 5 * time.Second
+
+// The values of SLACK_TOKEN_CHECK: what serve does when Slack refuses the bot token at the start.
+const (
+	slackCheckRefuse = "refuse" // stop the start (the default)
+	slackCheckWarn   = "warn"   // log an error and start; the alerts wait until the token works
+)
+
+// checkSlack asks Slack who the bot token is (auth.test) before serve opens the ledger, and returns the
+// words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is unchecked.
+//
+// A token Slack refuses (invalid_auth, token_revoked, account_inactive, …) stops the start: Slack's
+// answer is certain, every alert would be refused the same way, and the start is when someone watches
+// (a log line of a running service is read, at the earliest, when the first alert fails to come). Nothing
+// has been opened yet, so nothing is left behind. SLACK_TOKEN_CHECK=warn starts anyway, for the case where
+// the ledger must come back before the token can be fixed: the alerts wait in the outbox and are posted
+// once it works. A Slack that cannot be asked (unreachable, slow past slackCheckTimeout, rate-limited,
+// failing) proves nothing about the token and must not keep the ledger down: a warning, and the start.
+func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slog.Logger) (string, error) {
+	if cfg == nil {
+		return "", nil
+	}
+	mode := m.env("SLACK_TOKEN_CHECK", slackCheckRefuse)
+	if mode != slackCheckRefuse && mode != slackCheckWarn {
+		return "", fmt.Errorf("SLACK_TOKEN_CHECK=%q: write %s (the default: a bot token Slack refuses stops the start) "+
+			"or %s (start anyway; the alerts wait until the token works)", mode, slackCheckRefuse, slackCheckWarn)
+	}
+	slack, err := alerts.NewSlack(*cfg)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, slackCheckTimeout)
+	defer cancel()
+	id, err := slack.CheckToken(cctx)
+	switch {
+	case err == nil:
+		if id.BotID == "" {
+			log.Warn("SLACK_BOT_TOKEN is not a bot token: alerts will be posted in the name of " + id.String() +
+				"; use the app's Bot User OAuth Token (xoxb-…)")
+		}
+		return "as " + id.String(), nil
+	case errors.Is(err, alerts.ErrTokenRefused) && mode == slackCheckRefuse:
+		return "", fmt.Errorf("SLACK_BOT_TOKEN: %w. Nothing was started. Fix the token (or SLACK_BOT_TOKEN_FILE's file); "+
+			"to start anyway, the alerts waiting until the token works, set SLACK_TOKEN_CHECK=warn; "+
+			"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET", err)
+	case errors.Is(err, alerts.ErrTokenRefused):
+		log.Error("SLACK_BOT_TOKEN was refused by Slack; starting anyway (SLACK_TOKEN_CHECK=warn): no alert can be posted "+
+			"until the token is fixed and companion restarted; they wait in the ledger", slog.String("error", err.Error()))
+		return "(the bot token was REFUSED by Slack: no alert is posted until it is fixed)", nil
+	}
+	why := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		why = fmt.Sprintf("slack auth.test: no answer within %s", slackCheckTimeout)
+	}
+	log.Warn("the Slack bot token could not be checked at the start; starting anyway: the alerts are posted once Slack "+
+		"answers, and a wrong token then shows as \"alert delivery failed\" in the log", slog.String("error", why))
+	return "(bot token not checked at the start: " + why + ")", nil
+}
+
 // operatorStore is what the sweeper, the alert outbox and the operator endpoints need from the store.
 // Every store of the module provides it.
 type operatorStore interface {
@@ -129,7 +190,9 @@ type alertServices struct {
 }
 
 // newAlertServices builds the alert services over the ledger's store.
-func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, publicURL string, log *slog.Logger) (*alertServices, error) {
+// slackIdentity (checkSlack's words) follows the Slack URL on the start line.
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, slackIdentity, publicURL string,
+	log *slog.Logger) (*alertServices, error) {
 	store, ok := ledger.Store().(operatorStore)
 	if !ok {
 		return nil, fmt.Errorf("the store %T cannot keep the alert outbox", ledger.Store())
@@ -147,6 +210,9 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		}
 		notifier = slack
 		out.where = "Slack " + slackCfg.APIURL
+		if slackIdentity != "" {
+			out.where += " " + slackIdentity
+		}
 		if !namesAnOwner(ledger.Config(), routing) {
 			out.where += " (but the config names no owner: only the items whose before-write gives an \"owner\" reach Slack, " +
 				"the others' alerts go to the log; set defaults.owner or alerts.default_owner to a Slack user id U… or channel id C…)"
@@ -257,7 +323,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
 	log := m.logger()
-	a, err := newAlertServices(ledger, routing, slackCfg, publicURL, log)
+	a, err := newAlertServices(ledger, routing, slackCfg, "", publicURL, log)
 	if err != nil {
 		return err
 	}
