@@ -40,9 +40,12 @@ recorded and reads claimed but not started are given back; then the ledger close
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
-the unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
-removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
+else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
+the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …) stops the start unless
+SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns. Slack's buttons call
+POST /v1/slack/actions. On the same schedule the probes look up the unknown items of the destinations
+that have a "lookup:" in the config file. Every 10 minutes serve removes the settled items past their
+destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
 

@@ -192,6 +192,21 @@ func TestItemsWithoutSubcommandIsAUsageError(t *testing.T) {
 	}
 }
 
+// "companion templates" without render is the same mistake, and so is a subcommand it does not know.
+func TestTemplatesWithoutSubcommandIsAUsageError(t *testing.T) {
+	for _, args := range [][]string{{"templates"}, {"templates", "rendr"}} {
+		p := newProgram(map[string]string{})
+		err := p.Run(context.Background(), args)
+		p.Close()
+		if cli.ExitCode(err) != 2 || p.out.String() != "" {
+			t.Errorf("%v: %v (exit %d), stdout %q; want exit 2 and nothing on standard output", args, err, cli.ExitCode(err), p.out)
+		}
+		if len(args) == 1 && !strings.Contains(p.err.String(), "usage: companion templates render") {
+			t.Errorf("%v: no usage on standard error:\n%s", args, p.err)
+		}
+	}
+}
+
 // A --debug-addr already taken stops the start before the ledger is opened, as --addr does.
 func TestDebugAddrInUseCreatesNothing(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
