@@ -9,3 +9,11 @@ func SetSlackCheckTimeout(d time.Duration) (restore func()) {
 	slackCheckTimeout = d
 	return func() { slackCheckTimeout = old }
 }
+
+// SetSlackRecheckEvery sets how often serve asks Slack again about a bot token it could not check at its
+// start, until the returned function restores it.
+func SetSlackRecheckEvery(d time.Duration) (restore func()) {
+	old := slackRecheckEvery
+	slackRecheckEvery = d
+	return func() { slackRecheckEvery = old }
+}

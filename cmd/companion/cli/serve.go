@@ -42,8 +42,8 @@ that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
 else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
 the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …) stops the start unless
-SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns. Slack's buttons call
-POST /v1/slack/actions. On the same schedule the probes look up the unknown items of the destinations
+SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns, and is asked again every minute until
+it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up the unknown items of the destinations
 that have a "lookup:" in the config file. Every 10 minutes serve removes the settled items past their
 destination's retention (default 30 days; docs/configuration.md).
 
@@ -147,7 +147,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			debugLn.Close()
 		}
 	}()
-	slackIdentity, err := m.checkSlack(ctx, slackCfg, log)
+	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slackCfg, log)
 	if err != nil {
 		return err
 	}
@@ -218,6 +218,12 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
 	m.serveDebug(debugLn, log)
 	debugServing = true
+	if slackUnchecked != nil {
+		m.keepRunning(context.Background(), "slack token check", func(ctx context.Context) error {
+			slackUnchecked.recheck(ctx, log)
+			return nil
+		})
+	}
 
 	addr := ln.Addr().String()
 	m.mu.Lock()

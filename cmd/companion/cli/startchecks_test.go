@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,6 +169,79 @@ func TestServeStartsWhenSlackCannotBeAsked(t *testing.T) {
 	if want := "slack auth.test: no answer within 300ms"; !strings.Contains(p.err.String(), want) {
 		t.Errorf("Slack silent: the log lacks %q:\n%s", want, p.err)
 	}
+}
+
+// A token Slack could not be asked about at the start is asked about again until Slack answers: the
+// answer is logged, an error line when Slack refuses the token, and the service goes on either way.
+func TestServeAsksSlackAgainUntilItAnswers(t *testing.T) {
+	defer cli.SetSlackRecheckEvery(50 * time.Millisecond)()
+	for _, c := range []struct {
+		token string
+		want  []string
+	}{
+		{"xoxb-typo", []string{`"level":"ERROR"`, "SLACK_BOT_TOKEN was refused by Slack (checked once Slack answered, after the start)", "invalid_auth"}},
+		{"xoxb-good", []string{`Slack answered the check of the bot token: alerts are posted as bot \"companion\" (U0BOT)`}},
+	} {
+		var mu sync.Mutex
+		down, asked := true, 0
+		auth := fakeSlackAuth(t)
+		slack := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			asked++
+			isDown := down
+			mu.Unlock()
+			if isDown {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			auth.Config.Handler.ServeHTTP(w, r)
+		}))
+		p, err := serveWithSlack(t, slackEnv(t, slack.URL+"/api/", c.token))
+		if err != nil {
+			t.Fatalf("%s: Slack down: the start stopped: %v", c.token, err)
+		}
+		if !strings.Contains(p.err.String(), "(bot token not checked at the start: slack auth.test: ") {
+			t.Errorf("%s: the start line does not say the token is unchecked:\n%s", c.token, p.err)
+		}
+		time.Sleep(200 * time.Millisecond) // asked again while down: nothing more is logged
+		mu.Lock()
+		down = false
+		againWhileDown := asked
+		mu.Unlock()
+		if againWhileDown < 2 {
+			t.Errorf("%s: Slack was asked %d time(s) while down, want again every 50 ms", c.token, againWhileDown)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !containsAll(p.err.String(), c.want) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if !containsAll(p.err.String(), c.want) {
+			t.Errorf("%s: once Slack answered, the log lacks %q:\n%s", c.token, c.want, p.err)
+		}
+		mu.Lock()
+		answered := asked
+		mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+		mu.Lock()
+		if asked != answered {
+			t.Errorf("%s: Slack was asked again after it answered: %d, then %d", c.token, answered, asked)
+		}
+		mu.Unlock()
+		if status, _ := call(t, p, "GET", "/v1/items?limit=1", "", ""); status != 200 {
+			t.Errorf("%s: the ledger does not answer: %d", c.token, status)
+		}
+		p.Close() // before the pause between checks is restored
+		slack.Close()
+	}
+}
+
+func containsAll(s string, wants []string) bool {
+	for _, w := range wants {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
 }
 
 // "companion items" without list, show or resolve is a usage mistake: its usage on standard error and
