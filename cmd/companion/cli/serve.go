@@ -43,9 +43,9 @@ that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and
 else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
 the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …) stops the start unless
 SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns, and is asked again every minute until
-it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up the unknown items of the destinations
-that have a "lookup:" in the config file. Every 10 minutes serve removes the settled items past their
-destination's retention (default 30 days; docs/configuration.md).
+it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up the
+unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
+removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
 
