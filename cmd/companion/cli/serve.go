@@ -170,6 +170,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
+	var ret *items.Retention
+	if rs, ok := store.(items.RetentionStore); ok {
+		// Made before the server starts: a failure here closes the store, with nothing running yet.
+		if ret, err = items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log}); err != nil {
+			store.Close()
+			return err
+		}
+	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
@@ -207,11 +215,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
-	if rs, ok := store.(items.RetentionStore); ok {
-		ret, err := items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log})
-		if err != nil {
-			return err
-		}
+	if ret != nil {
 		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
 	}
 	m.runProbes(prober, o.sweepEvery) // stopped before the store closes
