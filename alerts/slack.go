@@ -90,6 +90,63 @@ func (s *Slack) Post(ctx context.Context, owner string, m Message) (MessageRef, 
 	return MessageRef{Channel: channel, TS: ts}, nil
 }
 
+// ErrTokenRefused is what CheckToken returns (wrapped, with Slack's word and what to do) when Slack
+// answered that the bot token cannot be used: it is wrong, revoked, expired, of the wrong kind, or its
+// app or bot user is gone. Every call with that token will be refused the same way.
+var ErrTokenRefused = errors.New("the bot token was refused by Slack")
+
+// SlackIdentity is who a token is, as Slack's auth.test answers: the workspace and the user the
+// messages are posted as. BotID is empty for a token that is not a bot's.
+type SlackIdentity struct {
+	Team, TeamID   string
+	User, UserID   string
+	BotID, TeamURL string
+}
+
+// String names the identity for a log line: bot "companion" (U0BOT) in workspace "Acme" (T0ACME), or
+// user "anna" (U0ANNA, a person's token, not a bot's) in workspace "Acme" (T0ACME).
+func (id SlackIdentity) String() string {
+	if id.BotID == "" {
+		return fmt.Sprintf("user %q (%s, a person's token, not a bot's) in workspace %q (%s)", id.User, id.UserID, id.Team, id.TeamID)
+	}
+	return fmt.Sprintf("bot %q (%s) in workspace %q (%s)", id.User, id.UserID, id.Team, id.TeamID)
+}
+
+// tokenRefusals are the auth.test errors that say the token itself cannot be used, with what to do.
+// Any other failure (no answer, a rate limit, Slack's own trouble) says nothing about the token.
+var tokenRefusals = map[string]string{
+	"invalid_auth": "Slack does not know this token (a typo, a truncated copy, or the token of another app or workspace); " +
+		"copy the Bot User OAuth Token (xoxb-…) from the app's OAuth & Permissions page",
+	"not_authed":       "no token reached Slack; set SLACK_BOT_TOKEN (or SLACK_BOT_TOKEN_FILE) to the bot token (xoxb-…)",
+	"account_inactive": "the token's bot user or app is gone (the app was uninstalled or deactivated); reinstall the app and copy its new bot token (xoxb-…)",
+	"token_revoked":    "the token was revoked (the app was uninstalled or its token regenerated); copy the current bot token (xoxb-…) from the app's OAuth & Permissions page",
+	"token_expired": "the token expired (token rotation is on for the app, and companion does not refresh tokens); " +
+		"turn token rotation off and copy the bot token (xoxb-…) again",
+	"not_allowed_token_type": "this kind of token cannot be used here (an app-level token xapp-…?); use the Bot User OAuth Token (xoxb-…)",
+	"no_permission":          "the token may not be used in this workspace; copy the Bot User OAuth Token (xoxb-…) of the app installed there",
+	"org_login_required":     "the workspace is being migrated to an Enterprise Grid organization; wait for the migration and reinstall the app",
+	"ekm_access_denied":      "the workspace's administrators have suspended this app's access (Enterprise Key Management)",
+}
+
+// CheckToken asks Slack who the bot token is (auth.test, one call, no scope needed), so that a wrong
+// token is found when the service starts rather than at the first alert. It returns the identity, or
+// an error wrapping ErrTokenRefused (and Slack's slack.SlackErrorResponse) when Slack refused the token;
+// any other error (Slack unreachable, ctx ended, a rate limit, Slack's own failure) leaves the token
+// unchecked. The caller bounds the call with ctx.
+func (s *Slack) CheckToken(ctx context.Context) (SlackIdentity, error) {
+	r, err := s.client.AuthTestContext(ctx)
+	var refused slack.SlackErrorResponse
+	if errors.As(err, &refused) {
+		if hint, ok := tokenRefusals[refused.Err]; ok {
+			return SlackIdentity{}, fmt.Errorf("slack auth.test: %w: %w: %s", ErrTokenRefused, err, hint)
+		}
+	}
+	if err != nil {
+		return SlackIdentity{}, fmt.Errorf("slack auth.test: %w", err)
+	}
+	return SlackIdentity{Team: r.Team, TeamID: r.TeamID, User: r.User, UserID: r.UserID, BotID: r.BotID, TeamURL: r.URL}, nil
+}
+
 // MetadataEventType is the event_type of the metadata every alert message carries.
 const MetadataEventType = "companion_alert"
 

@@ -16,8 +16,8 @@ import (
 )
 
 // fakeSlack is a local HTTP server speaking the part of Slack's Web API the notifier uses
-// (chat.postMessage, chat.update, views.open, conversations.open, conversations.history with metadata)
-// and a response_url endpoint. It records every call.
+// (auth.test, chat.postMessage, chat.update, views.open, conversations.open, conversations.history with
+// metadata) and a response_url endpoint. It records every call.
 type fakeSlack struct {
 	srv *httptest.Server
 
@@ -41,6 +41,11 @@ type fakeSlack struct {
 	dropPosts int
 	// failHistory answers this many conversations.history calls with ok:false.
 	failHistory int
+	// authError makes auth.test answer ok:false with this error whatever the token; authStatus answers it
+	// with this HTTP status instead (429 with Retry-After, 503). auth.test answers invalid_auth to any token
+	// but xoxb-test, as Slack does to a token it does not know.
+	authError  string
+	authStatus int
 	// histories counts the conversations.history calls; opens the conversations.open calls.
 	histories, opens int
 	// now gives the time of a posted message's ts (Slack's clock); nil: a fixed time.
@@ -69,6 +74,7 @@ type slackView struct {
 func newFakeSlack(t *testing.T) *fakeSlack {
 	f := &fakeSlack{}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/api/auth.test", f.authTest)
 	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
 	mux.HandleFunc("/api/chat.update", f.update)
 	mux.HandleFunc("/api/views.open", f.viewsOpen)
@@ -116,6 +122,34 @@ func readMessage(r *http.Request) (slackMessage, error) {
 		return m, fmt.Errorf("no bot token")
 	}
 	return m, nil
+}
+
+// authTest answers who the token is, as Slack's auth.test does for a bot token.
+func (f *fakeSlack) authTest(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	status, failure := f.authStatus, f.authError
+	f.mu.Unlock()
+	if status != 0 {
+		w.Header().Set("Retry-After", "30")
+		w.WriteHeader(status)
+		return
+	}
+	token := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if err := r.ParseForm(); err == nil && r.PostForm.Get("token") != "" {
+		token = r.PostForm.Get("token")
+	}
+	switch {
+	case token == "":
+		failure = "not_authed"
+	case failure == "" && token != "xoxb-test":
+		failure = "invalid_auth"
+	}
+	if failure != "" {
+		answer(w, map[string]any{"ok": false, "error": failure})
+		return
+	}
+	answer(w, map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "companion",
+		"team_id": "T0ACME", "user_id": "U0BOT", "bot_id": "B0BOT"})
 }
 
 func (f *fakeSlack) postMessage(w http.ResponseWriter, r *http.Request) {

@@ -13,26 +13,21 @@ import (
 )
 
 // pausingOutbox is a real store's alert outbox that stands still after the first claim that took alerts,
-// until resume is closed: the dispatcher holds the group's claim and has not posted yet, and the test stops
-// it there. Every call goes to the real store; only the moment is the test's.
+// until the pause's Resume is closed: the dispatcher holds the group's claim and has not posted yet, and
+// the test stops it there. Every call goes to the real store; only the moment is the test's.
 type pausingOutbox struct {
 	alerts.Outbox
-	claimed chan struct{} // closed when the first claim took alerts
-	resume  chan struct{} // closed by the test to let the dispatcher go on
-	once    sync.Once
+	*stopgracetest.Pause
 }
 
 func newPausingOutbox(o alerts.Outbox) *pausingOutbox {
-	return &pausingOutbox{Outbox: o, claimed: make(chan struct{}), resume: make(chan struct{})}
+	return &pausingOutbox{Outbox: o, Pause: stopgracetest.NewPause()}
 }
 
 func (p *pausingOutbox) ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error) {
 	as, err := p.Outbox.ClaimAlerts(ctx, c)
 	if err == nil && len(as) > 0 {
-		p.once.Do(func() {
-			close(p.claimed)
-			<-p.resume
-		})
+		p.Hold()
 	}
 	return as, err
 }
@@ -86,8 +81,8 @@ func TestStopGivesBackAClaimNotYetPosted(t *testing.T) {
 			slack := newFakeSlack(t)
 			outbox := newPausingOutbox(e.store)
 			stop := e.running(e.stopDispatcher(outbox, slack.notifier(t), 0))
-			wait(t, outbox.claimed, "claim")
-			stop(func() { close(outbox.resume) }) // the dispatcher goes on once its context is cancelled
+			wait(t, outbox.Held, "claim")
+			stop(func() { close(outbox.Resume) }) // the dispatcher goes on once its context is cancelled
 			if posts := slack.Posts(); len(posts) != 0 {
 				t.Fatalf("the stopped dispatcher posted %d messages, want none: %+v", len(posts), posts)
 			}

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,27 +15,22 @@ import (
 	"github.com/replaysafe/companion/sandbox"
 )
 
-// pausingStore is a real store that stands still after the first claim of a read it grants, until resume
-// is closed: the prober holds the read's claim and has not read yet, and the test stops it there. Every
-// call goes to the real store; only the moment is the test's.
+// pausingStore is a real store that stands still after the first claim of a read it grants, until the
+// pause's Resume is closed: the prober holds the read's claim and has not read yet, and the test stops it
+// there. Every call goes to the real store; only the moment is the test's.
 type pausingStore struct {
 	probes.Store
-	claimed chan struct{} // closed when the first claim was granted
-	resume  chan struct{} // closed by the test to let the prober go on
-	once    sync.Once
+	*stopgracetest.Pause
 }
 
 func newPausingStore(s probes.Store) *pausingStore {
-	return &pausingStore{Store: s, claimed: make(chan struct{}), resume: make(chan struct{})}
+	return &pausingStore{Store: s, Pause: stopgracetest.NewPause()}
 }
 
 func (p *pausingStore) ClaimProbe(ctx context.Context, c items.ProbeClaim) (bool, error) {
 	won, err := p.Store.ClaimProbe(ctx, c)
 	if err == nil && won {
-		p.once.Do(func() {
-			close(p.claimed)
-			<-p.resume
-		})
+		p.Hold()
 	}
 	return won, err
 }
@@ -103,8 +97,8 @@ func TestStopGivesBackAReadClaimedNotStarted(t *testing.T) {
 
 		store := newPausingStore(e.store)
 		stop := e.running(e.newProber(store, 0))
-		wait(t, store.claimed, "claim")
-		stop(func() { close(store.resume) }) // the prober goes on once its context is cancelled
+		wait(t, store.Held, "claim")
+		stop(func() { close(store.Resume) }) // the prober goes on once its context is cancelled
 		it := e.wantState("after the stop", "inv-s1", items.StateUnknown)
 		if len(it.ProbeReads()) != 0 {
 			t.Errorf("the stopped prober recorded reads: %+v", it.ProbeReads())

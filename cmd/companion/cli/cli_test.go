@@ -319,7 +319,8 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 	}
 }
 
-// A port already taken (another companion serve, most likely) says so and names the flag to change.
+// A port already taken (another companion serve, most likely) says so and names the flag to change. The
+// start stops before it opens the ledger: no data dir, no companion.lock left behind.
 func TestAddressInUseSaysWhatToDo(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -327,11 +328,15 @@ func TestAddressInUseSaysWhatToDo(t *testing.T) {
 	}
 	defer ln.Close()
 	addr := ln.Addr().String()
-	p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})
+	dataDir := filepath.Join(t.TempDir(), "data")
+	p := newProgram(map[string]string{"COMPANION_DATA_DIR": dataDir})
 	err = p.Run(context.Background(), []string{"serve", "--addr", addr})
 	if err == nil {
 		p.Close()
 		t.Fatal("started on an address in use")
+	}
+	if _, statErr := os.Stat(dataDir); statErr == nil {
+		t.Errorf("a start stopped by a taken port created the data dir %s", dataDir)
 	}
 	_, port, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(port)

@@ -23,14 +23,23 @@ func debugHandler() http.Handler {
 	return mux
 }
 
-// serveDebug listens on addr (loopback only) for the profiles, until Close. An empty addr serves nothing.
-func (m *Main) serveDebug(addr string, log *slog.Logger) error {
+// listenDebug binds --debug-addr (loopback only, checked before) for the profiles; an empty addr binds
+// nothing and returns nil.
+func listenDebug(addr string) (net.Listener, error) {
 	if addr == "" {
-		return nil
+		return nil, nil
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("--debug-addr: cannot listen on %s: %w", addr, err)
+		return nil, fmt.Errorf("--debug-addr: cannot listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// serveDebug serves the profiles on ln (listenDebug's; nil when --debug-addr is off) until Close.
+func (m *Main) serveDebug(ln net.Listener, log *slog.Logger) {
+	if ln == nil {
+		return
 	}
 	srv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
@@ -47,5 +56,4 @@ func (m *Main) serveDebug(addr string, log *slog.Logger) error {
 	m.debugAddr = ln.Addr().String()
 	m.mu.Unlock()
 	log.Info("profiles on http://"+ln.Addr().String()+"/debug/pprof/ (loopback only)", slog.String("debug_addr", ln.Addr().String()))
-	return nil
 }

@@ -188,7 +188,12 @@ const itemsSynopsis = `Lists, shows and resolves items through the operator API.
 ` + clientEnv
 
 func (m *Main) items(ctx context.Context, args []string) error {
-	if len(args) == 0 || isHelpFlag(args[0]) {
+	if len(args) == 0 {
+		// A mistake, like an unknown subcommand: the usage goes to standard error, and the exit status is 2.
+		fmt.Fprintf(m.Stderr, "usage: companion items list|show|resolve [flags]\n\n%s\n", itemsSynopsis)
+		return usageErrorf("items: name a subcommand: list, show or resolve")
+	}
+	if isHelpFlag(args[0]) {
 		fmt.Fprintf(m.Stdout, "usage: companion items list|show|resolve [flags]\n\n%s\n", itemsSynopsis)
 		return nil
 	}

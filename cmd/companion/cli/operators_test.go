@@ -300,7 +300,7 @@ func TestAlertsConfigAndSlackSettings(t *testing.T) {
 			}
 		}
 		p := start(t, env)
-		for _, want := range []string{"alerts Slack http://127.0.0.1:1/api/ (but the config names no owner", "go to the log",
+		for _, want := range []string{"alerts Slack http://127.0.0.1:1/api/ (bot token not checked", "(but the config names no owner", "go to the log",
 			"set defaults.owner or alerts.default_owner"} {
 			if !strings.Contains(p.err.String(), want) {
 				t.Errorf("config %q: the start line lacks %q:\n%s", yaml, want, p.err)

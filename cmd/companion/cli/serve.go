@@ -40,8 +40,11 @@ recorded and reads claimed but not started are given back; then the ledger close
 The sweeper runs inside serve on --sweep-every: it records expired leases as unknown, marks the items
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
-else to the log. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up
-the unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
+else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
+the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …) stops the start unless
+SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns, and is asked again every minute until
+it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up the
+unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
 removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
@@ -122,6 +125,32 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	}
 
 	log := m.logger()
+	// The listeners are bound before the ledger is opened, so that a taken port stops the start before it
+	// creates the data dir or takes the ledger's lock; nothing is served before the ledger is open (a
+	// connection made meanwhile waits in the listen backlog). They are closed on every way out below
+	// until the servers own them.
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return listenError(o.addr, "--addr (COMPANION_ADDR)", err)
+	}
+	debugLn, err := listenDebug(o.debugAddr)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	serving, debugServing := false, debugLn == nil
+	defer func() {
+		if !serving {
+			ln.Close()
+		}
+		if !debugServing {
+			debugLn.Close()
+		}
+	}()
+	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slackCfg, log)
+	if err != nil {
+		return err
+	}
 	store, where, err := m.openStore(ctx, o)
 	if err != nil {
 		return err
@@ -131,7 +160,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	alertSvc, err := newAlertServices(ledger, routing, slackCfg, publicURL, log)
+	alertSvc, err := newAlertServices(ledger, routing, slackCfg, slackIdentity, publicURL, log)
 	if err != nil {
 		store.Close()
 		return err
@@ -141,10 +170,13 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return err
 	}
-	ln, err := net.Listen("tcp", o.addr)
-	if err != nil {
-		store.Close()
-		return listenError(o.addr, "--addr (COMPANION_ADDR)", err)
+	var ret *items.Retention
+	if rs, ok := store.(items.RetentionStore); ok {
+		// Made before the server starts: a failure here closes the store, with nothing running yet.
+		if ret, err = items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log}); err != nil {
+			store.Close()
+			return err
+		}
 	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
@@ -165,6 +197,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
+	serving = true // the server closes ln from here on
 	go func() {
 		err := srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -182,17 +215,18 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}})
 	m.runSweeps(alertSvc, o.sweepEvery) // stopped before the store closes
-	if rs, ok := store.(items.RetentionStore); ok {
-		ret, err := items.NewRetention(items.RetentionConfig{Store: rs, Config: ledger.Config(), Logger: log})
-		if err != nil {
-			return err
-		}
+	if ret != nil {
 		m.keepRunning(context.Background(), "retention", func(ctx context.Context) error { return ret.Run(ctx, RetentionEvery) })
 	}
 	m.runProbes(prober, o.sweepEvery) // stopped before the store closes
 	m.keep(daemon{name: "http server", done: served, stop: srv.Shutdown})
-	if err := m.serveDebug(o.debugAddr, log); err != nil {
-		return err
+	m.serveDebug(debugLn, log)
+	debugServing = true
+	if slackUnchecked != nil {
+		m.keepRunning(context.Background(), "slack token check", func(ctx context.Context) error {
+			slackUnchecked.recheck(ctx, log)
+			return nil
+		})
 	}
 
 	addr := ln.Addr().String()
@@ -206,7 +240,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where,
 		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
-		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil))
+		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil), slog.String("slack_identity", slackIdentity))
 	return nil
 }
 

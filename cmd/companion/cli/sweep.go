@@ -105,6 +105,120 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	return cfg, nil
 }
 
+// slackCheckTimeout bounds each check of the Slack bot token: a Slack that does not answer delays serve's
+// start by no more than this.
+var slackCheckTimeout = 5 * time.Second
+
+// slackRecheckEvery is how often serve asks Slack again about a bot token it could not check at its
+// start, until Slack answers once.
+var slackRecheckEvery = time.Minute
+
+// The values of SLACK_TOKEN_CHECK: what serve does when Slack refuses the bot token at the start.
+const (
+	slackCheckRefuse = "refuse" // stop the start (the default)
+	slackCheckWarn   = "warn"   // log an error and start; the alerts wait until the token works
+)
+
+// checkSlack asks Slack who the bot token is (auth.test) before serve opens the ledger, and returns the
+// words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is unchecked;
+// when Slack could not be asked, it also returns the check to repeat after the start (slackCheck.recheck).
+//
+// A token Slack refuses (invalid_auth, token_revoked, account_inactive, …) stops the start: Slack's
+// answer is certain, every alert would be refused the same way, and the start is when someone watches
+// (a log line of a running service is read, at the earliest, when the first alert fails to come). Nothing
+// has been opened yet, so nothing is left behind. SLACK_TOKEN_CHECK=warn starts anyway, for the case where
+// the ledger must come back before the token can be fixed: the alerts wait in the outbox and are posted
+// once it works. A Slack that cannot be asked (unreachable, slow past slackCheckTimeout, rate-limited,
+// failing) proves nothing about the token and must not keep the ledger down: a warning, and the start.
+func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slog.Logger) (string, *slackCheck, error) {
+	if cfg == nil {
+		return "", nil, nil
+	}
+	mode := m.env("SLACK_TOKEN_CHECK", slackCheckRefuse)
+	if mode != slackCheckRefuse && mode != slackCheckWarn {
+		return "", nil, fmt.Errorf("SLACK_TOKEN_CHECK=%q: write %s (the default: a bot token Slack refuses stops the start) "+
+			"or %s (start anyway; the alerts wait until the token works)", mode, slackCheckRefuse, slackCheckWarn)
+	}
+	slack, err := alerts.NewSlack(*cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	check := &slackCheck{slack: slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
+	id, err := check.ask(ctx)
+	switch {
+	case err == nil:
+		warnPersonToken(id, log)
+		return "as " + id.String(), nil, nil
+	case errors.Is(err, alerts.ErrTokenRefused) && mode == slackCheckRefuse:
+		return "", nil, fmt.Errorf("SLACK_BOT_TOKEN: %w. Nothing was started. Fix the token (or SLACK_BOT_TOKEN_FILE's file); "+
+			"to start anyway, the alerts waiting until the token works, set SLACK_TOKEN_CHECK=warn; "+
+			"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET", err)
+	case errors.Is(err, alerts.ErrTokenRefused):
+		log.Error("SLACK_BOT_TOKEN was refused by Slack; starting anyway (SLACK_TOKEN_CHECK=warn): no alert can be posted "+
+			"until the token is fixed and companion restarted; they wait in the ledger", slog.String("error", err.Error()))
+		return "(the bot token was REFUSED by Slack: no alert is posted until it is fixed)", nil, nil
+	}
+	why := check.unchecked(err)
+	log.Warn(fmt.Sprintf("the Slack bot token could not be checked at the start; starting anyway, and asking Slack again every %s "+
+		"until it answers: the alerts are posted once it does", check.every), slog.String("error", why))
+	return "(bot token not checked at the start: " + why + ")", check, nil
+}
+
+// slackCheck is the check of a bot token, with the timeout of each call and the pause between two.
+type slackCheck struct {
+	slack          *alerts.Slack
+	timeout, every time.Duration
+}
+
+// recheck asks Slack about the bot token every c.every until it answers, and logs the answer: who the
+// token is, or an error line when Slack refuses it (the service goes on: the ledger is what the workflows
+// need, and the alerts wait). It returns then, or when ctx ends.
+func (c *slackCheck) recheck(ctx context.Context, log *slog.Logger) {
+	t := time.NewTicker(c.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		id, err := c.ask(ctx)
+		switch {
+		case err == nil:
+			log.Info("Slack answered the check of the bot token: alerts are posted as " + id.String())
+			warnPersonToken(id, log)
+			return
+		case errors.Is(err, alerts.ErrTokenRefused):
+			log.Error("SLACK_BOT_TOKEN was refused by Slack (checked once Slack answered, after the start): no alert can be "+
+				"posted until the token is fixed and companion restarted; they wait in the ledger", slog.String("error", err.Error()))
+			return
+		}
+	}
+}
+
+// ask is one check of the bot token, within c.timeout.
+func (c *slackCheck) ask(ctx context.Context) (alerts.SlackIdentity, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.slack.CheckToken(ctx)
+}
+
+// unchecked words why Slack could not be asked.
+func (c *slackCheck) unchecked(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("slack auth.test: no answer within %s", c.timeout)
+	}
+	return err.Error()
+}
+
+// warnPersonToken warns when the token is a person's: it works, but every alert is posted in their name.
+func warnPersonToken(id alerts.SlackIdentity, log *slog.Logger) {
+	if id.BotID == "" {
+		log.Warn("SLACK_BOT_TOKEN is not a bot token: alerts will be posted in the name of " + id.String() +
+			"; use the app's Bot User OAuth Token (xoxb-…)")
+	}
+}
+
 // operatorStore is what the sweeper, the alert outbox and the operator endpoints need from the store.
 // Every store of the module provides it.
 type operatorStore interface {
@@ -129,7 +243,9 @@ type alertServices struct {
 }
 
 // newAlertServices builds the alert services over the ledger's store.
-func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, publicURL string, log *slog.Logger) (*alertServices, error) {
+// slackIdentity (checkSlack's words) follows the Slack URL on the start line.
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, slackIdentity, publicURL string,
+	log *slog.Logger) (*alertServices, error) {
 	store, ok := ledger.Store().(operatorStore)
 	if !ok {
 		return nil, fmt.Errorf("the store %T cannot keep the alert outbox", ledger.Store())
@@ -147,6 +263,9 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		}
 		notifier = slack
 		out.where = "Slack " + slackCfg.APIURL
+		if slackIdentity != "" {
+			out.where += " " + slackIdentity
+		}
 		if !namesAnOwner(ledger.Config(), routing) {
 			out.where += " (but the config names no owner: only the items whose before-write gives an \"owner\" reach Slack, " +
 				"the others' alerts go to the log; set defaults.owner or alerts.default_owner to a Slack user id U… or channel id C…)"
@@ -257,7 +376,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
 	log := m.logger()
-	a, err := newAlertServices(ledger, routing, slackCfg, publicURL, log)
+	a, err := newAlertServices(ledger, routing, slackCfg, "", publicURL, log)
 	if err != nil {
 		return err
 	}

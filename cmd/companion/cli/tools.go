@@ -50,6 +50,15 @@ func receiverError(args []string, err error) error {
 	return errors.New(strings.TrimPrefix(err.Error(), "receiver: "))
 }
 
+// templates runs "companion templates render". Without a subcommand, or with one it does not know, it is a
+// usage mistake as anywhere else: the usage on standard error and exit 2.
 func (m *Main) templates(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		_ = blueprints.Command(ctx, nil, m.Stderr, m.Stderr) // prints the usage
+		return usageErrorf("templates: name a subcommand: render")
+	}
+	if a := args[0]; a != "render" && a != "help" && !isHelpFlag(a) {
+		return usageErrorf("templates: unknown subcommand %q; the only one is render (run \"companion templates --help\")", a)
+	}
 	return blueprints.Command(ctx, args, m.Stdout, m.Stderr)
 }

@@ -3,6 +3,7 @@ package stopgracetest
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -40,4 +41,23 @@ func Wait(t testing.TB, ch <-chan struct{}, what string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no %s within 20 s", what)
 	}
+}
+
+// Pause holds the first call that reaches Hold until Resume is closed: a test wrapping a real store stops
+// the work right after a claim was granted (Held is closed then), cancels it, and lets it go on.
+type Pause struct {
+	Held   chan struct{} // closed when the first call reached Hold
+	Resume chan struct{} // closed by the test to let that call go on
+	once   sync.Once
+}
+
+// NewPause returns a Pause that holds nothing yet.
+func NewPause() *Pause { return &Pause{Held: make(chan struct{}), Resume: make(chan struct{})} }
+
+// Hold, on its first call only, closes Held and waits for Resume.
+func (p *Pause) Hold() {
+	p.once.Do(func() {
+		close(p.Held)
+		<-p.Resume
+	})
 }
