@@ -50,6 +50,13 @@ type StatusItem struct {
 	Attempt    int         `json:"attempt"`
 	ExternalID string      `json:"external_id,omitempty"`
 	UpdatedAt  time.Time   `json:"updated_at"`
+	// NeedsPerson marks an item waiting for a person, NeedsPersonCause says why (the ledger's word), and
+	// AlertStatus is its alert's status. They come with the item the page reads (no other query) and are
+	// the console's only: API.md fixes GET /v1/batches/{id}'s item fields, and an API client finds a
+	// batch's items needing a person with GET /v1/items?batch_id=…&needs_person=true.
+	NeedsPerson      bool   `json:"-"`
+	NeedsPersonCause string `json:"-"`
+	AlertStatus      string `json:"-"`
 }
 
 // Status is one page of a batch's status.
@@ -101,7 +108,8 @@ func (s *Service) Status(ctx context.Context, p StatusParams) (Status, error) {
 			}
 		}
 		st.Items = append(st.Items, StatusItem{Key: it.Key, BatchIndex: it.BatchIndex, State: it.State,
-			Attempt: it.Attempt, ExternalID: it.ExternalID, UpdatedAt: it.UpdatedAt})
+			Attempt: it.Attempt, ExternalID: it.ExternalID, UpdatedAt: it.UpdatedAt,
+			NeedsPerson: it.NeedsPerson, NeedsPersonCause: it.NeedsPersonCause, AlertStatus: it.AlertStatus})
 	}
 	// Counted after the page, so the page's recorded expiries are in the counts.
 	counts, err := s.store.BatchCounts(ctx, p.Tenant, p.BatchID, now)

@@ -24,7 +24,7 @@ type store interface {
 // storeKind opens a fresh, empty store of one kind for a test.
 type storeKind struct {
 	name string
-	open func(t *testing.T) store
+	open func(t testing.TB) store
 }
 
 // ferret is the FerretDB server the MongoDB store's tests share, each test on its own database; nil when
@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 func storeKinds() []storeKind {
-	mongoKind := storeKind{name: "mongodb", open: func(t *testing.T) store {
+	mongoKind := storeKind{name: "mongodb", open: func(t testing.TB) store {
 		uri, db := os.Getenv(mongotest.RealURIEnv), fmt.Sprintf("batches_test_%d", time.Now().UnixNano())
 		if ferret != nil {
 			uri, db = ferret.URI(), ferret.Database()
@@ -67,7 +67,7 @@ func storeKinds() []storeKind {
 		mongoKind.name = "ferretdb"
 	}
 	return []storeKind{
-		{name: "sqlite", open: func(t *testing.T) store {
+		{name: "sqlite", open: func(t testing.TB) store {
 			s, err := sqlitestore.Open(context.Background(), t.TempDir())
 			if err != nil {
 				t.Fatal(err)
@@ -99,7 +99,7 @@ type fixture struct {
 	clock  *clock
 }
 
-func newFixture(t *testing.T, k storeKind) *fixture {
+func newFixture(t testing.TB, k storeKind) *fixture {
 	t.Helper()
 	st := k.open(t)
 	c := newClock()

@@ -100,6 +100,22 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	}
 	e.succeededItem("inv-743", "exec-1234:Send reminders", 3)
 	e.unknownItem("crm-17", `<script>window.__xss=1</script>ACME "Ltd" & co`, "", 0)
+	// inv-742's alert went to its owner in Slack, and escalates in an hour.
+	ob := e.store.(outbox)
+	if _, err := ob.AddAlerts(e.ctx, []items.Alert{{Tenant: "default", Key: "inv-742", Attempt: 1, Cause: items.CauseNoDedupe, Owner: "U0BILLING",
+		EscalateTo: "U0LEAD", EscalateAfter: time.Hour, BatchID: "exec-1234:Send reminders", Destination: "billing", CreatedAt: e.clock.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.ClaimAlerts(e.ctx, items.AlertClaim{Group: items.AlertGroup{Tenant: "default", Owner: "U0BILLING", BatchID: "exec-1234:Send reminders"},
+		Claim: "c1", Now: e.clock.Now(), Until: e.clock.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ob.FinishAlerts(e.ctx, items.AlertDelivery{Claim: "c1", Channel: "C0ALERTS", TS: "1764612003.000100", At: e.clock.Now()}); err != nil || n != 1 {
+		t.Fatalf("finish: %d %v", n, err)
+	}
+	if _, err := e.ledger.RecordAlerts(e.ctx, "default", []items.AlertMark{{Key: "inv-742", Attempt: 1, Cause: items.CauseNoDedupe}}, items.AlertSent, "U0BILLING"); err != nil {
+		t.Fatal(err)
+	}
 	e.clock.Advance(7 * time.Minute)
 	shots := t.TempDir()
 	base := e.srv.URL + "/console/"
@@ -159,10 +175,19 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 			t.Errorf("timeline lacks %q:\n%s", want, timeline)
 		}
 	}
+	alertCard := strings.Join(strings.Fields(get(t, ctx, "open item", chromedp.Text(chromedp.ID("alerts")))), " ")
+	slackLink := get(t, ctx, "open item", chromedp.Evaluate[string](`document.querySelector("#alerts a").href`))
+	if !strings.Contains(alertCard, "sent to the owner") || !strings.Contains(alertCard, "escalation to U0LEAD, due at") ||
+		slackLink != "https://slack.com/archives/C0ALERTS/p1764612003000100" {
+		t.Errorf("the alerts card says %q, links %q", alertCard, slackLink)
+	}
 	if want := e.ledger.IdempotencyKey("default", "inv-742"); idem != want {
 		t.Errorf("idempotency key %q, want %q", idem, want)
 	}
 	screenshot(t, ctx, shots, "item")
+	run(t, ctx, "alerts card", chromedp.ScrollIntoView(chromedp.ID("alerts")))
+	screenshot(t, ctx, shots, "item-alerts")
+	run(t, ctx, "back to the top", chromedp.Evaluate[chromedp.Void](`window.scrollTo(0, 0)`))
 
 	// An unknown item is offered committed and not committed, never acknowledged (the contract refuses it).
 	if n := get(t, ctx, "offered outcomes", chromedp.Evaluate[int](`document.querySelectorAll('input[name=outcome]').length`)); n != 2 {
@@ -220,6 +245,10 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	counts = get(t, ctx, "batch", chromedp.Text(chromedp.ID("counts")))
 	if c := strings.Join(strings.Fields(counts), " "); !strings.Contains(c, "succeeded 2") || !strings.Contains(c, "unknown 2") {
 		t.Fatalf("batch counts %q, want 2 succeeded and 2 unknown", c)
+	}
+	marked := get(t, ctx, "batch", chromedp.Evaluate[[]string](`[...document.querySelectorAll("tr.needs-person")].map(r => r.dataset.key)`))
+	if strings.Join(marked, " ") != "inv-740 inv-741" {
+		t.Errorf("the batch page marks %v as needing a person, want inv-740 inv-741", marked)
 	}
 	screenshot(t, ctx, shots, "batch")
 	run(t, ctx, "find",

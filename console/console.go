@@ -69,6 +69,8 @@ type Store interface {
 	// NeedsPersonCount counts a tenant's items needing a person, cheaply (the stores' kept counts).
 	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
+	// ItemAlerts returns the alert outbox records about an item, oldest first.
+	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 }
 
 // Resolver settles an item on a person's evidence (the alert dispatcher, or the ledger).

@@ -182,7 +182,9 @@ func TestTheResolveFormOffersExactlyWhatResolveAccepts(t *testing.T) {
 		if status != http.StatusOK {
 			t.Fatalf("%s: item page answered %d", kind, status)
 		}
-		csrf = tok
+		if tok != "" { // only an item with a resolve form carries one; the map's order is random
+			csrf = tok
+		}
 		if got := offered(body); !slices.Equal(got, w) {
 			t.Errorf("%s (%s): the form offers %v, want %v", kind, key, got, w)
 		}

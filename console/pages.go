@@ -325,6 +325,10 @@ type itemView struct {
 	CauseText string
 	Events    []event
 	Attempts  []attemptView
+	// Alerts are the item's alert outbox records in words, newest first; Posting is set while a post of
+	// one is under way (its landing not recorded yet).
+	Alerts  []alertView
+	Posting *time.Time
 	// Resolvable: resolve accepts an outcome; Settle: succeeded and not_committed; Acknowledge: acknowledged.
 	Resolvable  bool
 	Settle      bool
@@ -407,6 +411,16 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	for i := len(it.History) - 1; i >= 0; i-- {
 		v.Events = append(v.Events, c.timelineEvent(it.History[i]))
 	}
+	as, err := c.cfg.Store.ItemAlerts(r.Context(), s.who.Tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range as {
+		if a.PostAttemptAt != nil && a.Status != items.AlertClosed {
+			v.Posting = a.PostAttemptAt
+		}
+	}
+	v.Alerts = c.alertViews(as, v.Now)
 	return v, nil
 }
 
@@ -517,10 +531,20 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 }
 
 type batchView struct {
-	Status  batches.Status
-	States  []stateCount
+	Status batches.Status
+	States []stateCount
+	Rows   []batchRow
+	// Waiting counts this page's items that need a person.
+	Waiting int
 	NextURL string
 	First   string
+}
+
+// batchRow is one item of a batch page; Why and Alert say in words why it needs a person and its alert
+// status.
+type batchRow struct {
+	batches.StatusItem
+	Why, Alert string
 }
 
 type stateCount struct {
@@ -551,6 +575,19 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 	}
 	v := batchView{Status: st, States: []stateCount{{items.StatePrepared, st.Counts.Prepared}, {items.StateInFlight, st.Counts.InFlight},
 		{items.StateSucceeded, st.Counts.Succeeded}, {items.StateFailed, st.Counts.Failed}, {items.StateUnknown, st.Counts.Unknown}}}
+	for _, it := range st.Items {
+		br := batchRow{StatusItem: it}
+		if it.NeedsPerson {
+			v.Waiting++
+			if it.NeedsPersonCause != "" {
+				br.Why = c.causeText(it.NeedsPersonCause)
+			}
+			if it.AlertStatus != "" {
+				br.Alert = wordOf(alertWords, it.AlertStatus)
+			}
+		}
+		v.Rows = append(v.Rows, br)
+	}
 	if st.NextCursor != "" {
 		v.NextURL = Prefix + "batch?id=" + url.QueryEscape(id) + "&cursor=" + url.QueryEscape(st.NextCursor)
 	}

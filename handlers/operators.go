@@ -28,6 +28,8 @@ type OperatorStore interface {
 	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
 	// Stats measures a tenant's items at now; the empty tenant measures every tenant together.
 	Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error)
+	// ItemAlerts returns the alert outbox records about an item, oldest first (the console's item page).
+	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 	// AddCounter adds to a named counter of a tenant and destination (fingerprint conflicts).
 	AddCounter(ctx context.Context, tenant, destination, name string, delta int) error
 }
