@@ -74,7 +74,7 @@ func scenarioSingleNoAnswer(ctx context.Context, e *env) error {
 // scenarioSubNoAnswer: the sub-workflows' example caller fed three items; companion: claim's request for the
 // third gets no answer.
 func scenarioSubNoAnswer(ctx context.Context, e *env) error {
-	return e.claimWithoutAnswer(subMultiPath, []int{8201, 8202, 8203}, "")
+	return e.claimWithoutAnswer(subMultiPath, []int{8601, 8602, 8603}, "")
 }
 
 // scenarioNodeNoAnswer: the community-node template fed three items, which its Before write asks in one batch
