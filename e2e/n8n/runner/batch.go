@@ -132,7 +132,9 @@ func scenarioBatchRerun(ctx context.Context, e *env) error {
 		return err
 	}
 	// The same items again, as a replayed execution would send them: every item is skipped with its
-	// stored result, nothing is claimed or written.
+	// stored result, nothing is claimed or written. (The items of "batch: three items claimed and written
+	// once each", on purpose.)
+	reuseInvoices(2001, 2002, 2003)
 	out, err := e.runBatch(200, 2001, 2002, 2003)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 )
 
 func reminder(inv int) (map[string]any, string, string) {
+	claimInvoice(inv)
 	body := map[string]any{"invoice": fmt.Sprint(inv), "recipient": "c-19", "amount": 120.5, "reminder": 2}
 	return body, fmt.Sprintf("invoice-%d:reminder:2", inv), fmt.Sprintf("invoice-%d-reminder-2", inv)
 }
