@@ -410,7 +410,7 @@ func listenError(addr, flag string, err error) error {
 	switch {
 	case errors.Is(err, syscall.EADDRINUSE):
 		return fmt.Errorf("cannot listen on %s: the address is already in use (another companion, or another program, "+
-			"listens there): stop it, or choose another address with %s, e.g. --addr %s", addr, flag, nextPort(addr))
+			"listens there): stop it, or choose another address with %s, e.g. %s %s", addr, flag, strings.Fields(flag)[0], nextPort(addr))
 	case errors.Is(err, syscall.EACCES):
 		return fmt.Errorf("cannot listen on %s: this user may not listen on that port (ports below 1024 need privileges): "+
 			"choose a port of 1024 or above with %s", addr, flag)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"syscall"
 
@@ -25,27 +26,26 @@ func (m *Main) receiver(ctx context.Context, args []string) error {
 		}
 	}
 	m.keepRunning(ctx, "receiver", func(ctx context.Context) error {
-		return receiverError(args, sandbox.Command(ctx, args, m.Stdout, m.Stderr))
+		return receiverError(sandbox.Command(ctx, args, m.Stdout, m.Stderr))
 	})
 	return nil
 }
 
 // receiverError words the receiver's error for the command line: without the "receiver: " that the
-// running part's name already gives it, and with what to do when its address is taken.
-func receiverError(args []string, err error) error {
+// running part's name already gives it, and with what to do when an address it listens on is taken. The
+// address is the listen error's own (net.OpError), and the flag the one that chose it: --smtp-addr for the
+// SMTP listener (its error is "receiver: smtp: …"), --addr otherwise.
+func receiverError(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES) {
-		addr := "127.0.0.1:9090" // the receiver's default; its flags are the sandbox's, so --addr is found by hand
-		for i, a := range args {
-			if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "addr="); ok && strings.HasPrefix(a, "-") {
-				addr = v
-			} else if (a == "--addr" || a == "-addr") && i+1 < len(args) {
-				addr = args[i+1]
-			}
+	var op *net.OpError
+	if (errors.Is(err, syscall.EADDRINUSE) || errors.Is(err, syscall.EACCES)) && errors.As(err, &op) && op.Addr != nil {
+		flag := "--addr"
+		if strings.HasPrefix(err.Error(), "receiver: smtp: ") {
+			flag = "--smtp-addr"
 		}
-		return listenError(addr, "--addr", err)
+		return listenError(op.Addr.String(), flag, err)
 	}
 	return errors.New(strings.TrimPrefix(err.Error(), "receiver: "))
 }

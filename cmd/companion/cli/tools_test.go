@@ -79,6 +79,9 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 	}{
 		{[]string{"--addr", ln.Addr().String()}, "receiver: cannot listen on " + ln.Addr().String() + ": the address is already in use"},
 		{[]string{"--addr=" + ln.Addr().String()}, "choose another address with --addr, e.g. --addr 127.0.0.1:"},
+		{[]string{"--addr", "127.0.0.1:0", "--smtp-addr", ln.Addr().String()},
+			"receiver: cannot listen on " + ln.Addr().String() + ": the address is already in use (another companion, or another program, " +
+				"listens there): stop it, or choose another address with --smtp-addr, e.g. --smtp-addr 127.0.0.1:"},
 		{[]string{"--addr", "127.0.0.1:0", "--dedupe", "maybe"}, `receiver: sandbox: dedupe must be "key" or "none", not "maybe"`},
 	} {
 		p := newProgram(nil)
