@@ -32,14 +32,12 @@ func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
 // oldLayout reports whether the ledger holds an items table of the earlier layout (no id column).
 func (s *Store) oldLayout(ctx context.Context) (bool, error) {
-	var tables, ids int
-	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'items'`).Scan(&tables); err != nil {
+	table, err := s.hasSchemaObject(ctx, "table", "items")
+	if err != nil {
 		return false, err
 	}
-	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('items') WHERE name = 'id'`).Scan(&ids); err != nil {
-		return false, err
-	}
-	return tables == 1 && ids == 0, nil
+	id, err := s.hasColumn(ctx, "items", "id")
+	return table && !id, err
 }
 
 // convert converts a ledger of the earlier layout, if this is one (see the top of this file).

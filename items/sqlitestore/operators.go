@@ -61,11 +61,11 @@ func (s *Store) migrateOperators(ctx context.Context) error {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	// Ledgers made before alerts carried their post attempt get the column (NULL: no post in doubt).
-	var have int
-	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('alerts') WHERE name = 'post_attempt_at'`).Scan(&have); err != nil {
+	have, err := s.hasColumn(ctx, "alerts", "post_attempt_at")
+	if err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
-	if have == 0 {
+	if !have {
 		if _, err := s.w.ExecContext(ctx, `ALTER TABLE alerts ADD COLUMN post_attempt_at INTEGER`); err != nil {
 			return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 		}

@@ -197,10 +197,11 @@ func (s *Store) Path() string { return s.path }
 // The execution's and the reference's indexes do not hold updated_at, although their lists are ordered
 // by it: an index that holds updated_at is rewritten by every transition (an UPDATE deletes and inserts
 // the item's entry of each index whose column changes), and the items of the templates carry both, so
-// each report paid two more index rewrites (about 7% of the service's CPU per item, measured with
-// companion bench). Those two lists read the items of one execution or one reference and sort them (USE
+// each report paid two more index rewrites (6–7% of the service's CPU per batch item in one A/B with
+// companion bench, about 3% in another). Those two lists read the items of one execution or one reference and sort them (USE
 // TEMP B-TREE FOR ORDER BY): a handful, or a run's items, where a page costs a read of all of them (about
-// 2 ms per 1,000: BenchmarkOperatorQueries/ListExecution). Ledgers of an earlier release had them as
+// 8 ms for the first page of a run of 1,000 on the 2-core development VM:
+// BenchmarkOperatorQueries/ListExecution1000FirstPage). Ledgers of an earlier release had them as
 // items_execution and items_reference, with updated_at: they are dropped, and the new ones built, at the
 // first start (dropIndexesWithUpdatedAt).
 //
@@ -309,16 +310,30 @@ func (s *Store) migrate(ctx context.Context) error {
 	return s.migrateCounts(ctx)
 }
 
+// hasColumn reports whether the ledger's table has the column: the migrations of earlier layouts ask it.
+func (s *Store) hasColumn(ctx context.Context, table, column string) (bool, error) {
+	var n int
+	err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, table, column).Scan(&n)
+	return n > 0, err
+}
+
+// hasSchemaObject reports whether the ledger's schema holds a table or an index (kind) of that name.
+func (s *Store) hasSchemaObject(ctx context.Context, kind, name string) (bool, error) {
+	var n int
+	err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = ? AND name = ?`, kind, name).Scan(&n)
+	return n > 0, err
+}
+
 // dropIndexesWithUpdatedAt drops the indexes of executions and references of an earlier release, which
 // held updated_at (see schema), and returns how many it dropped; schema then builds their successors.
 func (s *Store) dropIndexesWithUpdatedAt(ctx context.Context) (int, error) {
 	var n int
 	for _, name := range [...]string{"items_execution", "items_reference"} {
-		var have int
-		if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ?`, name).Scan(&have); err != nil {
+		have, err := s.hasSchemaObject(ctx, "index", name)
+		if err != nil {
 			return n, err
 		}
-		if have == 0 {
+		if !have {
 			continue
 		}
 		if _, err := s.w.ExecContext(ctx, `DROP INDEX `+name); err != nil {
@@ -334,11 +349,11 @@ func (s *Store) dropIndexesWithUpdatedAt(ctx context.Context) (int, error) {
 // column (and the document's top-level field) is filled from there, so a run's items are listed also when
 // they were claimed before the upgrade.
 func (s *Store) migrateExecutionID(ctx context.Context) error {
-	var have int
-	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('items') WHERE name = 'execution_id'`).Scan(&have); err != nil {
+	have, err := s.hasColumn(ctx, "items", "execution_id")
+	if err != nil {
 		return err
 	}
-	if have == 0 {
+	if !have {
 		tx, err := s.w.BeginTx(ctx, nil)
 		if err != nil {
 			return err
