@@ -134,12 +134,12 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		floor = append(floor, r)
 		return err
 	}
-	firstHalf := o.floorItems
+	firstHalf, when := o.floorItems, "" // the floor alone (--items 0), or of one item: not split
 	if o.items > 0 && o.floorItems > 1 {
-		firstHalf = (o.floorItems + 1) / 2
+		firstHalf, when = (o.floorItems+1)/2, " before the run"
 	}
 	if o.floor != "" {
-		if err := measureFloor(firstHalf, map[bool]string{true: " before the run", false: ""}[firstHalf < o.floorItems]); err != nil {
+		if err := measureFloor(firstHalf, when); err != nil {
 			return err
 		}
 	}
