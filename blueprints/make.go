@@ -209,15 +209,12 @@ func (f *makeFlow) claim(name, path, body string, x, y int) MakeModule {
 	return m
 }
 
-// refusedStatus is the webhook's answer to a claim companion refused (module c's status), as the n8n
-// templates answer it: a content companion refuses is answered with its own status (400, 413; a
-// redelivery of the same body cannot help), a claim companion could not record 503 (a later delivery
-// can), anything else (401, 403: the token or role; an answer the template does not know) 500.
-func refusedStatus(c int, withoutUnavailable bool) string {
-	if withoutUnavailable {
-		return fmt.Sprintf(`{{if(%d.statusCode = 400; 400; if(%d.statusCode = 413; 413; 500))}}`, c, c)
-	}
-	return fmt.Sprintf(`{{if(%d.statusCode = 400; 400; if(%d.statusCode = 413; 413; if(%d.statusCode = 503; 503; 500)))}}`, c, c, c)
+// refusedStatus is the webhook's answer to a claim companion refused for good (module c's status, any
+// but 200 and 503, which claimRefused answers on its own route), as the n8n templates answer it: a content
+// companion refuses is answered with its own status (400, 413; a redelivery of the same body cannot help),
+// anything else (401, 403: the token or role; an answer the template does not know) 500.
+func refusedStatus(c int) string {
+	return fmt.Sprintf(`{{if(%d.statusCode = 400; 400; if(%d.statusCode = 413; 413; 500))}}`, c, c)
 }
 
 // claimRefused is the route a claim (module c) takes when companion answered anything but 200: the
@@ -236,7 +233,7 @@ func (f *makeFlow) claimRefused(c int, named, what string, x, y int, then func(x
 	}
 	later := f.respondLater("Answer: companion could not record the claim", "503", retryAfterSeconds(c, "60"), body("503"), x+600, y-150)
 	later.Filter = &MakeFilter{Name: "503: deliver again later", Conditions: [][]MakeCondition{{{A: ref(c, "statusCode"), O: "number:equal", B: "503"}}}}
-	refused := f.respond("Answer: claim refused", refusedStatus(c, true), body(refusedStatus(c, true)), x+600, y+150)
+	refused := f.respond("Answer: claim refused", refusedStatus(c), body(refusedStatus(c)), x+600, y+150)
 	refused.Filter = &MakeFilter{Name: "refused", Conditions: [][]MakeCondition{{{A: ref(c, "statusCode"), O: "number:notequal", B: "503"}}}}
 	if then == nil {
 		then = func(int, int) []MakeModule { return nil }
