@@ -105,12 +105,7 @@ func expectItemAnswers(code int, retryAfter string, out map[string]any, want int
 // Before the Merges (the success and error outputs each ran the rest of the workflow), the success output's
 // 429 stopped the execution before the dropped item was reported, and the first item answered 200.
 func scenarioSingleItems(ctx context.Context, e *env) error {
-	var events []map[string]any
-	var keys, refs []string
-	for _, inv := range []int{1101, 1102, 1103} {
-		body, key, ref := reminder(inv)
-		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
-	}
+	events, keys, refs := reminders(1101, 1102, 1103)
 	err := e.threeFaultedItems(singleItemsPath, events, keys, refs, "the template (its error output never ran)", func() (errs []error) {
 		if it, _ := e.item(keys[1]); it.HTTPStatus != 429 {
 			errs = append(errs, fmt.Errorf("ledger %s: http_status %d, want the 429 the template reported", keys[1], it.HTTPStatus))
@@ -363,12 +358,7 @@ func nodeItemsWorkflow(write map[string]any) (map[string]any, error) {
 // answers (the dropped one unknown with its transport class), answered once 503; delivered again, each
 // written once.
 func scenarioNodeItems(ctx context.Context, e *env) error {
-	var events []map[string]any
-	var keys, refs []string
-	for _, inv := range []int{7301, 7302, 7303} {
-		body, key, ref := reminder(inv)
-		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
-	}
+	events, keys, refs := reminders(7301, 7302, 7303)
 	if err := e.threeFaultedItems(nodeItemsPath, events, keys, refs, "After write", nil); err != nil {
 		return err
 	}

@@ -82,12 +82,7 @@ func scenarioSubNoAnswer(ctx context.Context, e *env) error {
 // answered 503 with a Retry-After (before, 500: "the node could not ask"); nothing is claimed or written;
 // delivered again, each is written once.
 func scenarioNodeNoAnswer(ctx context.Context, e *env) error {
-	var events []map[string]any
-	var keys, refs []string
-	for _, inv := range []int{7401, 7402, 7403} {
-		body, key, ref := reminder(inv)
-		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
-	}
+	events, keys, refs := reminders(7401, 7402, 7403)
 	e.dropped.Store(0)
 	e.dropClaim.Store(&keys[2])
 	defer e.dropClaim.Store(nil)
@@ -134,12 +129,7 @@ func scenarioNodeNoAnswer(ctx context.Context, e *env) error {
 // 503 with a Retry-After, the third's own answer 503 no_answer. Delivered again: the third is written once,
 // the others are not written again (their keys, or their trigger claims' keys with duplicate, answer 200).
 func (e *env) claimWithoutAnswer(path string, invoices []int, duplicate string) error {
-	var events []map[string]any
-	var keys, refs []string
-	for _, inv := range invoices {
-		body, key, ref := reminder(inv)
-		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
-	}
+	events, keys, refs := reminders(invoices...)
 	e.dropped.Store(0)
 	e.dropClaim.Store(&keys[2])
 	defer e.dropClaim.Store(nil)

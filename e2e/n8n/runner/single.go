@@ -20,6 +20,16 @@ func reminder(inv int) (map[string]any, string, string) {
 	return body, fmt.Sprintf("invoice-%d:reminder:2", inv), fmt.Sprintf("invoice-%d-reminder-2", inv)
 }
 
+// reminders is reminder for several invoices at once: the events of one delivery, and their keys and
+// references in the same order.
+func reminders(invoices ...int) (events []map[string]any, keys, refs []string) {
+	for _, inv := range invoices {
+		body, key, ref := reminder(inv)
+		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
+	}
+	return events, keys, refs
+}
+
 const single = "companion/guarded-write"
 
 // runSingle delivers body to the single-item template and checks the answer's status: 200 when the

@@ -271,12 +271,7 @@ func scenarioSubErrorWorkflow(ctx context.Context, e *env) error {
 // once for both write outputs (Both outcomes). Each item keeps its own claim through both sub-executions: two
 // succeeded with their own record's id, the dropped one unknown; one record each; answered once, 503.
 func scenarioSubItems(ctx context.Context, e *env) error {
-	var events []map[string]any
-	var keys, refs []string
-	for _, inv := range []int{8101, 8102, 8103} {
-		body, key, ref := reminder(inv)
-		events, keys, refs = append(events, body), append(keys, key), append(refs, ref)
-	}
+	events, keys, refs := reminders(8101, 8102, 8103)
 	if err := e.fault(map[string]any{"fault": "commit_then_drop", "count": 1, "reference": refs[1]}); err != nil {
 		return err
 	}
