@@ -389,8 +389,7 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	// The form offers exactly the outcomes resolve accepts (API.md): succeeded and not_committed for an
 	// unknown item (Get recorded an expired lease) or a failed one with no attempts left, acknowledged for
 	// what Acknowledgeable says. An item that needs a person but takes none of them says so instead.
-	dest := c.cfg.Ledger.Config().Destination(it.Destination)
-	v.Settle = it.State == items.StateUnknown || (it.State == items.StateFailed && it.Attempt >= dest.MaxAttempts+it.ExtraAttempts)
+	v.Settle = c.cfg.Ledger.Settleable(it)
 	v.Acknowledge = it.Acknowledgeable()
 	v.Resolvable = v.Settle || v.Acknowledge
 	v.Form.Outcome = items.ResolveSucceeded

@@ -875,8 +875,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 					resolvedBefore(it))}
 			}
 		} else {
-			dest := l.cfg.Destination(it.Destination)
-			if !(it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, dest))) {
+			if !l.Settleable(it) {
 				return nil, &Error{Code: CodeConflict, Message: fmt.Sprintf(
 					"only an unknown item, or a failed one with no attempts left, can be resolved; this item is %s%s%s", it.State, flagNote(it),
 					resolvedBefore(it))}
@@ -918,6 +917,13 @@ func (it *Item) Acknowledgeable() bool {
 	}
 	return (it.State == StateSucceeded && it.DuplicateEffect) ||
 		(it.State == StateFailed && it.Retryable && it.NeedsPersonCause == CauseStale)
+}
+
+// Settleable reports whether Resolve takes succeeded or not_committed for the item: it is unknown, or
+// failed with no attempts left. (An in-flight item past its lease counts as unknown: Resolve, and a Get,
+// record it so first.)
+func (l *Ledger) Settleable(it *Item) bool {
+	return it.State == StateUnknown || (it.State == StateFailed && !l.attemptsLeft(it, l.cfg.Destination(it.Destination)))
 }
 
 // acknowledged reports whether a person acknowledged the item in its current attempt: the sweeper does not
