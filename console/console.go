@@ -323,7 +323,7 @@ func (c *Console) toSignin(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		next = ""
 		if key := r.PostFormValue("key"); items.ValidKey(key) {
-			next = Prefix + "item?key=" + url.QueryEscape(key)
+			next = itemURL(key)
 		}
 	}
 	if safeNext(next) != Prefix {

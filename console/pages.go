@@ -43,6 +43,11 @@ type page struct {
 	Open    bool // open mode: no Sign out, as there is no sign-in to go back to
 }
 
+// itemURL, batchURL and findURL are the console's pages of an item, a batch and a search for a term.
+func itemURL(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) }
+func batchURL(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) }
+func findURL(q string) string   { return Prefix + "find?q=" + url.QueryEscape(q) }
+
 type pageTemplate struct{ t *template.Template }
 
 var funcs = template.FuncMap{
@@ -59,8 +64,8 @@ var funcs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
 	"age":            items.Age,
-	"itemURL":        func(key string) string { return Prefix + "item?key=" + url.QueryEscape(key) },
-	"batchURL":       func(id string) string { return Prefix + "batch?id=" + url.QueryEscape(id) },
+	"itemURL":        itemURL,
+	"batchURL":       batchURL,
 	"alertText":      func(s string) string { return wordOf(alertWords, s) },
 	"classText":      func(c items.ErrorClass) string { return wordOf(classWords, string(c)) },
 	"resolutionText": func(o string) string { return wordOf(resolutionWords, o) },
@@ -354,7 +359,7 @@ func (c *Console) item(w http.ResponseWriter, r *http.Request, s *session) {
 	if errors.Is(err, items.ErrNotFound) {
 		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
 			Message: "No item has the key " + key + " in tenant " + s.who.Tenant + ". An item is known by the key its workflow gave; Find looks a term up as a key, a batch id, a business reference and an execution id."},
-			link{"Find " + key, Prefix + "find?q=" + url.QueryEscape(key)})
+			link{"Find " + key, findURL(key)})
 		return
 	}
 	if err != nil {
@@ -502,7 +507,7 @@ func (c *Console) resolve(w http.ResponseWriter, r *http.Request, s *session) {
 			Outcome: form.Outcome, Evidence: form.Evidence, ExternalID: form.ExternalID, By: s.who.Name})
 	}
 	if err == nil {
-		http.Redirect(w, r, Prefix+"item?key="+url.QueryEscape(key)+"&done="+url.QueryEscape(string(reason)), http.StatusSeeOther)
+		http.Redirect(w, r, itemURL(key)+"&done="+url.QueryEscape(string(reason)), http.StatusSeeOther)
 		return
 	}
 	e := c.cfg.Errors(err)
@@ -563,10 +568,10 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 	switch {
 	case errors.Is(err, items.ErrNotFound):
 		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),
-			Message: "No batch has the id " + id + " in tenant " + s.who.Tenant + "."}, link{"Find " + id, Prefix + "find?q=" + url.QueryEscape(id)})
+			Message: "No batch has the id " + id + " in tenant " + s.who.Tenant + "."}, link{"Find " + id, findURL(id)})
 		return
 	case err != nil && q.Get("cursor") != "" && items.ErrorCode(err) == items.CodeInvalid:
-		c.failErr(w, r, s, err, link{"The batch's first page", Prefix + "batch?id=" + url.QueryEscape(id)})
+		c.failErr(w, r, s, err, link{"The batch's first page", batchURL(id)})
 		return
 	case err != nil:
 		c.failErr(w, r, s, err)
@@ -588,10 +593,10 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 		v.Rows = append(v.Rows, br)
 	}
 	if st.NextCursor != "" {
-		v.NextURL = Prefix + "batch?id=" + url.QueryEscape(id) + "&cursor=" + url.QueryEscape(st.NextCursor)
+		v.NextURL = batchURL(id) + "&cursor=" + url.QueryEscape(st.NextCursor)
 	}
 	if q.Get("cursor") != "" {
-		v.First = Prefix + "batch?id=" + url.QueryEscape(id)
+		v.First = batchURL(id)
 	}
 	p := c.frame(s, "Batch "+id, "", v)
 	p.Refresh = true
