@@ -39,6 +39,7 @@ func slackURL(channel, ts string) string {
 	return "https://slack.com/archives/" + url.PathEscape(channel) + "/p" + strings.Replace(ts, ".", "", 1)
 }
 
+// stamp is how the console writes a moment: UTC, to the second.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
 // alertViews describes the item's alert outbox records, newest first, as of now.
@@ -52,24 +53,15 @@ func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 		if to == "" {
 			to = "(no owner configured)"
 		}
-		switch a.Status {
-		case items.AlertPending:
-			switch {
-			case a.TS != "":
-				v.Status = "posted, not recorded as sent yet: the next dispatcher updates that message instead of posting another"
-			case a.PostAttemptAt != nil:
-				v.Status = "being posted: the post's landing is not recorded yet"
-			default:
-				v.Status = "due, not sent yet"
-			}
-		case items.AlertSent:
-			v.Status = "sent to the owner"
-		case items.AlertEscalated:
-			v.Status = "escalated: sent on to the escalation contact"
-		case items.AlertClosed:
-			v.Status = "closed: nothing more is sent"
+		switch {
+		case a.Status != items.AlertPending:
+			v.Status = wordOf(alertWords, a.Status)
+		case a.TS != "":
+			v.Status = "posted, not recorded as sent yet: the next dispatcher updates that message instead of posting another"
+		case a.PostAttemptAt != nil:
+			v.Status = "being posted: the post's landing is not recorded yet"
 		default:
-			v.Status = a.Status
+			v.Status = "due, not sent yet"
 		}
 		add("cause", a.Cause, "")
 		add("to", to, "")

@@ -55,13 +55,13 @@ var funcs = template.FuncMap{
 		if t.IsZero() {
 			return ""
 		}
-		return t.UTC().Format("2006-01-02 15:04:05Z")
+		return stamp(t)
 	},
 	"timep": func(t *time.Time) string {
 		if t == nil {
 			return ""
 		}
-		return t.UTC().Format("2006-01-02 15:04:05Z")
+		return stamp(*t)
 	},
 	"age":            items.Age,
 	"itemURL":        itemURL,
@@ -430,7 +430,7 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 
 // timelineEvent describes one history event, each value in words with the ledger's word beside it.
 func (c *Console) timelineEvent(e items.Event) event {
-	ev := event{At: e.At.UTC().Format("2006-01-02 15:04:05Z"), Kind: e.Kind, Attempt: e.Attempt, Note: e.Note, Class: "ev-" + strings.ReplaceAll(e.Kind, "_", "-")}
+	ev := event{At: stamp(e.At), Kind: e.Kind, Attempt: e.Attempt, Note: e.Note, Class: "ev-" + strings.ReplaceAll(e.Kind, "_", "-")}
 	titles := map[string]string{
 		items.EventClaimed: "Claimed", items.EventPrepared: "Prepared", items.EventAfterWrite: "Report after the write",
 		items.EventLeaseExpired: "Lease expired (sweep)", items.EventReconcile: "Lookup", items.EventResolve: "Resolved by a person",

@@ -139,7 +139,7 @@ func (c *Console) situation(it *items.Item, v *itemView) string {
 	case it.State == items.StateFailed && it.Retryable:
 		s := "The write failed and will be retried: the next run of the workflow tries again"
 		if it.RetryAt != nil && it.RetryAt.After(v.Now) {
-			s += " from " + it.RetryAt.UTC().Format("2006-01-02 15:04:05Z")
+			s += " from " + stamp(*it.RetryAt)
 		}
 		return s + ". Nothing to do unless it keeps failing."
 	case it.State == items.StateFailed:
