@@ -309,9 +309,12 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		giveBack = false // every alert closed, and with it its claim
 		return nil
 	}
+	// groupAttrs are the log attributes naming the group, then more.
+	groupAttrs := func(more ...any) []any {
+		return append([]any{"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live)}, more...)
+	}
 	if stop.Err() != nil {
-		d.cfg.Logger.InfoContext(ctx, "dispatcher stopping: alert group given back unsent; the next dispatch sends it",
-			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live))
+		d.cfg.Logger.InfoContext(ctx, "dispatcher stopping: alert group given back unsent; the next dispatch sends it", groupAttrs()...)
 		return nil
 	}
 	msg := d.message(g, live, found, now)
@@ -326,7 +329,7 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		// it twice. The claim is given back; the next dispatch reads again (posting once FindGiveUp passed).
 		counts.Failed++
 		d.cfg.Logger.ErrorContext(ctx, "alert not posted: an earlier post of it may have landed unrecorded and Slack's history could not be read; will retry",
-			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+			groupAttrs("error", err)...)
 		return nil
 	}
 	if err != nil && ctx.Err() != nil && !update {
@@ -335,14 +338,12 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		// update is given back: the next sender finds the message on the alerts and updates it again.)
 		giveBack = false
 		d.cfg.Logger.WarnContext(ctx, "alert post cut off at stop; it may have landed, so the group keeps its claim until it runs out",
-			"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live),
-			"claim_timeout", d.cfg.ClaimTimeout.String(), "error", err)
+			groupAttrs("claim_timeout", d.cfg.ClaimTimeout.String(), "error", err)...)
 		return err
 	}
 	if err != nil {
 		counts.Failed++
-		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", "owner", g.Owner, "tenant", g.Tenant,
-			"batch_id", g.BatchID, "escalation", g.Escalation, "items", len(live), "error", err)
+		d.cfg.Logger.ErrorContext(ctx, "alert delivery failed; will retry", groupAttrs("error", err)...)
 		if errors.Is(err, ErrPostRefused) && !update {
 			// Slack answered that it took nothing: the next sender posts without looking for it first.
 			// (Should clearing fail, the next sender reads the history once, and finds nothing.)
