@@ -67,6 +67,9 @@ type Store struct {
 	fault func(op string) error
 	// lock is the data dir's lock (lockDataDir), held until Close.
 	lock *os.File
+	// cache holds the items the committer committed last (cache.go); nil: none. cacheItems is its bound.
+	cache      *itemCache
+	cacheItems int
 }
 
 var _ items.Store = (*Store)(nil)
@@ -112,7 +115,8 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 	r.SetMaxOpenConns(8)
-	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize, lock: lock}
+	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize, lock: lock,
+		cacheItems: defaultCacheItems}
 	opened = true // s holds the lock now: its Close releases it
 	for _, o := range opts {
 		o(s)
@@ -128,7 +132,7 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 			break
 		}
 		var st *sql.Stmt
-		st, err = w.PrepareContext(ctx, insertItemsSQL(rows))
+		st, err = w.PrepareContext(ctx, insertItemsSQL(rows, s.cacheItems > 0))
 		s.inserts = append(s.inserts, st)
 	}
 	for _, n := range readSizes {
@@ -142,6 +146,11 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("sqlitestore: prepare: %w", err)
+	}
+	// The cache starts empty after the migrations and conversions, the last writes of items outside the
+	// committer and retention.
+	if s.cacheItems > 0 {
+		s.cache = newItemCache(s.cacheItems)
 	}
 	s.transitions, s.stop, s.committerDone = make(chan *transition), make(chan struct{}), make(chan struct{})
 	go s.commitGroups()
@@ -489,7 +498,9 @@ var insertRows = []int{100, 32, 16, 8, 4, 2, 1}
 
 // write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
 // when the transaction started (found) and updating the others guarded by the version found.
-func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.Item, stored map[string]*written, last map[string]*items.Item, changed []string) error {
+//
+// With the cache on, it returns the row of each changed item as it is now stored, in changed's order.
+func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.Item, stored map[string]*written, last map[string]*items.Item, changed []string) ([]*written, error) {
 	// The transaction's statements need no cancellation of their own: a cancelled request still rolls
 	// back, at BeginTx or Commit, and a watcher per statement cost a goroutine each.
 	ctx = context.WithoutCancel(ctx)
@@ -502,26 +513,37 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 		s.rows, s.doc = fresh[:0], buf
 	}()
 	update := updates{s: s, tx: tx}
+	var now []*written // the rows as stored after the transaction, for the cache
+	var freshAt []int  // the places in now of the rows in fresh
+	if s.cache != nil {
+		now = make([]*written, len(changed))
+	}
 	var args []any
 	counts := items.CountChanges{}
-	for _, id := range changed {
+	for at, id := range changed {
 		cur, next := found[id], last[id]
 		counts.Move(cur, next)
 		var doc []byte
 		var err error
 		if doc, buf, err = document(buf, next); err != nil {
-			return &itemFault{id: id, err: err}
+			return nil, &itemFault{id: id, err: err}
 		}
 		if cur == nil {
 			fresh = appendColumns(fresh, next, doc)
+			if now != nil {
+				freshAt = append(freshAt, at)
+			}
 			continue
 		}
 		row := stored[id]
 		if row == nil { // cannot happen: every item found was read with its row
-			return unavailable(fmt.Errorf("sqlitestore: the row of a changed item was not read"))
+			return nil, unavailable(fmt.Errorf("sqlitestore: the row of a changed item was not read"))
 		}
 		args = appendColumns(args[:0], next, doc)
 		mask := row.changedColumns(args)
+		if now != nil {
+			now[at] = &written{id: row.id, cols: slices.Clone(args[:len(setColumns)])}
+		}
 		set := args[:0] // the values of the columns of mask, moved to the front of args
 		for c := range setColumns {
 			if mask&(1<<c) != 0 {
@@ -530,27 +552,46 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 		}
 		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version))
 		if err := wroteRows(res, err, 1); err != nil {
-			return err
+			return nil, err
 		}
 		if err := s.injected("update"); err != nil {
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 	}
 	rows := fresh
+	var ids insertedIDs
 	for i, size := range insertRows {
 		width := size * len(itemColumns)
 		for len(rows) >= width {
-			res, err := tx.StmtContext(ctx, s.inserts[i]).ExecContext(ctx, rows[:width]...)
-			if err := wroteRows(res, err, size); err != nil {
-				return err
+			st := tx.StmtContext(ctx, s.inserts[i])
+			if now != nil {
+				if err := ids.insert(ctx, st, rows[:width], size); err != nil {
+					return nil, err
+				}
+			} else {
+				res, err := st.ExecContext(ctx, rows[:width]...)
+				if err := wroteRows(res, err, size); err != nil {
+					return nil, err
+				}
 			}
 			if err := s.injected("insert"); err != nil {
-				return unavailable(err)
+				return nil, unavailable(err)
 			}
 			rows = rows[width:]
 		}
 	}
-	return s.writeCounts(ctx, tx, counts)
+	if now != nil {
+		// The new rows, with the ids the INSERTs returned.
+		for j, at := range freshAt {
+			r := fresh[j*len(itemColumns) : (j+1)*len(itemColumns)]
+			id, ok := ids.of[itemID(r[len(itemColumns)-2].(string), r[len(itemColumns)-1].(string))]
+			if !ok {
+				return nil, unavailable(fmt.Errorf("sqlitestore: an inserted item's id was not returned"))
+			}
+			now[at] = &written{id: id, cols: slices.Clone(r[:len(setColumns)])}
+		}
+	}
+	return now, s.writeCounts(ctx, tx, counts)
 }
 
 // wroteRows checks that a write statement changed the rows it was meant to.
@@ -578,10 +619,53 @@ var itemColumns = []string{"version", "state", "destination", "workflow", "owner
 
 // insertItemsSQL inserts rows new items. ON CONFLICT DO NOTHING turns an item that exists after all into
 // a changed-row count that wroteRows refuses, rather than a constraint error.
-func insertItemsSQL(rows int) string {
+//
+// With returning, it returns each new row's tenant, key and id (in no given order: SQLite promises none),
+// for the cache.
+func insertItemsSQL(rows int, returning bool) string {
 	row := "(?" + strings.Repeat(", ?", len(itemColumns)-1) + ")"
-	return "INSERT INTO items (" + strings.Join(itemColumns, ", ") + ") VALUES " + row +
+	q := "INSERT INTO items (" + strings.Join(itemColumns, ", ") + ") VALUES " + row +
 		strings.Repeat(", "+row, rows-1) + " ON CONFLICT DO NOTHING"
+	if returning {
+		q += " RETURNING tenant, key, id"
+	}
+	return q
+}
+
+// insertedIDs are the ids of a transaction's new rows, by itemID.
+type insertedIDs struct {
+	of             map[string]int64
+	tenant, key, b sql.RawBytes
+}
+
+// insert runs st (insertItemsSQL with returning) with rows, the values of n items, and records their ids.
+// Like wroteRows, it refuses a statement that inserted fewer than n.
+func (ids *insertedIDs) insert(ctx context.Context, st *sql.Stmt, rows []any, n int) error {
+	if ids.of == nil {
+		ids.of = make(map[string]int64, n)
+	}
+	res, err := st.QueryContext(ctx, rows...)
+	if err != nil {
+		return unavailable(err)
+	}
+	defer res.Close()
+	got := 0
+	for res.Next() {
+		var id int64
+		if err := res.Scan(&ids.tenant, &ids.key, &id); err != nil {
+			return unavailable(err)
+		}
+		ids.b = append(append(append(ids.b[:0], ids.tenant...), 0), ids.key...)
+		ids.of[string(ids.b)] = id
+		got++
+	}
+	if err := res.Err(); err != nil {
+		return unavailable(err)
+	}
+	if got != n {
+		return fmt.Errorf("%w: sqlite: %d of %d items changed under the transaction", items.ErrUnavailable, n-got, n)
+	}
+	return nil
 }
 
 // document encodes next for the doc column (stored.go), returning a copy the statement may keep. buf is
