@@ -25,9 +25,9 @@ import (
 //
 // A document stored corrupt is never in the cache: readMany finds it and answers as before.
 
-// defaultCacheItems bounds the cache: the oldest entry goes when a new one would pass it. 8,192 items
-// hold the before-writes of sixteen batches of 500, which their after-writes read seconds later.
-const defaultCacheItems = 8192
+// defaultCacheItems bounds the cache: the oldest entry goes when a new one would pass it. 4,096 items
+// hold the before-writes of eight batches of 500, which their after-writes read seconds later.
+const defaultCacheItems = 4096
 
 // cached is an item as the committer committed it, and its row as stored (for write's UPDATE).
 type cached struct {

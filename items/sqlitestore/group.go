@@ -108,6 +108,7 @@ func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.cache.drop(nil) // whatever the panic left undone, the database is read again
+			s.lastID = -1
 			failGroup(group, fmt.Errorf("sqlitestore: a group commit panicked: %v", r))
 		}
 	}()
@@ -183,6 +184,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	// all) may not be, and the database alone knows. Failures are rare; reading again is cheap.
 	fail := func(err error) {
 		s.cache.drop(nil)
+		s.lastID = -1
 		failGroup(group, err)
 	}
 	ctx := context.Background()
@@ -226,6 +228,7 @@ func (s *Store) tryGroup(group []*transition) error {
 		var fault *itemFault
 		if errors.As(err, &fault) {
 			s.cache.drop(nil)
+			s.lastID = -1
 			return fault
 		}
 		fail(err)
