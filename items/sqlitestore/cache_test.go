@@ -354,3 +354,26 @@ func TestCachedItemIsTheStoredItem(t *testing.T) {
 	}
 	t.Logf("%d transitions handed a cached item, %d one read", c.hits, c.misses)
 }
+
+// TestCacheAfterAPanickingGroup: a panic outside any one decision (here in the fault hook at the commit,
+// standing for the driver) fails the group, and the next transition is handed the item as committed.
+func TestCacheAfterAPanickingGroup(t *testing.T) {
+	s, l, _ := cacheLedger(t)
+	a := claim(t, l, "k")
+	s.fault = func(op string) error {
+		if op == "commit" {
+			panic("the driver panicked")
+		}
+		return nil
+	}
+	if _, err := report(l, a, items.OutcomeSucceeded); err == nil {
+		t.Fatal("a report whose group panicked succeeded")
+	}
+	s.fault = nil
+	if cur := current(t, s, "k"); cur.State != items.StateInFlight || cur.Version != 1 {
+		t.Fatalf("after the panic a transition is handed %s version %d; want in_flight version 1", cur.State, cur.Version)
+	}
+	if r, err := report(l, a, items.OutcomeSucceeded); err != nil || r.State != items.StateSucceeded {
+		t.Fatalf("the report sent again: %+v, %v", r, err)
+	}
+}
