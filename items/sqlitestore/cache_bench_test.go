@@ -3,6 +3,7 @@ package sqlitestore
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -15,13 +16,14 @@ import (
 // off and on, alternating in the same run: batch500 claims 500 items in one BeforeWriteMany and reports
 // them in one AfterWriteMany (an op is the 500 items); single32 has 32 callers each claim and report one
 // item (an op is the 32 items). cpu-µs/item is the process's CPU time (getrusage) per item: on a machine
-// shared with other work, a steadier measure than the time per op. commits/item tells how the callers
+// shared with other work, a steadier measure than the time per op. heap-MiB is the live heap at the end
+// (the cache full, in batch500). commits/item tells how the callers
 // shared their commits: fewer callers per commit cost more CPU per item, cache or not.
 //
 //	go test ./items/sqlitestore -run '^$' -bench ItemCache -benchtime 40x -count 3
 func BenchmarkItemCache(b *testing.B) {
 	for _, mode := range []string{"batch500", "single32"} {
-		for _, cache := range []int{0, 8192} {
+		for _, cache := range []int{0, defaultCacheItems} {
 			b.Run(fmt.Sprintf("%s/cache=%d", mode, cache), func(b *testing.B) {
 				ctx := context.Background()
 				s, err := Open(ctx, b.TempDir(), WithItemCache(cache))
@@ -62,6 +64,10 @@ func BenchmarkItemCache(b *testing.B) {
 				b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-µs/item")
 				b.ReportMetric(float64(s.commits.Load()-commits0)/float64(n), "commits/item")
 				b.ReportMetric(float64(s.cache.len()), "cached")
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m)
+				b.ReportMetric(float64(m.HeapAlloc)/(1<<20), "heap-MiB")
 			})
 		}
 	}
