@@ -53,8 +53,8 @@ type placed struct {
 	seq uint64
 }
 
-func newItemCache(max int) *itemCache {
-	return &itemCache{max: max, m: make(map[string]*cached, max)}
+func newItemCache(bound int) *itemCache {
+	return &itemCache{max: bound, m: make(map[string]*cached, bound)}
 }
 
 // generation returns the drop count, to be given to putAll.
@@ -134,7 +134,7 @@ func (c *itemCache) putAll(gen uint64, ids []string, its []*items.Item, rows []*
 	}
 }
 
-// drop removes ids (all: when ids is nil) and tells the puts of groups read before that they are stale.
+// drop removes ids, and tells the puts of groups read before that they are stale.
 func (c *itemCache) drop(ids []string) {
 	if c == nil {
 		return
@@ -142,15 +142,22 @@ func (c *itemCache) drop(ids []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.gen++
-	if ids == nil {
-		clear(c.m)
-		clear(c.order)
-		c.order, c.head = c.order[:0], 0
-		return
-	}
 	for _, id := range ids {
 		delete(c.m, id)
 	}
+}
+
+// dropAll empties the cache, and tells the puts of groups read before that they are stale.
+func (c *itemCache) dropAll() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	clear(c.m)
+	clear(c.order)
+	c.order, c.head = c.order[:0], 0
 }
 
 // len returns how many items the cache holds.

@@ -128,6 +128,7 @@ func TestRetentionForgetsTheCachedItemsItRemoves(t *testing.T) {
 	if _, err := report(l, a, items.OutcomeSucceeded); err != nil {
 		t.Fatal(err)
 	}
+	claim(t, l, "other") // in flight: retention keeps it, and the cache too
 	if !inCache(s, "k") {
 		t.Fatal("the settled item is not in the cache: the test would not test it")
 	}
@@ -142,6 +143,9 @@ func TestRetentionForgetsTheCachedItemsItRemoves(t *testing.T) {
 	}
 	if inCache(s, "k") {
 		t.Error("the removed item is still in the cache")
+	}
+	if !inCache(s, "other") {
+		t.Error("retention dropped an item it did not remove from the cache")
 	}
 	again := claim(t, l, "k")
 	if again.Decision != items.Proceed || again.Reason != items.ReasonNew || again.Attempt != 1 {

@@ -107,7 +107,7 @@ func (s *Store) commitGroups() {
 func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.cache.drop(nil) // whatever the panic left undone, the database is read again
+			s.cache.dropAll() // whatever the panic left undone, the database is read again
 			s.lastID = -1
 			failGroup(group, fmt.Errorf("sqlitestore: a group commit panicked: %v", r))
 		}
@@ -183,7 +183,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	// A failed group drops the whole cache: whatever it wrote is undone, or (a commit that failed after
 	// all) may not be, and the database alone knows. Failures are rare; reading again is cheap.
 	fail := func(err error) {
-		s.cache.drop(nil)
+		s.cache.dropAll()
 		s.lastID = -1
 		failGroup(group, err)
 	}
@@ -227,7 +227,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	if err != nil {
 		var fault *itemFault
 		if errors.As(err, &fault) {
-			s.cache.drop(nil)
+			s.cache.dropAll()
 			s.lastID = -1
 			return fault
 		}

@@ -128,7 +128,9 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	// writer's one connection, so no group is between its read and its commit now, and one that committed
 	// but has not yet put its items in the cache will not put them (putAll's gen). A commit that fails
 	// below leaves them forgotten, which only costs a read.
-	s.cache.drop(gone)
+	if len(gone) > 0 {
+		s.cache.drop(gone)
+	}
 	if err := tx.Commit(); err != nil {
 		return 0, nil, unavailable(err)
 	}

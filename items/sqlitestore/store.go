@@ -4,7 +4,8 @@
 // survives power loss. Writes go through one connection, where one committer runs the transitions waiting
 // at a moment in one BEGIN IMMEDIATE transaction (group commit, group.go), each against the state the
 // earlier ones left; every write is guarded by the version the transaction read (UPDATE … WHERE version
-// = ?), so two transitions on one item can never both act on the same state.
+// = ?), so two transitions on one item can never both act on the same state. The committer keeps the
+// items it committed last (cache.go) and reads only the others.
 package sqlitestore
 
 import (
