@@ -266,6 +266,68 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	// The list without a state filter reads each state's items apart (a store may keep no index of every
+	// item by change time alone) and must still give them in one order, each once, across pages whose
+	// edges fall between states and inside a change time that several states share.
+	t.Run("CursorPagesAcrossStates", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		for i := range 12 {
+			k := fmt.Sprintf("k-%02d", i)
+			switch i % 4 {
+			case 0:
+				h.claim(k, payloadA) // in_flight
+			case 1:
+				h.aw(k, succeeded(h.claim(k, payloadA, dest(destKeyed)).Claim, "x-"+k))
+			case 2:
+				h.aw(k, failedStatus(h.claim(k, payloadA, dest(destKeyed)).Claim, 503))
+			case 3:
+				h.unknownAfterTimeout(k) // needs a person
+			}
+			if i%5 == 4 {
+				h.advance(time.Second) // runs of items in several states share a change time
+			}
+		}
+		yes, no := true, false
+		for _, p := range []items.ListParams{{}, {NeedsPerson: &no},
+			{States: []items.State{items.StateSucceeded, items.StateUnknown, items.StateInFlight}}} {
+			var want []string
+			for _, k := range h.listKeys(items.ListParams{Limit: items.MaxListLimit}) {
+				it := h.item(k)
+				if (p.NeedsPerson == nil || it.NeedsPerson == *p.NeedsPerson) && (len(p.States) == 0 || slices.Contains(p.States, it.State)) {
+					want = append(want, k)
+				}
+			}
+			if !slices.IsSortedFunc(want, func(a, b string) int {
+				ia, ib := h.item(a), h.item(b)
+				if c := ib.UpdatedAt.Compare(ia.UpdatedAt); c != 0 {
+					return c
+				}
+				return strings.Compare(b, a)
+			}) {
+				t.Fatalf("list %+v in one page: %v, not newest change first (ties: greater key first)", p, want)
+			}
+			for _, limit := range []int{1, 2, 5} {
+				var got []string
+				p.Limit, p.Cursor = limit, ""
+				for range 20 {
+					page := h.list(p)
+					got = append(got, keysOf(page.Items)...)
+					if page.NextCursor == "" {
+						break
+					}
+					p.Cursor = page.NextCursor
+				}
+				if !slices.Equal(got, want) {
+					t.Errorf("list %+v in pages of %d: %v, want %v", p, limit, got, want)
+				}
+			}
+		}
+		if got := h.listKeys(items.ListParams{NeedsPerson: &yes}); len(got) != 3 {
+			t.Errorf("needs_person list = %v, want the 3 unknown items", got)
+		}
+	})
+
 	t.Run("ByNeedsPersonSince", func(t *testing.T) { exerciseListBySince(t, open) })
 
 	t.Run("ForeignCursorIsInvalid", func(t *testing.T) {
