@@ -119,18 +119,20 @@ const (
 	slackCheckWarn   = "warn"   // log an error and start; the alerts wait until the token works
 )
 
-// checkSlack asks Slack who the bot token is (auth.test) before serve opens the ledger, and returns the
-// words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is unchecked;
-// when Slack could not be asked, it also returns the check to repeat after the start (slackCheck.recheck).
+// checkSlack asks Slack who the bot token is (auth.test) before serve or sweep --once opens the ledger, and
+// returns the words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is
+// unchecked; when Slack could not be asked and recheck is set (serve, which runs on), it also returns the
+// check to repeat after the start (slackCheck.recheck).
 //
 // A token Slack refuses (invalid_auth, token_revoked, account_inactive, …) stops the start: Slack's
 // answer is certain, every alert would be refused the same way, and the start is when someone watches
-// (a log line of a running service is read, at the earliest, when the first alert fails to come). Nothing
-// has been opened yet, so nothing is left behind. SLACK_TOKEN_CHECK=warn starts anyway, for the case where
-// the ledger must come back before the token can be fixed: the alerts wait in the outbox and are posted
-// once it works. A Slack that cannot be asked (unreachable, slow past slackCheckTimeout, rate-limited,
-// failing) proves nothing about the token and must not keep the ledger down: a warning, and the start.
-func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slog.Logger) (string, *slackCheck, error) {
+// (a log line of a running service is read, at the earliest, when the first alert fails to come; a cron
+// job's sweep that posts nothing exits 0). Nothing has been opened yet, so nothing is left behind.
+// SLACK_TOKEN_CHECK=warn starts anyway, for the case where the ledger must come back (or be swept) before
+// the token can be fixed: the alerts wait in the outbox and are posted once it works. A Slack that cannot
+// be asked (unreachable, slow past slackCheckTimeout, rate-limited, failing) proves nothing about the
+// token and must not keep the ledger down: a warning, and the start.
+func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
 	if cfg == nil {
 		return "", nil, nil
 	}
@@ -155,10 +157,15 @@ func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slo
 			"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET", err)
 	case errors.Is(err, alerts.ErrTokenRefused):
 		log.Error("SLACK_BOT_TOKEN was refused by Slack; starting anyway (SLACK_TOKEN_CHECK=warn): no alert can be posted "+
-			"until the token is fixed and companion restarted; they wait in the ledger", slog.String("error", err.Error()))
+			"until the token is fixed (and a running serve restarted); they wait in the ledger", slog.String("error", err.Error()))
 		return "(the bot token was REFUSED by Slack: no alert is posted until it is fixed)", nil, nil
 	}
 	why := check.unchecked(err)
+	if !recheck {
+		log.Warn("the Slack bot token could not be checked at the start; starting anyway: the alerts are posted if Slack answers "+
+			"their posts, and wait in the ledger for the next sweep if not", slog.String("error", why))
+		return "(bot token not checked at the start: " + why + ")", nil, nil
+	}
 	log.Warn(fmt.Sprintf("the Slack bot token could not be checked at the start; starting anyway, and asking Slack again every %s "+
 		"until it answers: the alerts are posted once it does", check.every), slog.String("error", why))
 	return "(bot token not checked at the start: " + why + ")", check, nil
@@ -334,7 +341,8 @@ and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its 
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
 SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
 none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
-given.`
+given. With Slack it checks the bot token first, as serve does: a token Slack refuses stops it unless
+SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
@@ -366,6 +374,13 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err := m.ledgerExists(o); err != nil && !create {
 		return err
 	}
+	log := m.logger()
+	// The same check as serve's, before the ledger is opened: a cron job's sweep with a refused token
+	// would otherwise exit 0 with every alert failing.
+	slackIdentity, _, err := m.checkSlack(ctx, slackCfg, false, log)
+	if err != nil {
+		return err
+	}
 	store, where, err := m.openStore(ctx, o)
 	if err != nil {
 		return err
@@ -375,8 +390,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	log := m.logger()
-	a, err := newAlertServices(ledger, routing, slackCfg, "", publicURL, log)
+	a, err := newAlertServices(ledger, routing, slackCfg, slackIdentity, publicURL, log)
 	if err != nil {
 		return err
 	}
