@@ -83,9 +83,17 @@ func (ac alertsConfig) routing(probs *configProblems) alerts.Routing {
 	return r
 }
 
-// slackSettings reads SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (each also as a file through _FILE) and
-// SLACK_API_URL. It returns nil when neither secret is set: alerts then go to the log.
-func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
+// slackClient is the Slack client of serve and sweep --once, built once from the environment: the token
+// check at the start and the alert services (the posts, the buttons' actions) share it.
+type slackClient struct {
+	*alerts.Slack
+	// apiURL is SLACK_API_URL as given (or Slack's own), for the start line.
+	apiURL string
+}
+
+// slack reads SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (each also as a file through _FILE) and SLACK_API_URL,
+// and builds the client. It returns nil when neither secret is set: alerts then go to the log.
+func (m *Main) slack() (*slackClient, error) {
 	set := func(name string) bool { return m.Getenv(name) != "" || m.Getenv(name+"_FILE") != "" }
 	token, secret := set("SLACK_BOT_TOKEN"), set("SLACK_SIGNING_SECRET")
 	switch {
@@ -94,7 +102,7 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	case !token || !secret:
 		return nil, errors.New("both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or their _FILE forms) are needed for Slack; only one is set")
 	}
-	cfg := &alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
+	cfg := alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
 	var err error
 	if cfg.BotToken, err = secretFromEnv("SLACK_BOT_TOKEN", m.Getenv); err != nil {
 		return nil, fmt.Errorf("SLACK_BOT_TOKEN: %w", err)
@@ -102,7 +110,11 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	if cfg.SigningSecret, err = secretFromEnv("SLACK_SIGNING_SECRET", m.Getenv); err != nil {
 		return nil, fmt.Errorf("SLACK_SIGNING_SECRET: %w", err)
 	}
-	return cfg, nil
+	s, err := alerts.NewSlack(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &slackClient{Slack: s, apiURL: cfg.APIURL}, nil
 }
 
 // slackCheckTimeout bounds each check of the Slack bot token: a Slack that does not answer delays serve's
@@ -132,8 +144,8 @@ const (
 // the token can be fixed: the alerts wait in the outbox and are posted once it works. A Slack that cannot
 // be asked (unreachable, slow past slackCheckTimeout, rate-limited, failing) proves nothing about the
 // token and must not keep the ledger down: a warning, and the start.
-func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
-	if cfg == nil {
+func (m *Main) checkSlack(ctx context.Context, slack *slackClient, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
+	if slack == nil {
 		return "", nil, nil
 	}
 	mode := m.env("SLACK_TOKEN_CHECK", slackCheckRefuse)
@@ -141,11 +153,7 @@ func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, recheck 
 		return "", nil, fmt.Errorf("SLACK_TOKEN_CHECK=%q: write %s (the default: a bot token Slack refuses stops the start) "+
 			"or %s (start anyway; the alerts wait until the token works)", mode, slackCheckRefuse, slackCheckWarn)
 	}
-	slack, err := alerts.NewSlack(*cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	check := &slackCheck{slack: slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
+	check := &slackCheck{slack: slack.Slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
 	id, err := check.ask(ctx)
 	switch {
 	case err == nil:
@@ -249,9 +257,9 @@ type alertServices struct {
 	where string
 }
 
-// newAlertServices builds the alert services over the ledger's store.
+// newAlertServices builds the alert services over the ledger's store, posting with slack (nil: to the log).
 // slackIdentity (checkSlack's words) follows the Slack URL on the start line.
-func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, slackIdentity, publicURL string,
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slack *slackClient, slackIdentity, publicURL string,
 	log *slog.Logger) (*alertServices, error) {
 	store, ok := ledger.Store().(operatorStore)
 	if !ok {
@@ -263,13 +271,9 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 	}
 	out := &alertServices{sweeper: sw, where: "log only (no SLACK_BOT_TOKEN / SLACK_SIGNING_SECRET; the operator API lists the items)"}
 	var notifier alerts.Notifier
-	var slack *alerts.Slack
-	if slackCfg != nil {
-		if slack, err = alerts.NewSlack(*slackCfg); err != nil {
-			return nil, err
-		}
-		notifier = slack
-		out.where = "Slack " + slackCfg.APIURL
+	if slack != nil {
+		notifier = slack.Slack
+		out.where = "Slack " + slack.apiURL
 		if slackIdentity != "" {
 			out.where += " " + slackIdentity
 		}
@@ -285,7 +289,7 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		return nil, err
 	}
 	if slack != nil {
-		if out.actions, err = alerts.NewActions(alerts.ActionsConfig{Slack: slack, Dispatcher: out.dispatcher, Logger: log}); err != nil {
+		if out.actions, err = alerts.NewActions(alerts.ActionsConfig{Slack: slack.Slack, Dispatcher: out.dispatcher, Logger: log}); err != nil {
 			return nil, err
 		}
 	}
@@ -367,7 +371,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	slackCfg, err := m.slackSettings()
+	slack, err := m.slack()
 	if err != nil {
 		return err
 	}
@@ -377,7 +381,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	log := m.logger()
 	// The same check as serve's, before the ledger is opened: a cron job's sweep with a refused token
 	// would otherwise exit 0 with every alert failing.
-	slackIdentity, _, err := m.checkSlack(ctx, slackCfg, false, log)
+	slackIdentity, _, err := m.checkSlack(ctx, slack, false, log)
 	if err != nil {
 		return err
 	}
@@ -390,7 +394,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	a, err := newAlertServices(ledger, routing, slackCfg, slackIdentity, publicURL, log)
+	a, err := newAlertServices(ledger, routing, slack, slackIdentity, publicURL, log)
 	if err != nil {
 		return err
 	}
