@@ -347,7 +347,7 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 			return nil, "", err
 		}
 		db := m.env("MONGODB_DATABASE", mongostore.DefaultDatabase)
-		s, err := mongostore.Open(ctx, uri, db)
+		s, err := mongostore.Open(ctx, uri, db, mongostore.WithLogger(m.logger()))
 		if err != nil {
 			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
 		}
