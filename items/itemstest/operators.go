@@ -195,6 +195,56 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	t.Run("ExecutionCursorPagesThroughTheRunOnce", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		// Run 1's seven items, among another run's, items without an execution and another tenant's item of
+		// the same run; some change at the same moment (the key breaks the tie), and r-1's report, last,
+		// makes it the run's newest change.
+		claims := map[string]string{}
+		for i := range 7 {
+			k := fmt.Sprintf("r-%d", i)
+			claims[k] = h.claim(k, payloadA, execution("run-1")).Claim
+			h.claim(fmt.Sprintf("o-%d", i), payloadA, execution("run-2"))
+			h.claim(fmt.Sprintf("n-%d", i), payloadA)
+			if i%3 == 0 {
+				h.advance(time.Second)
+			}
+		}
+		h.as(tenantB).claim("r-7", payloadA, execution("run-1"))
+		h.advance(time.Second)
+		h.aw("r-1", succeeded(claims["r-1"], "INV-1"))
+		want := []string{"r-0", "r-1", "r-2", "r-3", "r-4", "r-5", "r-6"}
+		slices.SortStableFunc(want, func(a, b string) int {
+			ia, ib := h.item(a), h.item(b)
+			if c := ib.UpdatedAt.Compare(ia.UpdatedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(b, a)
+		})
+		if want[0] != "r-1" {
+			t.Fatalf("r-1's report is not the run's newest change: %v", want)
+		}
+		var got []string
+		cursor := ""
+		pages := 0
+		for {
+			page := h.list(items.ListParams{ExecutionID: "run-1", Limit: 3, Cursor: cursor})
+			pages++
+			got = append(got, keysOf(page.Items)...)
+			if page.NextCursor == "" {
+				break
+			}
+			if pages > 5 {
+				t.Fatal("the cursor does not end")
+			}
+			cursor = page.NextCursor
+		}
+		if !slices.Equal(got, want) || pages != 3 {
+			t.Errorf("run-1 in pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
+		}
+	})
+
 	t.Run("ByReference", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)
