@@ -205,6 +205,13 @@ func (s *Store) Path() string { return s.path }
 // items_execution and items_reference, with updated_at: they are dropped, and the new ones built, at the
 // first start (dropIndexesWithUpdatedAt).
 //
+// For the same reason there is no index of every item by updated_at alone (items_changed, until
+// 2026-12-01): each transition rewrote its entry as well as items_state_changed's. A list without one
+// state filter (the operator's list as it opens, or a filter of several states) reads each state's range
+// of items_state_changed, newest first, one page from each, and SQLite merges them (mergedStates): five
+// short range reads and a sort of at most five pages' rows instead of one range read
+// (BenchmarkOperatorQueries/List100: about 3.8 ms against 2.5 ms for a page of 100 of 10,000 items).
+//
 //	items_key                (tenant, key)  UNIQUE: get, readMany (the UPDATE finds the row by its id)
 //	items_lease              partial         ExpiredLeases: only in-flight items are in it
 //	items_state_changed      (tenant, state, updated_at)
