@@ -225,22 +225,7 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		if want[0] != "r-1" {
 			t.Fatalf("r-1's report is not the run's newest change: %v", want)
 		}
-		var got []string
-		cursor := ""
-		pages := 0
-		for {
-			page := h.list(items.ListParams{ExecutionID: "run-1", Limit: 3, Cursor: cursor})
-			pages++
-			got = append(got, keysOf(page.Items)...)
-			if page.NextCursor == "" {
-				break
-			}
-			if pages > 5 {
-				t.Fatal("the cursor does not end")
-			}
-			cursor = page.NextCursor
-		}
-		if !slices.Equal(got, want) || pages != 3 {
+		if got, pages := h.listAll(items.ListParams{ExecutionID: "run-1"}, 3); !slices.Equal(got, want) || pages != 3 {
 			t.Errorf("run-1 in pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
 		}
 	})
@@ -296,22 +281,7 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 			}
 			return strings.Compare(b, a)
 		})
-		var got []string
-		cursor := ""
-		pages := 0
-		for {
-			page := h.list(items.ListParams{Limit: 3, Cursor: cursor})
-			pages++
-			got = append(got, keysOf(page.Items)...)
-			if page.NextCursor == "" {
-				break
-			}
-			if pages > 5 {
-				t.Fatal("the cursor does not end")
-			}
-			cursor = page.NextCursor
-		}
-		if !slices.Equal(got, want) || pages != 3 {
+		if got, pages := h.listAll(items.ListParams{}, 3); !slices.Equal(got, want) || pages != 3 {
 			t.Errorf("pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
 		}
 	})
@@ -358,17 +328,7 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 				t.Fatalf("list %+v in one page: %v, not newest change first (ties: greater key first)", p, want)
 			}
 			for _, limit := range []int{1, 2, 5} {
-				var got []string
-				p.Limit, p.Cursor = limit, ""
-				for range 20 {
-					page := h.list(p)
-					got = append(got, keysOf(page.Items)...)
-					if page.NextCursor == "" {
-						break
-					}
-					p.Cursor = page.NextCursor
-				}
-				if !slices.Equal(got, want) {
+				if got, _ := h.listAll(p, limit); !slices.Equal(got, want) {
 					t.Errorf("list %+v in pages of %d: %v, want %v", p, limit, got, want)
 				}
 			}
