@@ -195,6 +195,41 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 
+	t.Run("ExecutionCursorPagesThroughTheRunOnce", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		// Run 1's seven items, among another run's, items without an execution and another tenant's item of
+		// the same run; some change at the same moment (the key breaks the tie), and r-1's report, last,
+		// makes it the run's newest change.
+		claims := map[string]string{}
+		for i := range 7 {
+			k := fmt.Sprintf("r-%d", i)
+			claims[k] = h.claim(k, payloadA, execution("run-1")).Claim
+			h.claim(fmt.Sprintf("o-%d", i), payloadA, execution("run-2"))
+			h.claim(fmt.Sprintf("n-%d", i), payloadA)
+			if i%3 == 0 {
+				h.advance(time.Second)
+			}
+		}
+		h.as(tenantB).claim("r-7", payloadA, execution("run-1"))
+		h.advance(time.Second)
+		h.aw("r-1", succeeded(claims["r-1"], "INV-1"))
+		want := []string{"r-0", "r-1", "r-2", "r-3", "r-4", "r-5", "r-6"}
+		slices.SortStableFunc(want, func(a, b string) int {
+			ia, ib := h.item(a), h.item(b)
+			if c := ib.UpdatedAt.Compare(ia.UpdatedAt); c != 0 {
+				return c
+			}
+			return strings.Compare(b, a)
+		})
+		if want[0] != "r-1" {
+			t.Fatalf("r-1's report is not the run's newest change: %v", want)
+		}
+		if got, pages := h.listAll(items.ListParams{ExecutionID: "run-1"}, 3); !slices.Equal(got, want) || pages != 3 {
+			t.Errorf("run-1 in pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
+		}
+	})
+
 	t.Run("ByReference", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)
@@ -246,23 +281,60 @@ func exerciseList(t *testing.T, open func(t *testing.T) OperatorStore) {
 			}
 			return strings.Compare(b, a)
 		})
-		var got []string
-		cursor := ""
-		pages := 0
-		for {
-			page := h.list(items.ListParams{Limit: 3, Cursor: cursor})
-			pages++
-			got = append(got, keysOf(page.Items)...)
-			if page.NextCursor == "" {
-				break
-			}
-			if pages > 5 {
-				t.Fatal("the cursor does not end")
-			}
-			cursor = page.NextCursor
-		}
-		if !slices.Equal(got, want) || pages != 3 {
+		if got, pages := h.listAll(items.ListParams{}, 3); !slices.Equal(got, want) || pages != 3 {
 			t.Errorf("pages of 3 gave %v in %d pages, want %v in 3", got, pages, want)
+		}
+	})
+
+	// The list without a state filter reads each state's items apart (a store may keep no index of every
+	// item by change time alone) and must still give them in one order, each once, across pages whose
+	// edges fall between states and inside a change time that several states share.
+	t.Run("CursorPagesAcrossStates", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		for i := range 12 {
+			k := fmt.Sprintf("k-%02d", i)
+			switch i % 4 {
+			case 0:
+				h.claim(k, payloadA) // in_flight
+			case 1:
+				h.aw(k, succeeded(h.claim(k, payloadA, dest(destKeyed)).Claim, "x-"+k))
+			case 2:
+				h.aw(k, failedStatus(h.claim(k, payloadA, dest(destKeyed)).Claim, 503))
+			case 3:
+				h.unknownAfterTimeout(k) // needs a person
+			}
+			if i%5 == 4 {
+				h.advance(time.Second) // runs of items in several states share a change time
+			}
+		}
+		yes, no := true, false
+		for _, p := range []items.ListParams{{}, {NeedsPerson: &no},
+			{States: []items.State{items.StateSucceeded, items.StateUnknown, items.StateInFlight}}} {
+			var want []string
+			for _, k := range h.listKeys(items.ListParams{Limit: items.MaxListLimit}) {
+				it := h.item(k)
+				if (p.NeedsPerson == nil || it.NeedsPerson == *p.NeedsPerson) && (len(p.States) == 0 || slices.Contains(p.States, it.State)) {
+					want = append(want, k)
+				}
+			}
+			if !slices.IsSortedFunc(want, func(a, b string) int {
+				ia, ib := h.item(a), h.item(b)
+				if c := ib.UpdatedAt.Compare(ia.UpdatedAt); c != 0 {
+					return c
+				}
+				return strings.Compare(b, a)
+			}) {
+				t.Fatalf("list %+v in one page: %v, not newest change first (ties: greater key first)", p, want)
+			}
+			for _, limit := range []int{1, 2, 5} {
+				if got, _ := h.listAll(p, limit); !slices.Equal(got, want) {
+					t.Errorf("list %+v in pages of %d: %v, want %v", p, limit, got, want)
+				}
+			}
+		}
+		if got := h.listKeys(items.ListParams{NeedsPerson: &yes}); len(got) != 3 {
+			t.Errorf("needs_person list = %v, want the 3 unknown items", got)
 		}
 	})
 

@@ -1,7 +1,10 @@
 package mongostore_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +144,92 @@ func TestOpenRetiresNeedsPersonTenant(t *testing.T) {
 	names := fmt.Sprint(specs)
 	if strings.Contains(names, "{needs_person_tenant}") || !strings.Contains(names, "{needs_person_tenant_since}") {
 		t.Errorf("indexes after open: %s; want needs_person_tenant_since and not needs_person_tenant", names)
+	}
+}
+
+// TestOpenRetiresTenantExecutionChanged: a ledger of an earlier build has tenant_execution_changed
+// (tenant, execution_id, updated_at, key), which every transition rewrote; opening it drops that index,
+// once and saying so, keeps tenant_execution (tenant, execution_id), and the list by execution still
+// answers newest change first.
+func TestOpenRetiresTenantExecutionChanged(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	coll := e.collection(mongostore.ItemsCollection)
+	if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "execution_id", Value: 1},
+		{Key: "updated_at", Value: -1}, {Key: "key", Value: -1}}, Options: options.Index().SetName("tenant_execution_changed")}); err != nil {
+		t.Fatal(err)
+	}
+	indexes := func() map[string]string {
+		t.Helper()
+		cur, err := coll.Indexes().List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var specs []struct {
+			Name string `bson:"name"`
+			Key  bson.D `bson:"key"`
+		}
+		if err := cur.All(ctx, &specs); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, s := range specs {
+			var fields []string
+			for _, f := range s.Key {
+				fields = append(fields, f.Key)
+			}
+			out[s.Name] = strings.Join(fields, ",")
+		}
+		return out
+	}
+	open := func() (*mongostore.Store, string) {
+		t.Helper()
+		var log bytes.Buffer
+		s, err := mongostore.Open(ctx, e.uri, e.db, mongostore.WithTimeout(mongotest.StoreTimeout()),
+			mongostore.WithLogger(slog.New(slog.NewJSONHandler(&log, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, log.String()
+	}
+
+	s, log := open()
+	if got := indexes(); got["tenant_execution_changed"] != "" || got["tenant_execution"] != "tenant,execution_id" {
+		t.Errorf("indexes after the first start: %v; want tenant_execution (tenant,execution_id) and not tenant_execution_changed", got)
+	}
+	if !strings.Contains(log, `"msg":"dropped an index of an earlier build`) || !strings.Contains(log, `"index":"tenant_execution_changed"`) ||
+		!strings.Contains(log, "without updated_at") {
+		t.Errorf("the first start does not say it dropped tenant_execution_changed:\n%s", log)
+	}
+	if _, log := open(); strings.Contains(log, "dropped") {
+		t.Errorf("the second start logged a drop again:\n%s", log)
+	}
+
+	now := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "c", "b"} {
+		now = now.Add(time.Second)
+		if _, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: k, Fingerprint: fp, ExecutionID: "run-1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := s.ListItems(ctx, items.ListParams{Tenant: "acme", ExecutionID: "run-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, it := range page.Items {
+		keys = append(keys, it.Key)
+	}
+	if want := []string{"b", "c", "a"}; !slices.Equal(keys, want) {
+		t.Errorf("run-1 lists %v, want %v (newest change first)", keys, want)
 	}
 }

@@ -405,7 +405,7 @@ func TestOpenCreatesTheIndexesOnce(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant_since", "tenant_reference", "tenant_execution_changed"} {
+	for _, want := range []string{"state_lease", "tenant_changed", "tenant_state_changed", "tenant_batch", "needs_person_tenant_since", "tenant_reference", "tenant_execution"} {
 		if !slices.Contains(names, want) {
 			t.Errorf("index %s missing; have %q", want, names)
 		}

@@ -24,6 +24,12 @@ func statsLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 // filledLedger fills a store with n items through the ledger, in batches of 500 claims and 500 reports,
 // over four destinations: item i is reported unknown where unknown(i), else succeeded.
 func filledLedger(b testing.TB, n int, unknown func(i int) bool) (*sqlitestore.Store, time.Time) {
+	return filledLedgerTicking(b, n, unknown, 0)
+}
+
+// filledLedgerTicking is filledLedger with a clock that moves tick at each reading, so that the items'
+// change times differ as a live ledger's do; it returns the clock's last reading.
+func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick time.Duration) (*sqlitestore.Store, time.Time) {
 	b.Helper()
 	ctx := context.Background()
 	s, err := sqlitestore.Open(ctx, b.TempDir())
@@ -32,7 +38,7 @@ func filledLedger(b testing.TB, n int, unknown func(i int) bool) (*sqlitestore.S
 	}
 	b.Cleanup(func() { s.Close() })
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
-	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
+	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { now = now.Add(tick); return now }})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -478,7 +478,7 @@ func (s *Store) listPageBySince(ctx context.Context, limit int, where string, ar
 // readPage reads up to limit+1 rows of storedColumns and the columns more names (into dest) and makes the
 // page of a list: at is told of each row read, and cursor then gives the place of the last one told.
 func (s *Store) readPage(ctx context.Context, limit int, more string, dest []any, at func(r *row), cursor func() string, where string, args ...any) (items.ItemPage, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+storedColumns+more+` FROM items `+where, args...)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+storedColumns+more+` `+where, args...)
 	if err != nil {
 		return items.ItemPage{}, unavailable(err)
 	}
@@ -508,7 +508,7 @@ func (s *Store) readPage(ctx context.Context, limit int, more string, dest []any
 	return page, nil
 }
 
-// listItemsWhere returns the WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
+// listItemsWhere returns the FROM, WHERE, ORDER BY and LIMIT clauses of ListItems, and their arguments.
 func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 	if err := p.CheckOrder(); err != nil {
 		return "", nil, err
@@ -520,7 +520,10 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		args = append(args, a...)
 	}
 	add("tenant = ?", p.Tenant)
-	if len(p.States) > 0 {
+	// The lists that no narrower index serves read items_state_changed, one state at a time (merged).
+	merged := p.Reference == "" && p.ExecutionID == "" && p.BatchID == "" && p.Order != items.ListByNeedsPersonSince &&
+		(p.NeedsPerson == nil || !*p.NeedsPerson) && len(p.States) != 1
+	if len(p.States) > 0 && !merged {
 		marks := strings.TrimSuffix(strings.Repeat("?, ", len(p.States)), ", ")
 		vals := make([]any, len(p.States))
 		for i, st := range p.States {
@@ -578,22 +581,44 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		}
 		add("(updated_at, key) < (?, ?)", nanos(c.UpdatedAt), c.Key)
 	}
+	if merged {
+		return mergedStates(p.States, where, args, order, limit)
+	}
 	args = append(args, limit)
-	from := ""
+	from := "FROM items "
 	switch {
 	case p.Reference != "":
 		// A reference names a handful of items: its index is the narrowest, though the planner (without
 		// statistics) prefers the items needing a person's, which holds the list's order whole.
-		from = "INDEXED BY items_of_reference "
+		from = "FROM items INDEXED BY items_of_reference "
 	case p.ExecutionID != "":
 		// An execution names its run's items, which are sorted; without statistics the planner would rather
-		// walk the tenant's whole list in its order (items_changed) to save the sort.
-		from = "INDEXED BY items_of_execution "
+		// walk one of the larger indexes that hold the list's order.
+		from = "FROM items INDEXED BY items_of_execution "
 	case p.Order == items.ListByNeedsPersonSince:
 		// Without statistics the planner may take items_needs_person_changed, whose order is another.
-		from = "INDEXED BY items_needs_person_since "
+		from = "FROM items INDEXED BY items_needs_person_since "
 	}
 	return from + "WHERE " + strings.Join(where, " AND ") + order, args, nil
+}
+
+// mergedStates returns the FROM, ORDER BY and LIMIT clauses of a list that no narrower index serves (no
+// state, or several; no reference, execution or batch; not only the items needing a person), and their
+// arguments: one page of each state's items from items_state_changed, in the list's order, merged. The
+// ledger keeps no index of every item by updated_at alone, as each transition would rewrite it (schema's
+// comment); a page reads at most one page per state (five) and sorts those rows.
+func mergedStates(states []items.State, where []string, args []any, order string, limit int) (string, []any, error) {
+	if len(states) == 0 {
+		states = items.States
+	}
+	cond := strings.Join(append(where, "state = ?"), " AND ")
+	arms := make([]string, len(states))
+	all := make([]any, 0, len(states)*(len(args)+2)+1)
+	for i, st := range states {
+		arms[i] = "SELECT * FROM (SELECT " + storedColumns + " FROM items INDEXED BY items_state_changed WHERE " + cond + order + ")"
+		all = append(append(all, args...), string(st), limit)
+	}
+	return "FROM (" + strings.Join(arms, " UNION ALL ") + ")" + order, append(all, limit), nil
 }
 
 // needsPersonCountSQL sums the kept counts of a tenant's items needing a person.

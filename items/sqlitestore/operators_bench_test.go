@@ -57,6 +57,30 @@ func BenchmarkOperatorQueries(b *testing.B) {
 			}
 		}
 	})
+	// The operator's list as it opens (no filter) and with a filter that most items pass, on a ledger whose
+	// items changed at different moments: each state's range of items_state_changed, merged.
+	ticking, _ := filledLedgerTicking(b, 10000, func(i int) bool { return i%10 == 0 }, time.Millisecond)
+	no := false
+	for _, c := range []struct {
+		name string
+		p    items.ListParams
+	}{
+		{"List100", items.ListParams{Tenant: "acme", Limit: 100}},
+		{"List100NotNeedsPerson", items.ListParams{Tenant: "acme", Limit: 100, NeedsPerson: &no}},
+		{"List100Destination", items.ListParams{Tenant: "acme", Limit: 100, Destination: "dest-1"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				page, err := ticking.ListItems(ctx, c.p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(page.Items) != 100 {
+					b.Fatalf("listed %d items, want 100", len(page.Items))
+				}
+			}
+		})
+	}
 	// An error workflow's list of its run's items (1,000 of them: filledLedger's executions), first page
 	// and every page: items_of_execution holds no updated_at, so each page sorts the run's items.
 	b.Run("ListExecution1000FirstPage", func(b *testing.B) {

@@ -112,7 +112,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	slackCfg, err := m.slackSettings()
+	slack, err := m.slack()
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			debugLn.Close()
 		}
 	}()
-	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slackCfg, log)
+	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slack, true, log)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	alertSvc, err := newAlertServices(ledger, routing, slackCfg, slackIdentity, publicURL, log)
+	alertSvc, err := newAlertServices(ledger, routing, slack, slackIdentity, publicURL, log)
 	if err != nil {
 		store.Close()
 		return err
@@ -240,7 +240,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where,
 		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
-		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slackCfg != nil), slog.String("slack_identity", slackIdentity))
+		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
 	return nil
 }
 
@@ -347,7 +347,7 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 			return nil, "", err
 		}
 		db := m.env("MONGODB_DATABASE", mongostore.DefaultDatabase)
-		s, err := mongostore.Open(ctx, uri, db)
+		s, err := mongostore.Open(ctx, uri, db, mongostore.WithLogger(m.logger()))
 		if err != nil {
 			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
 		}

@@ -235,6 +235,76 @@ func TestServeAsksSlackAgainUntilItAnswers(t *testing.T) {
 	}
 }
 
+// sweep --once posts alerts too, so it checks the bot token as serve does, through the same check: a
+// token Slack refuses stops it (exit 1) before the ledger is opened, even with --create; with
+// SLACK_TOKEN_CHECK=warn it sweeps with an error line; a good token is named on its alerts line; a Slack
+// that cannot be asked only warns (and is not asked again: the sweep is over).
+func TestSweepOnceChecksTheSlackBotToken(t *testing.T) {
+	api := fakeSlackAuth(t).URL + "/api/"
+	sweep := func(env map[string]string) (program, error) {
+		p := newProgram(env)
+		err := p.Run(context.Background(), []string{"sweep", "--once", "--create"})
+		p.Close()
+		return p, err
+	}
+
+	p, err := sweep(slackEnv(t, api, "xoxb-good"))
+	if err != nil {
+		t.Fatalf("a good token: %v\n%s", err, p.err)
+	}
+	if want := `alerts to Slack ` + api + ` as bot "companion" (U0BOT) in workspace "Acme" (T0ACME)`; !strings.Contains(p.out.String(), want) {
+		t.Errorf("the sweep does not name the bot (%s):\n%s", want, p.out)
+	}
+
+	env := slackEnv(t, api, "xoxb-typo")
+	p, err = sweep(env)
+	if err == nil {
+		t.Fatalf("swept with a token Slack refuses:\n%s", p.out)
+	}
+	for _, want := range []string{"SLACK_BOT_TOKEN: slack auth.test: the bot token was refused by Slack: invalid_auth",
+		"Bot User OAuth Token (xoxb-…)", "Nothing was started", "SLACK_TOKEN_CHECK=warn"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal lacks %q: %v", want, err)
+		}
+	}
+	if cli.ExitCode(err) != 1 {
+		t.Errorf("exit code %d, want 1", cli.ExitCode(err))
+	}
+	if _, statErr := os.Stat(env["COMPANION_DATA_DIR"]); statErr == nil {
+		t.Errorf("the refused sweep created the data dir")
+	}
+
+	env["SLACK_TOKEN_CHECK"] = "warn"
+	p, err = sweep(env)
+	if err != nil {
+		t.Fatalf("SLACK_TOKEN_CHECK=warn did not sweep: %v", err)
+	}
+	if want := "SLACK_BOT_TOKEN was refused by Slack; starting anyway"; !strings.Contains(p.err.String(), want) ||
+		!strings.Contains(p.err.String(), `"level":"ERROR"`) {
+		t.Errorf("SLACK_TOKEN_CHECK=warn: the log lacks an error line %q:\n%s", want, p.err)
+	}
+	if want := "alerts to Slack " + api + " (the bot token was REFUSED by Slack"; !strings.Contains(p.out.String(), want) {
+		t.Errorf("SLACK_TOKEN_CHECK=warn: the sweep does not say %q:\n%s", want, p.out)
+	}
+
+	env["SLACK_TOKEN_CHECK"] = "off"
+	if _, err := sweep(env); err == nil || !strings.Contains(err.Error(), `SLACK_TOKEN_CHECK="off": write refuse`) {
+		t.Errorf("SLACK_TOKEN_CHECK=off: %v", err)
+	}
+
+	p, err = sweep(slackEnv(t, "http://127.0.0.1:1/api/", "xoxb-1"))
+	if err != nil {
+		t.Fatalf("Slack unreachable: the sweep stopped: %v", err)
+	}
+	if want := "the Slack bot token could not be checked at the start; starting anyway: "; !strings.Contains(p.err.String(), want) ||
+		strings.Contains(p.err.String(), "asking Slack again") {
+		t.Errorf("Slack unreachable: the log lacks %q, or promises to ask again:\n%s", want, p.err)
+	}
+	if want := "alerts to Slack http://127.0.0.1:1/api/ (bot token not checked at the start: "; !strings.Contains(p.out.String(), want) {
+		t.Errorf("Slack unreachable: the sweep does not say %q:\n%s", want, p.out)
+	}
+}
+
 func containsAll(s string, wants []string) bool {
 	for _, w := range wants {
 		if !strings.Contains(s, w) {

@@ -83,9 +83,17 @@ func (ac alertsConfig) routing(probs *configProblems) alerts.Routing {
 	return r
 }
 
-// slackSettings reads SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (each also as a file through _FILE) and
-// SLACK_API_URL. It returns nil when neither secret is set: alerts then go to the log.
-func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
+// slackClient is the Slack client of serve and sweep --once, built once from the environment: the token
+// check at the start and the alert services (the posts, the buttons' actions) share it.
+type slackClient struct {
+	*alerts.Slack
+	// apiURL is SLACK_API_URL as given (or Slack's own), for the start line.
+	apiURL string
+}
+
+// slack reads SLACK_BOT_TOKEN, SLACK_SIGNING_SECRET (each also as a file through _FILE) and SLACK_API_URL,
+// and builds the client. It returns nil when neither secret is set: alerts then go to the log.
+func (m *Main) slack() (*slackClient, error) {
 	set := func(name string) bool { return m.Getenv(name) != "" || m.Getenv(name+"_FILE") != "" }
 	token, secret := set("SLACK_BOT_TOKEN"), set("SLACK_SIGNING_SECRET")
 	switch {
@@ -94,7 +102,7 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	case !token || !secret:
 		return nil, errors.New("both SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET (or their _FILE forms) are needed for Slack; only one is set")
 	}
-	cfg := &alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
+	cfg := alerts.SlackConfig{APIURL: m.env("SLACK_API_URL", alerts.DefaultSlackAPIURL)}
 	var err error
 	if cfg.BotToken, err = secretFromEnv("SLACK_BOT_TOKEN", m.Getenv); err != nil {
 		return nil, fmt.Errorf("SLACK_BOT_TOKEN: %w", err)
@@ -102,7 +110,11 @@ func (m *Main) slackSettings() (*alerts.SlackConfig, error) {
 	if cfg.SigningSecret, err = secretFromEnv("SLACK_SIGNING_SECRET", m.Getenv); err != nil {
 		return nil, fmt.Errorf("SLACK_SIGNING_SECRET: %w", err)
 	}
-	return cfg, nil
+	s, err := alerts.NewSlack(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &slackClient{Slack: s, apiURL: cfg.APIURL}, nil
 }
 
 // slackCheckTimeout bounds each check of the Slack bot token: a Slack that does not answer delays serve's
@@ -119,19 +131,21 @@ const (
 	slackCheckWarn   = "warn"   // log an error and start; the alerts wait until the token works
 )
 
-// checkSlack asks Slack who the bot token is (auth.test) before serve opens the ledger, and returns the
-// words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is unchecked;
-// when Slack could not be asked, it also returns the check to repeat after the start (slackCheck.recheck).
+// checkSlack asks Slack who the bot token is (auth.test) before serve or sweep --once opens the ledger, and
+// returns the words for the start line: `as bot "companion" (U…) in workspace "Acme" (T…)`, or why it is
+// unchecked; when Slack could not be asked and recheck is set (serve, which runs on), it also returns the
+// check to repeat after the start (slackCheck.recheck).
 //
 // A token Slack refuses (invalid_auth, token_revoked, account_inactive, …) stops the start: Slack's
 // answer is certain, every alert would be refused the same way, and the start is when someone watches
-// (a log line of a running service is read, at the earliest, when the first alert fails to come). Nothing
-// has been opened yet, so nothing is left behind. SLACK_TOKEN_CHECK=warn starts anyway, for the case where
-// the ledger must come back before the token can be fixed: the alerts wait in the outbox and are posted
-// once it works. A Slack that cannot be asked (unreachable, slow past slackCheckTimeout, rate-limited,
-// failing) proves nothing about the token and must not keep the ledger down: a warning, and the start.
-func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slog.Logger) (string, *slackCheck, error) {
-	if cfg == nil {
+// (a log line of a running service is read, at the earliest, when the first alert fails to come; a cron
+// job's sweep that posts nothing exits 0). Nothing has been opened yet, so nothing is left behind.
+// SLACK_TOKEN_CHECK=warn starts anyway, for the case where the ledger must come back (or be swept) before
+// the token can be fixed: the alerts wait in the outbox and are posted once it works. A Slack that cannot
+// be asked (unreachable, slow past slackCheckTimeout, rate-limited, failing) proves nothing about the
+// token and must not keep the ledger down: a warning, and the start.
+func (m *Main) checkSlack(ctx context.Context, slack *slackClient, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
+	if slack == nil {
 		return "", nil, nil
 	}
 	mode := m.env("SLACK_TOKEN_CHECK", slackCheckRefuse)
@@ -139,11 +153,7 @@ func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slo
 		return "", nil, fmt.Errorf("SLACK_TOKEN_CHECK=%q: write %s (the default: a bot token Slack refuses stops the start) "+
 			"or %s (start anyway; the alerts wait until the token works)", mode, slackCheckRefuse, slackCheckWarn)
 	}
-	slack, err := alerts.NewSlack(*cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	check := &slackCheck{slack: slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
+	check := &slackCheck{slack: slack.Slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
 	id, err := check.ask(ctx)
 	switch {
 	case err == nil:
@@ -155,10 +165,15 @@ func (m *Main) checkSlack(ctx context.Context, cfg *alerts.SlackConfig, log *slo
 			"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET", err)
 	case errors.Is(err, alerts.ErrTokenRefused):
 		log.Error("SLACK_BOT_TOKEN was refused by Slack; starting anyway (SLACK_TOKEN_CHECK=warn): no alert can be posted "+
-			"until the token is fixed and companion restarted; they wait in the ledger", slog.String("error", err.Error()))
+			"until the token is fixed (and a running serve restarted); they wait in the ledger", slog.String("error", err.Error()))
 		return "(the bot token was REFUSED by Slack: no alert is posted until it is fixed)", nil, nil
 	}
 	why := check.unchecked(err)
+	if !recheck {
+		log.Warn("the Slack bot token could not be checked at the start; starting anyway: the alerts are posted if Slack answers "+
+			"their posts, and wait in the ledger for the next sweep if not", slog.String("error", why))
+		return "(bot token not checked at the start: " + why + ")", nil, nil
+	}
 	log.Warn(fmt.Sprintf("the Slack bot token could not be checked at the start; starting anyway, and asking Slack again every %s "+
 		"until it answers: the alerts are posted once it does", check.every), slog.String("error", why))
 	return "(bot token not checked at the start: " + why + ")", check, nil
@@ -242,9 +257,9 @@ type alertServices struct {
 	where string
 }
 
-// newAlertServices builds the alert services over the ledger's store.
+// newAlertServices builds the alert services over the ledger's store, posting with slack (nil: to the log).
 // slackIdentity (checkSlack's words) follows the Slack URL on the start line.
-func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *alerts.SlackConfig, slackIdentity, publicURL string,
+func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slack *slackClient, slackIdentity, publicURL string,
 	log *slog.Logger) (*alertServices, error) {
 	store, ok := ledger.Store().(operatorStore)
 	if !ok {
@@ -256,13 +271,9 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 	}
 	out := &alertServices{sweeper: sw, where: "log only (no SLACK_BOT_TOKEN / SLACK_SIGNING_SECRET; the operator API lists the items)"}
 	var notifier alerts.Notifier
-	var slack *alerts.Slack
-	if slackCfg != nil {
-		if slack, err = alerts.NewSlack(*slackCfg); err != nil {
-			return nil, err
-		}
-		notifier = slack
-		out.where = "Slack " + slackCfg.APIURL
+	if slack != nil {
+		notifier = slack.Slack
+		out.where = "Slack " + slack.apiURL
 		if slackIdentity != "" {
 			out.where += " " + slackIdentity
 		}
@@ -278,7 +289,7 @@ func newAlertServices(ledger *items.Ledger, routing alerts.Routing, slackCfg *al
 		return nil, err
 	}
 	if slack != nil {
-		if out.actions, err = alerts.NewActions(alerts.ActionsConfig{Slack: slack, Dispatcher: out.dispatcher, Logger: log}); err != nil {
+		if out.actions, err = alerts.NewActions(alerts.ActionsConfig{Slack: slack.Slack, Dispatcher: out.dispatcher, Logger: log}); err != nil {
 			return nil, err
 		}
 	}
@@ -334,7 +345,8 @@ and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its 
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
 SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
 none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
-given.`
+given. With Slack it checks the bot token first, as serve does: a token Slack refuses stops it unless
+SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
@@ -359,11 +371,18 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	slackCfg, err := m.slackSettings()
+	slack, err := m.slack()
 	if err != nil {
 		return err
 	}
 	if err := m.ledgerExists(o); err != nil && !create {
+		return err
+	}
+	log := m.logger()
+	// The same check as serve's, before the ledger is opened: a cron job's sweep with a refused token
+	// would otherwise exit 0 with every alert failing.
+	slackIdentity, _, err := m.checkSlack(ctx, slack, false, log)
+	if err != nil {
 		return err
 	}
 	store, where, err := m.openStore(ctx, o)
@@ -375,8 +394,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
-	log := m.logger()
-	a, err := newAlertServices(ledger, routing, slackCfg, "", publicURL, log)
+	a, err := newAlertServices(ledger, routing, slack, slackIdentity, publicURL, log)
 	if err != nil {
 		return err
 	}
