@@ -30,6 +30,10 @@ type Option func(*Store)
 // WithLogger names where Open logs a conversion's progress (slog.Default() otherwise).
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
+// WithItemCache bounds the committer's cache of the items it wrote (cache.go) to n items; 0 turns it off.
+// The default is defaultCacheItems.
+func WithItemCache(n int) Option { return func(s *Store) { s.cacheItems = max(n, 0) } }
+
 // oldLayout reports whether the ledger holds an items table of the earlier layout (no id column).
 func (s *Store) oldLayout(ctx context.Context) (bool, error) {
 	table, err := s.hasSchemaObject(ctx, "table", "items")

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,10 +17,10 @@ import (
 )
 
 // corrupt overwrites the stored document of tenant's key with text that is not an item, as a torn write
-// or a hand edit would leave it.
+// or a hand edit would leave it (while the store is open: see writeOutside).
 func corrupt(t *testing.T, s *Store, tenant, key string) {
 	t.Helper()
-	res, err := s.w.ExecContext(context.Background(), `UPDATE items SET doc = '{"tenant": "acme", "key": ' WHERE tenant = ? AND key = ?`, tenant, key)
+	res, err := s.writeOutside(`UPDATE items SET doc = '{"tenant": "acme", "key": ' WHERE tenant = ? AND key = ?`, tenant, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,4 +214,14 @@ func keysOf(its []*items.Item) []string {
 		out[i] = it.Key
 	}
 	return out
+}
+
+// writeOutside changes items with SQL of its own, outside the committer, while the store is open, as a
+// hand edit or a torn write would, and drops the committer's cache as every write of items outside the
+// committer must (cache.go): the next transition of those items then reads what the database holds. (A
+// hand edit of a running ledger is not supported; the tests do it to see what a corrupt row does.)
+func (s *Store) writeOutside(query string, args ...any) (sql.Result, error) {
+	res, err := s.w.ExecContext(context.Background(), query, args...)
+	s.cache.dropAll()
+	return res, err
 }

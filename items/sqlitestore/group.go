@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -106,6 +107,8 @@ func (s *Store) commitGroups() {
 func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
+			s.cache.dropAll() // whatever the panic left undone, the database is read again
+			s.lastID = -1
 			failGroup(group, fmt.Errorf("sqlitestore: a group commit panicked: %v", r))
 		}
 	}()
@@ -177,7 +180,13 @@ func (s *Store) commitGroup(group []*transition) {
 // returns an *itemFault, with the transaction rolled back, when one item's new state cannot be written;
 // every other failure it answers itself.
 func (s *Store) tryGroup(group []*transition) error {
-	fail := func(err error) { failGroup(group, err) }
+	// A failed group drops the whole cache: whatever it wrote is undone, or (a commit that failed after
+	// all) may not be, and the database alone knows. Failures are rare; reading again is cheap.
+	fail := func(err error) {
+		s.cache.dropAll()
+		s.lastID = -1
+		failGroup(group, err)
+	}
 	ctx := context.Background()
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -187,7 +196,8 @@ func (s *Store) tryGroup(group []*transition) error {
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
 	// items whose stored document is corrupt.
-	found, stored, bad, err := s.readGroup(ctx, tx, group)
+	gen := s.cache.generation()
+	found, stored, bad, hits, err := s.readGroup(ctx, tx, group)
 	if err != nil {
 		fail(err)
 		return nil
@@ -207,12 +217,18 @@ func (s *Store) tryGroup(group []*transition) error {
 			t.out, t.err = nil, err
 		}
 	}
+	if hits > 0 {
+		unshare(group, found)
+	}
 	if len(changed) == 0 {
 		return nil
 	}
-	if err := s.write(ctx, tx, found, stored, seen, changed); err != nil {
+	rows, err := s.write(ctx, tx, found, stored, seen, changed)
+	if err != nil {
 		var fault *itemFault
 		if errors.As(err, &fault) {
+			s.cache.dropAll()
+			s.lastID = -1
 			return fault
 		}
 		fail(err)
@@ -230,15 +246,39 @@ func (s *Store) tryGroup(group []*transition) error {
 	}
 	s.commits.Add(1)
 	s.grown += estimatedPages(len(changed))
+	if s.cache != nil {
+		final := make([]*items.Item, len(changed))
+		for i, id := range changed {
+			final[i] = seen[id]
+		}
+		s.cache.putAll(gen, changed, final, rows)
+	}
 	return nil
+}
+
+// unshare gives each answer that is an item of the cache (found, where a transition changed nothing) a
+// copy of its own: the callers may change what they are given.
+func unshare(group []*transition, found map[string]*items.Item) {
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		for i, k := range t.keys {
+			if it := t.out[i]; it != nil && it == found[itemID(t.tenant, k)] {
+				t.out[i] = it.Clone()
+			}
+		}
+	}
 }
 
 // readGroup reads every item the group's transitions (those without a fault) name, before any of them
 // is decided: one readMany per tenant for the whole group rather than one per transition, as nothing is
 // written until every transition is decided. 32 single-item transitions are then one statement instead of
 // 32, each with its own binding, stepping and rows. found has every item that was read (nil: none), stored
-// the rows of those found; bad, nil when empty, those whose stored document is corrupt.
-func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, stored map[string]*written, bad map[string]error, err error) {
+// the rows of those found; bad, nil when empty, those whose stored document is corrupt. The items the
+// cache holds (hits of them) are taken from there, not read: found then holds the cache's own items, which
+// no one may change or hand out (unshare).
+func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, stored map[string]*written, bad map[string]error, hits int, err error) {
 	var tenants []string
 	keys := map[string][]string{} // per tenant, its distinct keys in the order of their first mention
 	queued := map[string]bool{}
@@ -260,11 +300,31 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 	}
 	found = make(map[string]*items.Item, len(queued))
 	stored = make(map[string]*written, len(queued))
+	if s.cache != nil {
+		ids := make([]string, 0, len(queued))
+		for _, tenant := range tenants {
+			for _, k := range keys[tenant] {
+				ids = append(ids, itemID(tenant, k))
+			}
+		}
+		s.cache.lookup(ids, func(id string, e *cached) {
+			found[id], stored[id] = e.it, e.row
+			hits++
+		})
+		if hits > 0 {
+			for _, tenant := range tenants {
+				keys[tenant] = slices.DeleteFunc(keys[tenant], func(k string) bool { return found[itemID(tenant, k)] != nil })
+			}
+		}
+	}
 	for _, tenant := range tenants {
+		if len(keys[tenant]) == 0 {
+			continue
+		}
 		its, rows, corrupt, err := s.readMany(ctx, tx, tenant, keys[tenant])
 		s.groupReads.Add(1)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, 0, err
 		}
 		for k, it := range its {
 			found[itemID(tenant, k)] = it
@@ -279,7 +339,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 			bad[itemID(tenant, k)] = err
 		}
 	}
-	return found, stored, bad, nil
+	return found, stored, bad, hits, nil
 }
 
 // corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.

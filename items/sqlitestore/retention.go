@@ -101,6 +101,7 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	}
 	changes := items.CountChanges{}
 	removed := 0
+	var gone []string // the removed items' ids, for the committer's cache
 	for _, c := range found {
 		it, err := removeItem(ctx, remove, p.Tenant, c.key, c.version)
 		if errors.Is(err, items.ErrNotFound) {
@@ -116,9 +117,19 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 		}
 		changes.Remove(it)
 		removed++
+		if s.cache != nil {
+			gone = append(gone, itemID(p.Tenant, c.key))
+		}
 	}
 	if err := s.writeCounts(ctx, tx, changes); err != nil {
 		return 0, nil, err
+	}
+	// The committer's cache forgets them before the removal is committed: this transaction holds the
+	// writer's one connection, so no group is between its read and its commit now, and one that committed
+	// but has not yet put its items in the cache will not put them (putAll's gen). A commit that fails
+	// below leaves them forgotten, which only costs a read.
+	if len(gone) > 0 {
+		s.cache.drop(gone)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, nil, unavailable(err)

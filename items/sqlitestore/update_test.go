@@ -146,7 +146,7 @@ func TestUpdateCorrectsAColumnAnEarlierBuildWroteOtherwise(t *testing.T) {
 	if claim.err != nil {
 		t.Fatal(claim.err)
 	}
-	if _, err := s.w.Exec(`UPDATE items SET attempt = attempt + 7, sweep_candidate = 1, needs_person = 1, owner = 'someone', workflow = 'other'`); err != nil {
+	if _, err := s.writeOutside(`UPDATE items SET attempt = attempt + 7, sweep_candidate = 1, needs_person = 1, owner = 'someone', workflow = 'other'`); err != nil {
 		t.Fatal(err)
 	}
 	touch := newTransition("acme", []string{"k"}, func(_ int, _ *items.Item) (*items.Item, error) {
