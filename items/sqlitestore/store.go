@@ -567,7 +567,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 				set = append(set, args[c])
 			}
 		}
-		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version))
+		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version, cur.Tenant, cur.Key))
 		if err := wroteRows(res, err, 1); err != nil {
 			return nil, err
 		}
