@@ -1,0 +1,293 @@
+package sqlitestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// The tests of this file try the committer's cache where it could go wrong: the ids it chooses for new
+// items, groups that name a key twice or span tenants, and Close with transitions in flight. Each ends
+// with cacheMatchesDatabase: every entry the cache holds is the item and the row the database holds.
+
+// cacheMatchesDatabase checks every entry of s's cache against the database, read on the writer's
+// connection (the committer must be idle): the item (its API JSON and version), the row's id, and each
+// column the next UPDATE compares against (a cached value that differs from the stored one would leave
+// that column unwritten when the next state has the cached value).
+func cacheMatchesDatabase(t *testing.T, s *Store) {
+	t.Helper()
+	type entry struct {
+		tenant, key string
+		e           cached
+	}
+	var entries []entry
+	s.cache.mu.Lock()
+	for id, e := range s.cache.m {
+		tenant, key, _ := bytes.Cut([]byte(id), []byte{0})
+		entries = append(entries, entry{string(tenant), string(key), *e})
+	}
+	s.cache.mu.Unlock()
+	if len(entries) == 0 {
+		t.Fatal("the cache is empty: nothing to check")
+	}
+	ctx := context.Background()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback() //nolint:errcheck
+	for _, en := range entries {
+		its, rows, bad, err := s.readMany(ctx, tx, en.tenant, []string{en.key})
+		if err != nil || bad != nil {
+			t.Fatalf("%s/%s: %v %v", en.tenant, en.key, err, bad)
+		}
+		it, row := its[en.key], rows[en.key]
+		if it == nil {
+			t.Errorf("%s/%s is cached (version %d) but not stored", en.tenant, en.key, en.e.it.Version)
+			continue
+		}
+		got, _ := en.e.it.AppendJSON(nil)
+		want, _ := it.AppendJSON(nil)
+		if !bytes.Equal(got, want) || en.e.it.Version != it.Version {
+			t.Errorf("%s/%s: cached\n%s\nstored\n%s", en.tenant, en.key, got, want)
+		}
+		if en.e.row.id != row.id {
+			t.Errorf("%s/%s: cached row id %d, stored id %d", en.tenant, en.key, en.e.row.id, row.id)
+		}
+		for c, v := range row.cols {
+			if !sameValue(en.e.row.cols[c], v) {
+				t.Errorf("%s/%s: column %s cached %v, stored %v", en.tenant, en.key, setColumns[c], en.e.row.cols[c], v)
+			}
+		}
+	}
+}
+
+// TestCacheNewIDsAfterRetentionFailureAndRestart: the committer chooses new items' ids (one more than the
+// largest). Retention removing the item of the largest id, a group that failed after inserting (its ids
+// read again), and a restart must each leave the next new items with free ids, and the cache with the
+// rows the database holds, so that their reports (found by the cached id) succeed.
+func TestCacheNewIDsAfterRetentionFailureAndRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { s.Close() }()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	newLedger := func() *items.Ledger {
+		l, err := items.NewLedger(ctx, s, items.Config{Now: clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	l := newLedger()
+	settle := func(keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			if r, err := report(l, claim(t, l, k), items.OutcomeSucceeded); err != nil || r.State != items.StateSucceeded {
+				t.Fatalf("%s: %+v, %v", k, r, err)
+			}
+		}
+	}
+	settle("a", "b", "c") // c has the largest id
+	var largest int64
+	if err := s.r.QueryRow(`SELECT max(id) FROM items`).Scan(&largest); err != nil {
+		t.Fatal(err)
+	}
+	open := claim(t, l, "open") // in flight: retention keeps it (id largest+1)
+	// Retention removes a, b and c, c's the largest id but one.
+	mu.Lock()
+	now = now.Add(items.DefaultRetention + time.Hour)
+	mu.Unlock()
+	r, err := items.NewRetention(items.RetentionConfig{Store: s, Config: items.Config{Now: clock},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := r.RunOnce(ctx); err != nil || c.Removed != 3 {
+		t.Fatalf("retention: %+v, %v; want 3 removed", c, err)
+	}
+	if _, err := report(l, open, items.OutcomeSucceeded); err != nil { // found by its cached row
+		t.Fatal(err)
+	}
+	// Remove "open" too, the largest id: the next new item's id is one the committer counted past.
+	mu.Lock()
+	now = now.Add(items.DefaultRetention + time.Hour)
+	mu.Unlock()
+	if c, err := r.RunOnce(ctx); err != nil || c.Removed != 1 {
+		t.Fatalf("retention: %+v, %v; want 1 removed", c, err)
+	}
+	settle("d", "e")
+	// A group that inserted and then failed: its ids are read again by the next.
+	s.fault = func(op string) error {
+		if op == "commit" {
+			return errors.New("injected commit failure")
+		}
+		return nil
+	}
+	if _, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: "lost", Canonical: []byte(`{}`)}); !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("claim with a failing commit: %v, want ErrUnavailable", err)
+	}
+	s.fault = nil
+	settle("f", "lost")
+	cacheMatchesDatabase(t, s)
+	// A restart: the committer reads the largest id again, and the cache starts empty.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	l = newLedger()
+	settle("g", "a") // "a" was removed: a new item again
+	cacheMatchesDatabase(t, s)
+	var n, distinct int
+	if err := s.r.QueryRow(`SELECT count(*), count(DISTINCT id) FROM items`).Scan(&n, &distinct); err != nil || n != 6 || distinct != 6 {
+		t.Fatalf("items %d, distinct ids %d, %v; want 6 (d, e, f, lost, g, a)", n, distinct, err)
+	}
+}
+
+// TestCacheGroupOfOneKeyTwiceAndTwoTenants decides, with the keys cached, one group in which two
+// transitions change one key, a third changes nothing of it, and a fourth changes the same key of
+// another tenant: each answer is the state its transition left (the unchanged one a copy of its own), the
+// database holds the last state, and the cache what the database holds.
+func TestCacheGroupOfOneKeyTwiceAndTwoTenants(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tenant := range []string{"acme", "globex"} {
+		pre := newTransition(tenant, []string{"k", "j"}, claimFn(tenant, []string{"k", "j"}))
+		if s.commitGroup([]*transition{pre}); pre.err != nil {
+			t.Fatal(pre.err)
+		}
+	}
+	for _, id := range []string{itemID("acme", "k"), itemID("globex", "k")} {
+		hit := false
+		s.cache.lookup([]string{id}, func(string, *cached) { hit = true })
+		if !hit {
+			t.Fatalf("%q is not cached: the test would not test it", id)
+		}
+	}
+	unchanged := func(int, *items.Item) (*items.Item, error) { return nil, nil }
+	first := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+	same := newTransition("acme", []string{"j", "k", "k"}, func(i int, cur *items.Item) (*items.Item, error) {
+		if i == 0 {
+			return nil, nil
+		}
+		return claimFn("acme", []string{"j", "k", "k"})(i, cur)
+	})
+	look := newTransition("acme", []string{"k", "j"}, unchanged)
+	other := newTransition("globex", []string{"k"}, claimFn("globex", []string{"k"}))
+	s.commitGroup([]*transition{first, same, look, other})
+	for _, tr := range []*transition{first, same, look, other} {
+		if tr.err != nil {
+			t.Fatal(tr.err)
+		}
+	}
+	if first.out[0].Attempt != 2 || same.out[1].Attempt != 3 || same.out[2].Attempt != 4 || look.out[0].Attempt != 4 || other.out[0].Attempt != 2 {
+		t.Errorf("attempts: first %d, same %d %d, look %d, other tenant %d; want 2, 3 4, 4, 2",
+			first.out[0].Attempt, same.out[1].Attempt, same.out[2].Attempt, look.out[0].Attempt, other.out[0].Attempt)
+	}
+	// The answers of the unchanged j are not the cache's (nor each other's).
+	var cachedJ *items.Item
+	s.cache.lookup([]string{itemID("acme", "j")}, func(_ string, e *cached) { cachedJ = e.it })
+	if cachedJ == nil || same.out[0] == cachedJ || look.out[1] == cachedJ || same.out[0] == look.out[1] {
+		t.Error("an unchanged answer is the cache's item, or shared by two answers")
+	}
+	look.out[1].State = items.StateFailed
+	for _, tenant := range []string{"acme", "globex"} {
+		for _, k := range []string{"k", "j"} {
+			stored, err := s.Get(ctx, tenant, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{"acme/k": 4, "acme/j": 1, "globex/k": 2, "globex/j": 1}[tenant+"/"+k]
+			if stored.Attempt != want || stored.State != items.StateInFlight {
+				t.Errorf("%s/%s stored attempt %d %s; want %d in_flight", tenant, k, stored.Attempt, stored.State, want)
+			}
+		}
+	}
+	cacheMatchesDatabase(t, s)
+}
+
+// TestCacheCloseWithTransitionsInFlight closes the store while callers claim and report: every caller is
+// answered (its item, or ErrUnavailable), and every answer that claims an item is what the reopened
+// ledger holds.
+func TestCacheCloseWithTransitionsInFlight(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, 8)
+	for i := range keys {
+		keys[i] = string(rune('a' + i))
+	}
+	type answer struct {
+		key string
+		it  *items.Item
+	}
+	answers := make(chan answer, 1000)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range 8 {
+		wg.Go(func() {
+			<-start
+			for n := 0; ; n++ {
+				k := keys[(i+n)%len(keys)]
+				it, err := s.Transition(ctx, "acme", k, func(cur *items.Item) (*items.Item, error) {
+					return claimFn("acme", []string{k})(0, cur)
+				})
+				if err != nil {
+					if !errors.Is(err, items.ErrUnavailable) {
+						t.Errorf("%s: %v; want ErrUnavailable after Close", k, err)
+					}
+					return
+				}
+				answers <- answer{k, it}
+				if n > 50 {
+					return
+				}
+			}
+		})
+	}
+	close(start)
+	time.Sleep(5 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(answers)
+	last := map[string]int{}
+	for a := range answers {
+		last[a.key] = max(last[a.key], a.it.Attempt)
+	}
+	if s, err = Open(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, k := range keys {
+		it, err := s.Get(ctx, "acme", k)
+		if errors.Is(err, items.ErrNotFound) && last[k] == 0 {
+			continue
+		}
+		if err != nil || it.Attempt != last[k] {
+			t.Errorf("%s: stored %+v, %v; the last answer was attempt %d", k, it, err, last[k])
+		}
+	}
+}
