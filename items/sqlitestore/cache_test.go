@@ -398,6 +398,7 @@ func TestCachedItemIsTheStoredItem(t *testing.T) {
 		t.Fatalf("%d transitions from the cache, %d from the database: want both", c.hits, c.misses)
 	}
 	t.Logf("%d transitions handed a cached item, %d one read", c.hits, c.misses)
+	cacheMatchesDatabase(t, s)
 }
 
 // TestCacheAfterAPanickingGroup: a panic outside any one decision (here in the fault hook at the commit,
