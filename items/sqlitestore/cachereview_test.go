@@ -291,3 +291,53 @@ func TestCacheCloseWithTransitionsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestTransitionRefusesAnotherItemsKey: a transition of a key whose fn returns an item of another key or
+// tenant (a bug of the caller's) is refused, its own error, nothing written: the store would have stored
+// it under the key fn named while the committer's cache kept it under the key the transition named, and
+// handed it to the next transition of that key, which the database does not hold.
+func TestTransitionRefusesAnotherItemsKey(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	claimK := claimFn("acme", []string{"k"})
+	if _, err := s.Transition(ctx, "acme", "k", func(cur *items.Item) (*items.Item, error) { return claimK(0, cur) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, tenant, key string }{{"new, another key", "acme", "x"}, {"new, another tenant", "globex", "y"},
+		{"existing, another key", "acme", "k"}} {
+		_, err := s.Transition(ctx, c.tenant, c.key, func(cur *items.Item) (*items.Item, error) {
+			next, _ := claimK(0, cur)
+			if cur == nil {
+				next.Tenant = "acme"
+				next.Key = "k2"
+			} else {
+				next.Key = "k2"
+			}
+			return next, nil
+		})
+		if err == nil || errors.Is(err, items.ErrUnavailable) {
+			t.Errorf("%s: %v; want the transition's own error", c.name, err)
+		}
+		cur := new(items.Item)
+		if _, err := s.Transition(ctx, c.tenant, c.key, func(got *items.Item) (*items.Item, error) { cur = got; return nil, nil }); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := s.Get(ctx, c.tenant, c.key)
+		if errors.Is(err, items.ErrNotFound) {
+			stored, err = nil, nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (cur == nil) != (stored == nil) || cur != nil && (cur.Key != stored.Key || cur.Version != stored.Version) {
+			t.Errorf("%s: the next transition is handed %+v; the database holds %+v", c.name, cur, stored)
+		}
+	}
+	if _, err := s.Get(ctx, "acme", "k2"); !errors.Is(err, items.ErrNotFound) {
+		t.Errorf("k2 was stored: %v", err)
+	}
+}
