@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -339,5 +341,108 @@ func TestTransitionRefusesAnotherItemsKey(t *testing.T) {
 	}
 	if _, err := s.Get(ctx, "acme", "k2"); !errors.Is(err, items.ErrNotFound) {
 		t.Errorf("k2 was stored: %v", err)
+	}
+}
+
+// TestCacheUnderRetentionAndConcurrentCallers runs callers that claim and report a few keys while
+// retention removes every settled item as soon as it settles (so new items take the ids of removed ones,
+// and retention's drops fall between the committer's commits and its puts): no key is ever claimed twice
+// at once, every report of a claim succeeds, and at the end the cache holds what the database holds and
+// the kept counts are the items counted again.
+func TestCacheUnderRetentionAndConcurrentCallers(t *testing.T) {
+	ctx := context.Background()
+	s, l, now := cacheLedger(t, WithItemCache(16)) // small: evictions too
+	r, err := items.NewRetention(items.RetentionConfig{Store: s,
+		Config: items.Config{Now: func() time.Time { return now.Add(items.DefaultRetention + time.Hour) }},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 24
+	var held [keys]sync.Mutex // TryLock: a claim answered proceed while another holds the key is a double claim
+	var claims, removed int64
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var retention sync.WaitGroup
+	retention.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c, err := r.RunOnce(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			removed += int64(c.Removed)
+			mu.Unlock()
+		}
+	})
+	var callers sync.WaitGroup
+	for g := range 4 {
+		callers.Go(func() {
+			for n := range 150 {
+				i := (g*7 + n*5) % keys
+				key := string(rune('a'+i%26)) + "-key"
+				a, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: key, Canonical: []byte(`{"k":1}`)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if a.Decision != items.Proceed {
+					continue
+				}
+				if !held[i].TryLock() {
+					t.Errorf("%s claimed twice at once", key)
+					return
+				}
+				rep, err := report(l, a, items.OutcomeSucceeded)
+				held[i].Unlock()
+				if err != nil || rep.State != items.StateSucceeded {
+					t.Errorf("%s: report of its claim: %+v, %v", key, rep, err)
+					return
+				}
+				mu.Lock()
+				claims++
+				mu.Unlock()
+			}
+		})
+	}
+	callers.Wait()
+	close(stop)
+	retention.Wait()
+	if claims == 0 || removed == 0 {
+		t.Fatalf("%d claims, %d removed: want both", claims, removed)
+	}
+	t.Logf("%d claims reported, %d items removed by retention", claims, removed)
+	if s.cache.len() > 0 {
+		cacheMatchesDatabase(t, s)
+	}
+	kept := func(q string) string {
+		var out []string
+		rows, err := s.r.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var tenant, dest, state string
+			var np int
+			var n [7]int64
+			if err := rows.Scan(&tenant, &dest, &state, &np, &n[0], &n[1], &n[2], &n[3], &n[4], &n[5], &n[6]); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, tenant+"/"+dest+"/"+state+"/"+string(rune('0'+np))+":"+fmt.Sprint(n))
+		}
+		return strings.Join(out, "\n")
+	}
+	recount := kept(recountSQL + ` ORDER BY 1, 2, 3, 4`)
+	counts := kept(`SELECT tenant, destination, state, needs_person, items, retries, attempted, recoveries, resolutions,
+		duplicates, entered_unknown FROM item_counts WHERE items != 0 AND state != 'removed' ORDER BY 1, 2, 3, 4`)
+	if recount != counts {
+		t.Errorf("kept counts\n%s\nthe items counted again\n%s", counts, recount)
 	}
 }
