@@ -446,3 +446,41 @@ func TestCacheUnderRetentionAndConcurrentCallers(t *testing.T) {
 		t.Errorf("kept counts\n%s\nthe items counted again\n%s", counts, recount)
 	}
 }
+
+// TestCacheItemFaultOfACachedItem: with k cached, a group in which one transition makes a state of k that
+// cannot be encoded is decided again without it; the others' answers build on what the good transitions
+// left (not on the blamed one's state), and the cache ends as the database.
+func TestCacheItemFaultOfACachedItem(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	setup := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+	if s.commitGroup([]*transition{setup}); setup.err != nil {
+		t.Fatal(setup.err)
+	}
+	if !inCache(s, "k") {
+		t.Fatal("k is not cached: the test would not test it")
+	}
+	a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+	unencodable := newTransition("acme", []string{"k"}, func(i int, cur *items.Item) (*items.Item, error) {
+		cur.Attempt += 10
+		cur.UpdatedAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		return cur, nil
+	})
+	look := newTransition("acme", []string{"k"}, func(int, *items.Item) (*items.Item, error) { return nil, nil })
+	c := newTransition("acme", []string{"k", "c"}, claimFn("acme", []string{"k", "c"}))
+	s.commitGroupRecovering([]*transition{a, unencodable, look, c})
+	if a.err != nil || look.err != nil || c.err != nil || unencodable.err == nil {
+		t.Fatalf("a %v, look %v, c %v, unencodable %v", a.err, look.err, c.err, unencodable.err)
+	}
+	if a.out[0].Attempt != 2 || look.out[0].Attempt != 2 || c.out[0].Attempt != 3 {
+		t.Errorf("attempts: a %d, look %d, c %d; want 2, 2, 3", a.out[0].Attempt, look.out[0].Attempt, c.out[0].Attempt)
+	}
+	if it, err := s.Get(ctx, "acme", "k"); err != nil || it.Attempt != 3 {
+		t.Errorf("k stored: %+v, %v; want attempt 3", it, err)
+	}
+	cacheMatchesDatabase(t, s)
+}
