@@ -119,6 +119,47 @@ func TestCacheStaleEntryIsRefusedThenForgotten(t *testing.T) {
 	}
 }
 
+// TestCacheStaleRowIDIsRefused moves rows behind the committer's back (as nothing in the service does: a
+// bug's stand-in, such as an id chosen wrongly) so that the row id the cache holds for k is now another
+// item's (j's) at the same version: the version guard alone would let k's report write k's state into
+// j's row. The UPDATE's guard names the item too, so the report is refused (ErrUnavailable, nothing
+// written), the cache emptied, and the report sent again succeeds; j is untouched.
+func TestCacheStaleRowIDIsRefused(t *testing.T) {
+	s, l, _ := cacheLedger(t)
+	ctx := context.Background()
+	a := claim(t, l, "k")
+	claim(t, l, "j")
+	if !inCache(s, "k") {
+		t.Fatal("the claimed item is not in the cache: the test would not test it")
+	}
+	j, err := s.Get(ctx, "acme", "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kID, jID int64
+	if err := s.r.QueryRow(`SELECT (SELECT id FROM items WHERE key = 'k'), (SELECT id FROM items WHERE key = 'j')`).Scan(&kID, &jID); err != nil {
+		t.Fatal(err)
+	}
+	// Swap the two rows' ids; both items are at version 1.
+	for _, swap := range [][2]int64{{kID, -1}, {jID, kID}, {-1, jID}} {
+		if _, err := s.w.Exec(`UPDATE items SET id = ? WHERE id = ?`, swap[1], swap[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := report(l, a, items.OutcomeSucceeded); !errors.Is(err, items.ErrUnavailable) {
+		t.Errorf("a report decided on a cached row id that is now another item's: %v, want ErrUnavailable", err)
+	}
+	if got, err := s.Get(ctx, "acme", "j"); err != nil || got.Version != j.Version || got.State != j.State || got.Claim != j.Claim {
+		t.Fatalf("j after k's report: %+v, %v; want it untouched (%s version %d)", got, err, j.State, j.Version)
+	}
+	if r, err := report(l, a, items.OutcomeSucceeded); err != nil || r.State != items.StateSucceeded {
+		t.Fatalf("the report sent again: %+v, %v; want succeeded", r, err)
+	}
+	if it, err := s.Get(ctx, "acme", "k"); err != nil || it.State != items.StateSucceeded {
+		t.Fatalf("k stored: %+v, %v; want succeeded", it, err)
+	}
+}
+
 // TestRetentionForgetsTheCachedItemsItRemoves: an item settled a moment ago is in the cache; retention
 // removes it (its clock past the retention), and a before-write of the same key is then a new item
 // (docs/configuration.md: a replay after retention is a new item), not the removed item's skip.
@@ -357,6 +398,7 @@ func TestCachedItemIsTheStoredItem(t *testing.T) {
 		t.Fatalf("%d transitions from the cache, %d from the database: want both", c.hits, c.misses)
 	}
 	t.Logf("%d transitions handed a cached item, %d one read", c.hits, c.misses)
+	cacheMatchesDatabase(t, s)
 }
 
 // TestCacheAfterAPanickingGroup: a panic outside any one decision (here in the fault hook at the commit,

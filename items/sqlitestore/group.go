@@ -374,6 +374,9 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 		cur := seen[id]
 		next, err := call(t, i, cur)
 		if err == nil && next != nil {
+			err = sameItem(t.tenant, key, next)
+		}
+		if err == nil && next != nil {
 			err = advance(cur, next)
 		}
 		if err != nil {
@@ -390,6 +393,17 @@ func decide(t *transition, found, seen map[string]*items.Item, changed *[]string
 		}
 		t.out[i] = next
 		seen[id] = next
+	}
+	return nil
+}
+
+// sameItem refuses a new state of another item than the transition's (a bug of its fn): stored, it would
+// go under the tenant and key it names (or change only the document of the transition's row), while the
+// committer's cache keeps it under the transition's, and hands it to the next transition of that key
+// (TestTransitionRefusesAnotherItemsKey).
+func sameItem(tenant, key string, next *items.Item) error {
+	if next.Tenant != tenant || next.Key != key {
+		return fmt.Errorf("sqlitestore: a transition of one item returned another item's state")
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"USING INDEX items_key"}},
 		{"ReadMany", readManySQL(2), []any{"acme", "a", "b"},
 			[]string{"USING INDEX items_key"}},
-		{"Update", updateSQL(1<<0 | 1<<12), []any{2, 1, []byte("doc"), 1, 1}, []string{"USING INTEGER PRIMARY KEY"}},
+		{"Update", updateSQL(1<<0 | 1<<12), []any{2, 1, []byte("doc"), 1, 1, "acme", "k"}, []string{"USING INTEGER PRIMARY KEY"}},
 		{"ExpiredLeases", expiredLeasesSQL, []any{now.UnixMilli(), "", "", 100},
 			[]string{"USING INDEX items_lease"}},
 		{"ListItems", "", nil, []string{"USING INDEX items_state_changed"}},

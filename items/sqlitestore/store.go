@@ -510,7 +510,8 @@ func advance(cur, next *items.Item) error {
 var insertRows = []int{100, 32, 16, 8, 4, 2, 1}
 
 // write stores the final state (in last) of every changed item (ids, see itemID), inserting the items that did not exist
-// when the transaction started (found) and updating the others guarded by the version found.
+// when the transaction started (found) and updating the others guarded by the version found (and their
+// tenant and key: updateSQL).
 //
 // With the cache on, it returns the row of each changed item as it is now stored, in changed's order.
 func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.Item, stored map[string]*written, last map[string]*items.Item, changed []string) ([]*written, error) {
@@ -567,7 +568,7 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 				set = append(set, args[c])
 			}
 		}
-		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version))
+		res, err := update.exec(ctx, mask, append(set, doc, row.id, cur.Version, cur.Tenant, cur.Key))
 		if err := wroteRows(res, err, 1); err != nil {
 			return nil, err
 		}

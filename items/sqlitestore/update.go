@@ -110,7 +110,14 @@ func asInt64(v any) (int64, bool) {
 }
 
 // updateSQL sets the columns of mask (bits of setColumns) and doc of the row of an id, guarded by the
-// version the transaction found. Its values are those columns in order, doc, the id, the version.
+// version the transaction found and by the item's tenant and key. Its values are those columns in order,
+// doc, the id, the version, the tenant, the key.
+//
+// The id finds the row; the tenant and key make sure it is the item's. The version alone would not: the
+// ids of the items in the committer's cache are not read in the transaction (cache.go), and many items
+// share a version (every new one is 1), so a wrong id (a bug's) would write this item's state into another
+// item's row. With them it changes no row, which fails the group and empties the cache
+// (TestCacheStaleRowIDIsRefused). They cost two comparisons on the row the id found.
 func updateSQL(mask uint32) string {
 	var b strings.Builder
 	b.WriteString("UPDATE items SET ")
@@ -120,7 +127,7 @@ func updateSQL(mask uint32) string {
 			b.WriteString(" = ?, ")
 		}
 	}
-	b.WriteString("doc = ? WHERE id = ? AND version = ?")
+	b.WriteString("doc = ? WHERE id = ? AND version = ? AND tenant = ? AND key = ?")
 	return b.String()
 }
 
