@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/replaysafe/companion/items"
 )
@@ -87,7 +88,10 @@ func (s *Store) commitGroups() {
 			}
 			break
 		}
+		start := time.Now()
 		s.commitGroupRecovering(group)
+		s.busy.Add(int64(time.Since(start)))
+		s.decided.Add(int64(len(group)))
 		for _, t := range group {
 			close(t.done)
 		}
@@ -122,6 +126,23 @@ func failGroup(group []*transition, err error) {
 			t.out, t.err = nil, err
 		}
 	}
+}
+
+// WriterTotals are what the committer has done since Open: it is the ledger's one writer, so when it is
+// busy nearly all the time, it is what limits the writes, whatever the service's other cores do.
+type WriterTotals struct {
+	// Busy is the time spent on groups: reading their items, deciding, writing and committing them;
+	// Committing the part spent committing (writing the write-ahead log, and its fsync).
+	Busy, Committing time.Duration
+	// Commits counts the groups committed; Transitions the callers' transitions taken (a batch call is
+	// one), committed or answered an error.
+	Commits, Transitions int64
+}
+
+// WriterTotals returns the committer's totals since Open.
+func (s *Store) WriterTotals() WriterTotals {
+	return WriterTotals{Busy: time.Duration(s.busy.Load()), Committing: time.Duration(s.committing.Load()),
+		Commits: s.commits.Load(), Transitions: s.decided.Load()}
 }
 
 // itemID names a tenant's key inside a group, which may span tenants.
@@ -240,7 +261,10 @@ func (s *Store) tryGroup(group []*transition) error {
 		fail(unavailable(err))
 		return nil
 	}
-	if err := tx.Commit(); err != nil {
+	start := time.Now()
+	err = tx.Commit()
+	s.committing.Add(int64(time.Since(start)))
+	if err != nil {
 		fail(unavailable(err))
 		return nil
 	}

@@ -114,6 +114,10 @@ func TestConcurrentCallersShareCommits(t *testing.T) {
 	} else {
 		t.Logf("%d commits for %d transitions", n, callers*rounds)
 	}
+	// What GET /metrics reports of the writer: every transition taken, every commit, and the time spent.
+	if w := s.WriterTotals(); w.Transitions != callers*rounds || w.Commits != s.commits.Load() || w.Committing <= 0 || w.Busy <= w.Committing {
+		t.Errorf("WriterTotals = %+v; want %d transitions, %d commits, and some time busy, more than committing", w, callers*rounds, s.commits.Load())
+	}
 }
 
 // TestTransitionAfterCloseIsUnavailable: a transition that arrives after Close answers ErrUnavailable.

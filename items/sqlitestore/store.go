@@ -61,7 +61,10 @@ type Store struct {
 	// grown is how much the write-ahead log grew since the last checkpoint (estimated pages); the
 	// committer's alone.
 	grown   int
-	commits atomic.Int64 // transactions committed, for tests
+	commits atomic.Int64 // transactions committed
+	// busy is how long the committer has spent on groups (reading, deciding, writing, committing), of
+	// which committing how long, and decided the transitions it has taken: WriterTotals.
+	busy, committing, decided atomic.Int64
 	// groupReads counts the readMany calls of group commits, for tests.
 	groupReads atomic.Int64
 	// fault, set by tests, fails a transaction's statement after it ran, or its commit before it runs.

@@ -181,9 +181,15 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
+	hc.Metrics = handlers.NewMetrics()
 	if prober != nil {
-		hc.Metrics = handlers.NewMetrics()
 		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
+			store.Close()
+			return err
+		}
+	}
+	if s, ok := store.(*sqlitestore.Store); ok {
+		if err := hc.Metrics.Register(writerCollector{s}); err != nil {
 			store.Close()
 			return err
 		}

@@ -48,6 +48,9 @@ fsync latency moves), the summary says so and gives the range of the ratio.
 With an operator token (or against a service without tokens) it also reads the service's CPU time from
 GET /metrics (process_cpu_seconds_total) before and after the run and prints it per item: on a machine
 shared with other work, a steadier measure than items/s.
+On SQLite it also prints how busy the ledger's one writer was (companion_sqlite_writer_busy_seconds_total),
+how much of that was committing, and, when it was busy nearly all the run, whether its core or the disk's
+fsync limits the writes.
 
 Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
 bench-<UTC time>): it prints how to list them at the end. Like the templates' items, each carries an
@@ -146,7 +149,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	var run *benchRun
 	if o.items > 0 {
 		run = newBenchRun(u, o, roots, m.proxyFunc())
-		before, err := run.serviceCPU(ctx)
+		before, err := run.serviceTotals(ctx)
 		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 			// Nothing listens there: a run would only count every call as an error.
 			return fmt.Errorf("bench: cannot reach companion at %s (--url, or COMPANION_URL): %v; start it (companion serve) "+
@@ -156,9 +159,14 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			return err
 		}
 		if err == nil {
-			var after float64
-			if after, err = run.serviceCPU(ctx); err == nil {
-				run.cpu = after - before
+			var after serviceTotals
+			if after, err = run.serviceTotals(ctx); err == nil {
+				run.cpu = after.cpu - before.cpu
+				if after.writer != nil && before.writer != nil {
+					run.writer = &serviceWriter{busy: after.writer.busy - before.writer.busy,
+						committing: after.writer.committing - before.writer.committing,
+						commits:    after.writer.commits - before.writer.commits, transitions: after.writer.transitions - before.writer.transitions}
+				}
 			}
 		}
 		run.cpuErr = err
@@ -189,6 +197,8 @@ type benchRun struct {
 	// cpu is the service's CPU time over the run, in seconds, unless cpuErr says why it is not known.
 	cpu    float64
 	cpuErr error
+	// writer is what the SQLite ledger's writer did over the run; nil when the service has none (MongoDB).
+	writer *serviceWriter
 
 	mu    sync.Mutex
 	first error
@@ -478,37 +488,87 @@ func (r *benchRun) call(ctx context.Context, c *caller, kind, path string, body 
 	return answer, took, nil
 }
 
-// serviceCPU returns the CPU time the service's process has used (user and system, in seconds), as its
-// GET /metrics reports it in process_cpu_seconds_total. It needs an operator token (or a service that
-// runs with --metrics-open or open). Behind a load balancer it is the CPU of the replica that answered.
-func (r *benchRun) serviceCPU(ctx context.Context) (float64, error) {
+// serviceTotals are the service's counters that the bench reads from GET /metrics before and after the
+// run.
+type serviceTotals struct {
+	cpu    float64        // process_cpu_seconds_total
+	writer *serviceWriter // the companion_sqlite_ counters; nil when GET /metrics has none
+}
+
+// serviceWriter is what the SQLite ledger's one writer did: seconds busy, of which committing, commits,
+// transitions.
+type serviceWriter struct {
+	busy, committing     float64
+	commits, transitions float64
+}
+
+// serviceTotals returns the CPU time the service's process has used (user and system, in seconds), as
+// its GET /metrics reports it in process_cpu_seconds_total, and its SQLite writer's counters when it has
+// them. It needs an operator token (or a service that runs with --metrics-open or open). Behind a load
+// balancer they are the replica's that answered.
+func (r *benchRun) serviceTotals(ctx context.Context) (serviceTotals, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.base+"/metrics", nil)
 	if err != nil {
-		return 0, err
+		return serviceTotals{}, err
 	}
 	if a := r.header.Get("Authorization"); a != "" {
 		req.Header.Set("Authorization", a)
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
-		return 0, err
+		return serviceTotals{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return 0, fmt.Errorf("GET /metrics answered %d", resp.StatusCode)
+		return serviceTotals{}, fmt.Errorf("GET /metrics answered %d", resp.StatusCode)
 	}
-	sc := bufio.NewScanner(resp.Body)
+	return readServiceTotals(resp.Body)
+}
+
+// readServiceTotals reads serviceTotals from a GET /metrics body (Prometheus text format).
+func readServiceTotals(body io.Reader) (serviceTotals, error) {
+	var t serviceTotals
+	var w serviceWriter
+	found, writer := false, 0
+	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "process_cpu_seconds_total "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		name, v, ok := strings.Cut(sc.Text(), " ")
+		var dst *float64
+		switch name {
+		case "process_cpu_seconds_total":
+			dst, found = &t.cpu, ok
+		case "companion_sqlite_writer_busy_seconds_total":
+			dst = &w.busy
+		case "companion_sqlite_writer_commit_seconds_total":
+			dst = &w.committing
+		case "companion_sqlite_commits_total":
+			dst = &w.commits
+		case "companion_sqlite_transitions_total":
+			dst = &w.transitions
+		default:
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if !ok || err != nil {
+			return serviceTotals{}, fmt.Errorf("GET /metrics: cannot read %q", sc.Text())
+		}
+		*dst = f
+		if dst != &t.cpu {
+			writer++
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return serviceTotals{}, err
 	}
-	return 0, errors.New("GET /metrics has no process_cpu_seconds_total")
+	if !found {
+		return serviceTotals{}, errors.New("GET /metrics has no process_cpu_seconds_total")
+	}
+	if writer == 4 {
+		t.writer = &w
+	}
+	return t, nil
 }
 
 // percentile returns the p-th percentile (0-100) of sorted durations, by the nearest rank.
@@ -521,6 +581,27 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
+
+// benchWriter prints what the SQLite ledger's one writer did over the run (w), and what limits the writes
+// when it was busy nearly all the time: the writer's CPU (deciding and writing) or the disk (committing).
+func (m *Main) benchWriter(w *serviceWriter, took time.Duration) {
+	if took <= 0 || w.commits <= 0 {
+		return
+	}
+	busy, committing := w.busy/took.Seconds(), w.committing/took.Seconds()
+	fmt.Fprintf(m.Stdout, "\nSQLite writer: busy %.0f%% of the run (committing, the fsync included, %.0f%%; reading, deciding and\n"+
+		"writing %.0f%%), %.1f transitions per commit (companion_sqlite_ of GET /metrics).\n",
+		100*busy, 100*committing, 100*(busy-committing), w.transitions/w.commits)
+	switch {
+	case busy < 0.85:
+	case committing > busy/2:
+		fmt.Fprintln(m.Stdout, "The ledger's one writer was busy nearly all the time, mostly committing: the disk's fsync limits\n"+
+			"these writes. More callers share each fsync; a disk with faster syncs lifts the limit.")
+	default:
+		fmt.Fprintln(m.Stdout, "The ledger's one writer was busy nearly all the time, mostly deciding and writing: its one core limits\n"+
+			"these writes. A faster core lifts the limit, more cores do not; batches cost it far less per item.")
+	}
+}
 
 // benchSummary prints the summary table.
 func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.FloorResult) {
@@ -578,6 +659,9 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 	case run.done.Load() > 0:
 		fmt.Fprintf(m.Stdout, "\nService CPU: %.0f µs per item (%.2f s over the run, process_cpu_seconds_total of GET /metrics: "+
 			"the replica that answered, with whatever else it served meanwhile).\n", run.cpu*1e6/float64(run.done.Load()), run.cpu)
+	}
+	if run != nil && run.cpuErr == nil && run.writer != nil {
+		m.benchWriter(run.writer, run.took)
 	}
 	if run != nil {
 		fmt.Fprintf(m.Stdout, "\nThe items are the tenant's, keys %s:i…:write:0; list them with\n  companion items list --workflow %s --all\n", o.prefix, o.prefix)

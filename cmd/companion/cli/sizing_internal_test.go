@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,5 +84,48 @@ func TestBenchSummaryComparesTheFloorsHalves(t *testing.T) {
 				t.Errorf("%q in\n%s", tt.absent, out.String())
 			}
 		})
+	}
+}
+
+// TestBenchReadsTheSQLiteWriterAndNamesTheLimit: the bench reads the writer's counters from GET /metrics
+// when the service has them (SQLite), not otherwise (MongoDB), and says which part of the writer's time
+// limits the writes when it was busy nearly all the run.
+func TestBenchReadsTheSQLiteWriterAndNamesTheLimit(t *testing.T) {
+	sqlite := "# HELP process_cpu_seconds_total x\nprocess_cpu_seconds_total 12.5\n" +
+		"companion_sqlite_writer_busy_seconds_total 9.5\ncompanion_sqlite_writer_commit_seconds_total 2\n" +
+		"companion_sqlite_commits_total 100\ncompanion_sqlite_transitions_total 950\n"
+	got, err := readServiceTotals(strings.NewReader(sqlite))
+	if err != nil || got.cpu != 12.5 || got.writer == nil || *got.writer != (serviceWriter{busy: 9.5, committing: 2, commits: 100, transitions: 950}) {
+		t.Errorf("SQLite's /metrics: %+v %+v, %v", got, got.writer, err)
+	}
+	if got, err := readServiceTotals(strings.NewReader("process_cpu_seconds_total 3\ncompanion_decisions_total 7\n")); err != nil || got.cpu != 3 || got.writer != nil {
+		t.Errorf("MongoDB's /metrics: %+v, %v; want the CPU and no writer", got, err)
+	}
+	if _, err := readServiceTotals(strings.NewReader("companion_sqlite_commits_total 1\n")); err == nil {
+		t.Error("a /metrics without process_cpu_seconds_total: no error")
+	}
+	if _, err := readServiceTotals(strings.NewReader("process_cpu_seconds_total 1\ncompanion_sqlite_commits_total many\n")); err == nil {
+		t.Error("a counter that is not a number: no error")
+	}
+
+	for _, c := range []struct {
+		name string
+		w    serviceWriter
+		want string // the verdict's first words; "" for none
+	}{
+		{"deciding", serviceWriter{busy: 9.5, committing: 2, commits: 100, transitions: 950}, "mostly deciding and writing: its one core"},
+		{"committing", serviceWriter{busy: 9.5, committing: 6, commits: 100, transitions: 950}, "mostly committing: the disk's fsync"},
+		{"idle", serviceWriter{busy: 5, committing: 1, commits: 100, transitions: 100}, ""},
+	} {
+		var out bytes.Buffer
+		(&Main{Stdout: &out}).benchWriter(&c.w, 10*time.Second)
+		text := strings.Join(strings.Fields(out.String()), " ")
+		if !strings.Contains(text, fmt.Sprintf("busy %.0f%% of the run", c.w.busy*10)) ||
+			!strings.Contains(text, fmt.Sprintf("%.1f transitions per commit", c.w.transitions/c.w.commits)) {
+			t.Errorf("%s: %q", c.name, text)
+		}
+		if got := strings.Contains(text, "busy nearly all the time"); got != (c.want != "") || c.want != "" && !strings.Contains(text, c.want) {
+			t.Errorf("%s: %q; want the verdict %q", c.name, text, c.want)
+		}
 	}
 }

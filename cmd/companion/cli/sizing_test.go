@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,6 +60,12 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 	out, err = run(t, op, "bench", "--items", "30", "--callers", "2", "--prefix", "bench-cpu")
 	if err != nil || !regexp.MustCompile(`Service CPU: [0-9]+ µs per item \([0-9.]+ s over the run`).MatchString(out) {
 		t.Errorf("bench with an operator token: %v\n%s", err, out)
+	}
+	// ... and what the SQLite ledger's one writer did: 30 items at two callers are 60 transitions.
+	if m := regexp.MustCompile(`SQLite writer: busy ([0-9]+)% of the run \(committing, the fsync included, ([0-9]+)%; reading, deciding and\s+writing ([0-9]+)%\), ([0-9.]+) transitions per commit`).FindStringSubmatch(out); m == nil {
+		t.Errorf("bench with an operator token: no SQLite writer line in\n%s", out)
+	} else if per, _ := strconv.ParseFloat(m[4], 64); per < 1 || per > 2 {
+		t.Errorf("bench with an operator token: %s transitions per commit at two callers, want 1 to 2\n%s", m[4], out)
 	}
 	for prefix, n := range map[string]string{"bench-single": "40", "bench-batch": "110"} {
 		out, err = run(t, op, "items", "list", "--workflow", prefix, "--state", "succeeded", "--limit", "500", "--all")
