@@ -111,8 +111,7 @@ func (s *Store) commitGroups() {
 func (s *Store) commitGroupRecovering(group []*transition) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.cache.dropAll() // whatever the panic left undone, the database is read again
-			s.lastID = -1
+			s.forgetWrites() // whatever the panic left undone, the database is read again
 			failGroup(group, fmt.Errorf("sqlitestore: a group commit panicked: %v", r))
 		}
 	}()
@@ -204,8 +203,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	// A failed group drops the whole cache: whatever it wrote is undone, or (a commit that failed after
 	// all) may not be, and the database alone knows. Failures are rare; reading again is cheap.
 	fail := func(err error) {
-		s.cache.dropAll()
-		s.lastID = -1
+		s.forgetWrites()
 		failGroup(group, err)
 	}
 	ctx := context.Background()
@@ -248,8 +246,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	if err != nil {
 		var fault *itemFault
 		if errors.As(err, &fault) {
-			s.cache.dropAll()
-			s.lastID = -1
+			s.forgetWrites()
 			return fault
 		}
 		fail(err)
@@ -280,6 +277,14 @@ func (s *Store) tryGroup(group []*transition) error {
 	return nil
 }
 
+// forgetWrites drops what the committer remembers of its own writes, the cache and the last id it gave, so
+// that the next group reads both from the database: after a group that failed or panicked, what it wrote
+// is undone, or (a commit that failed after all) may not be.
+func (s *Store) forgetWrites() {
+	s.cache.dropAll()
+	s.lastID = -1
+}
+
 // unshare gives each answer that is an item of the cache (found, where a transition changed nothing) a
 // copy of its own: the callers may change what they are given.
 func unshare(group []*transition, found map[string]*items.Item) {
@@ -306,6 +311,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 	var tenants []string
 	keys := map[string][]string{} // per tenant, its distinct keys in the order of their first mention
 	queued := map[string]bool{}
+	var ids []string // the items' ids, each once
 	for _, t := range group {
 		if t.err != nil {
 			continue
@@ -316,6 +322,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 				continue
 			}
 			queued[id] = true
+			ids = append(ids, id)
 			if _, ok := keys[t.tenant]; !ok {
 				tenants = append(tenants, t.tenant)
 			}
@@ -325,12 +332,6 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 	found = make(map[string]*items.Item, len(queued))
 	stored = make(map[string]*written, len(queued))
 	if s.cache != nil {
-		ids := make([]string, 0, len(queued))
-		for _, tenant := range tenants {
-			for _, k := range keys[tenant] {
-				ids = append(ids, itemID(tenant, k))
-			}
-		}
 		s.cache.lookup(ids, func(id string, e *cached) {
 			found[id], stored[id] = e.it, e.row
 			hits++
