@@ -582,7 +582,8 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 		add("(updated_at, key) < (?, ?)", nanos(c.UpdatedAt), c.Key)
 	}
 	if merged {
-		return mergedStates(p.States, where, args, order, limit)
+		q, all := mergedStates(p.States, where, args, order, limit)
+		return q, all, nil
 	}
 	args = append(args, limit)
 	from := "FROM items "
@@ -607,18 +608,18 @@ func listItemsWhere(p items.ListParams, limit int) (string, []any, error) {
 // arguments: one page of each state's items from items_state_changed, in the list's order, merged. The
 // ledger keeps no index of every item by updated_at alone, as each transition would rewrite it (schema's
 // comment); a page reads at most one page per state (five) and sorts those rows.
-func mergedStates(states []items.State, where []string, args []any, order string, limit int) (string, []any, error) {
+func mergedStates(states []items.State, where []string, args []any, order string, limit int) (string, []any) {
 	if len(states) == 0 {
 		states = items.States
 	}
-	cond := strings.Join(append(where, "state = ?"), " AND ")
-	arms := make([]string, len(states))
+	// Every state's arm is the same statement; the state is its last argument but one (the limit last).
+	arm := "SELECT * FROM (SELECT " + storedColumns + " FROM items INDEXED BY items_state_changed WHERE " +
+		strings.Join(append(where, "state = ?"), " AND ") + order + ")"
 	all := make([]any, 0, len(states)*(len(args)+2)+1)
-	for i, st := range states {
-		arms[i] = "SELECT * FROM (SELECT " + storedColumns + " FROM items INDEXED BY items_state_changed WHERE " + cond + order + ")"
+	for _, st := range states {
 		all = append(append(all, args...), string(st), limit)
 	}
-	return "FROM (" + strings.Join(arms, " UNION ALL ") + ")" + order, append(all, limit), nil
+	return "FROM (" + arm + strings.Repeat(" UNION ALL "+arm, len(states)-1) + ")" + order, append(all, limit)
 }
 
 // needsPersonCountSQL sums the kept counts of a tenant's items needing a person.
