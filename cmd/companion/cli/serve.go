@@ -147,7 +147,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			debugLn.Close()
 		}
 	}()
-	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slack, true, log)
+	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slack, configOwners(cfg, routing), true, log)
 	if err != nil {
 		return err
 	}
