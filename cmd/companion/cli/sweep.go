@@ -437,8 +437,9 @@ and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its 
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
 SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
 none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
-given. With Slack it checks the bot token first, as serve does: a token Slack refuses stops it unless
-SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns.`
+given. With Slack it checks the bot token and its scopes first, as serve does: a token Slack refuses, or
+one without chat:write, stops it unless SLACK_TOKEN_CHECK=warn; a missing history scope, or a Slack
+that does not answer, only warns.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
