@@ -25,8 +25,8 @@ const (
 	OwnerChannel OwnerKind = "channel"
 )
 
-// OwnerKindOf returns the kind of conversation an alert to owner goes to. Anything that is not a user
-// id is read as a channel, as FindPost reads it.
+// OwnerKindOf returns the kind of conversation an alert to owner goes to (FindPost reads the history by
+// it). Anything that is not a user id is read as a channel.
 func OwnerKindOf(owner string) OwnerKind {
 	if strings.HasPrefix(owner, "U") || strings.HasPrefix(owner, "W") {
 		return OwnerUser

@@ -181,7 +181,7 @@ func MessageMetadata(m Message) slack.SlackMetadata {
 // historyPages pages of historyPage messages; a longer history is an error (nothing proven).
 func (s *Slack) FindPost(ctx context.Context, owner string, m Message, attempts []string, since time.Time) (MessageRef, bool, error) {
 	channel := owner
-	if strings.HasPrefix(owner, "U") || strings.HasPrefix(owner, "W") {
+	if OwnerKindOf(owner) == OwnerUser {
 		c, _, _, err := s.client.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{owner}})
 		if err != nil {
 			return MessageRef{}, false, fmt.Errorf("slack conversations.open with %s: %w", owner, err)
