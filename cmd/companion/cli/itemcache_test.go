@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/replaysafe/companion/cmd/companion/cli"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
 
 // metric reads one unlabelled sample from GET /metrics (open mode: no token needed).
@@ -108,6 +109,37 @@ func TestItemCacheSettingMistakesStopTheStart(t *testing.T) {
 		}
 		if _, err := os.Stat(dir); err == nil {
 			t.Errorf("COMPANION_ITEM_CACHE=%q %v: the data dir was made", tc.env, tc.args)
+		}
+	}
+}
+
+// TestItemCacheSettingOnMongoDBIsIgnoredAndSaid: on MongoDB there is no item cache; a bound given says
+// in the log that it is ignored, and GET /metrics has no SQLite measures.
+func TestItemCacheSettingOnMongoDBIsIgnoredAndSaid(t *testing.T) {
+	srv := mongotest.Start(t)
+	for _, given := range []bool{false, true} {
+		env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "MONGODB_URI": srv.URI(), "MONGODB_DATABASE": "companion_item_cache_test"}
+		if given {
+			env["COMPANION_ITEM_CACHE"] = "16"
+		}
+		p := start(t, env)
+		if said := strings.Contains(p.err.String(), "--item-cache (COMPANION_ITEM_CACHE) is ignored"); said != given {
+			t.Errorf("COMPANION_ITEM_CACHE given %v: the log says it is ignored: %v\n%s", given, said, p.err)
+		}
+		if strings.Contains(p.err.String(), "item cache off") {
+			t.Errorf("the start line speaks of an item cache on MongoDB:\n%s", p.err)
+		}
+		resp, err := http.Get("http://" + p.Addr() + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || strings.Contains(string(b), "companion_sqlite_item_cache") {
+			t.Errorf("GET /metrics on MongoDB: %d, with the SQLite cache's measures: %v", resp.StatusCode, strings.Contains(string(b), "companion_sqlite_item_cache"))
+		}
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -64,9 +65,10 @@ type serveOptions struct {
 	// debugAddr serves the Go profiles (/debug/pprof/) on a loopback address of their own; "" is off.
 	debugAddr string
 	// itemCache is the bound of the SQLite committer's item cache as given; itemCacheItems the number
-	// (itemCacheBound).
+	// (itemCacheBound); itemCacheGiven whether the flag or its environment twin gave it.
 	itemCache      string
 	itemCacheItems int
+	itemCacheGiven bool
 }
 
 // env returns the environment variable name, or def when it is unset or empty.
@@ -99,6 +101,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if o.itemCacheItems, err = itemCacheBound(o.itemCache); err != nil {
 		return err
 	}
+	o.itemCacheGiven = m.Getenv("COMPANION_ITEM_CACHE") != ""
+	fs.Visit(func(f *flag.Flag) { o.itemCacheGiven = o.itemCacheGiven || f.Name == "item-cache" })
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
 		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
 			return usageErrorf("--sweep-every: %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
@@ -373,6 +377,10 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		s, err := mongostore.Open(ctx, uri, db, mongostore.WithLogger(m.logger()))
 		if err != nil {
 			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
+		}
+		if o.itemCacheGiven {
+			m.logger().Warn("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the SQLite ledger's item cache, and the ledger is on MongoDB, " +
+				"where replicas share the items and none keeps them")
 		}
 		return s, fmt.Sprintf("mongodb %s database %s", mongostore.Redacted(uri), db), nil
 	}
