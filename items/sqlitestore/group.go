@@ -255,9 +255,7 @@ func (s *Store) tryGroup(group []*transition) error {
 			t.out, t.err = nil, err
 		}
 	}
-	if hits > 0 {
-		unshare(group, found)
-	}
+	unshare(group, found, hits)
 	if len(changed) == 0 {
 		return nil
 	}
@@ -304,17 +302,37 @@ func (s *Store) forgetWrites() {
 	s.lastID = -1
 }
 
-// unshare gives each answer that is an item of the cache (found, where a transition changed nothing) a
-// copy of its own: the callers may change what they are given.
-func unshare(group []*transition, found map[string]*items.Item) {
+// unshare gives every caller items of its own, as callers may change what they are given. An answer is
+// copied when it is an item of the cache (found, where a transition changed nothing), or when an earlier
+// transition of the group was answered the same item: one that changed nothing is answered the state an
+// earlier one left, or the item as found (32 callers racing for one key make such a group). The first
+// caller answered an item that is not the cache's keeps it.
+func unshare(group []*transition, found map[string]*items.Item, hits int) {
+	var given map[*items.Item]*transition
+	if len(group) > 1 {
+		given = make(map[*items.Item]*transition, len(group))
+	}
 	for _, t := range group {
 		if t.err != nil {
 			continue
 		}
 		for i, k := range t.keys {
-			if it := t.out[i]; it != nil && it == found[itemID(t.tenant, k)] {
-				t.out[i] = it.Clone()
+			it := t.out[i]
+			if it == nil {
+				continue
 			}
+			if hits > 0 && it == found[itemID(t.tenant, k)] {
+				t.out[i] = it.Clone()
+				continue
+			}
+			if given == nil {
+				continue
+			}
+			if by, ok := given[it]; ok && by != t {
+				t.out[i] = it.Clone()
+				continue
+			}
+			given[it] = t
 		}
 	}
 }

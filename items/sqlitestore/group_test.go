@@ -194,3 +194,49 @@ func TestGroupReadsOncePerTenant(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupAnswersEachCallerItsOwnItem: transitions of one key in one group that change nothing are
+// answered the state the earlier ones left; each caller must get an item of its own, as callers may change
+// what they are given (the answers of 32 callers racing for one key are such a group).
+func TestGroupAnswersEachCallerItsOwnItem(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int{0, 16} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
+			s, err := Open(ctx, t.TempDir(), WithItemCache(cache))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
+			// k is new: a claims it and b, c see a's claim; "old" is stored (and cached, with a cache):
+			// c and d see it as stored. (The groups are decided here, not by the committer, which is idle.)
+			first := newTransition("acme", []string{"old"}, claimFn("acme", []string{"old"}))
+			if s.commitGroup([]*transition{first}); first.err != nil {
+				t.Fatal(first.err)
+			}
+			a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+			b := newTransition("acme", []string{"k"}, keep)
+			c := newTransition("acme", []string{"k", "old"}, keep)
+			d := newTransition("acme", []string{"old"}, keep)
+			s.commitGroup([]*transition{a, b, c, d})
+			given := map[*items.Item]string{}
+			for name, tr := range map[string]*transition{"a": a, "b": b, "c": c, "d": d} {
+				if tr.err != nil {
+					t.Fatalf("%s: %v", name, tr.err)
+				}
+				for i, it := range tr.out {
+					if it == nil {
+						t.Fatalf("%s: no item %d", name, i)
+					}
+					if other, ok := given[it]; ok {
+						t.Errorf("%s and %s were answered the same item object (%s)", other, name, it.Key)
+					}
+					given[it] = name
+				}
+			}
+			if b.out[0].Attempt != 1 || c.out[0].Attempt != 1 || c.out[1].Key != "old" || d.out[0].Key != "old" {
+				t.Errorf("answers %+v %+v %+v; want a's claim of k and the stored old", b.out[0], c.out, d.out[0])
+			}
+		})
+	}
+}
