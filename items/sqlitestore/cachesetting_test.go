@@ -57,7 +57,8 @@ func TestItemCacheTotalsCountHitsAndMisses(t *testing.T) {
 }
 
 // withoutLock makes Open take no lock on the data dir, as a build without flock (lock_other.go) does,
-// until the test ends.
+// until the test ends. It changes a package variable: not for a test that runs in parallel (top-level
+// parallel tests start only after the sequential ones, such as this one's callers, have finished).
 func withoutLock(t *testing.T) {
 	t.Helper()
 	takeLock = func(string) (*os.File, error) { return nil, nil }
