@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestCheckToken(t *testing.T) {
 		t.Fatalf("a good token: %v", err)
 	}
 	want := alerts.SlackIdentity{Team: "Acme", TeamID: "T0ACME", User: "companion", UserID: "U0BOT", BotID: "B0BOT", TeamURL: "https://acme.slack.com/"}
-	if id != want {
+	if !reflect.DeepEqual(id, want) {
 		t.Fatalf("identity %+v, want %+v", id, want)
 	}
 	if got := id.String(); got != `bot "companion" (U0BOT) in workspace "Acme" (T0ACME)` {

@@ -38,7 +38,7 @@ const DefaultSlackAPIURL = "https://slack.com/api/"
 
 // SlackConfig configures the Slack notifier and the interactivity endpoint.
 type SlackConfig struct {
-	// BotToken authenticates the Web API calls (chat.postMessage, chat.update, views.open). Required.
+	// BotToken authenticates the Web API calls (SlackMethods; its scopes: SlackScopes). Required.
 	BotToken string
 	// SigningSecret verifies the interactivity requests Slack sends. Required.
 	SigningSecret string
@@ -101,6 +101,10 @@ type SlackIdentity struct {
 	Team, TeamID   string
 	User, UserID   string
 	BotID, TeamURL string
+	// Scopes are the scopes the token was granted, from the X-OAuth-Scopes header of the answer, when
+	// ScopesKnown: Slack sends it with every answer, but a proxy may drop it (or a fake not send it).
+	Scopes      []string
+	ScopesKnown bool
 }
 
 // String names the identity for a log line: bot "companion" (U0BOT) in workspace "Acme" (T0ACME), or
@@ -129,10 +133,10 @@ var tokenRefusals = map[string]string{
 }
 
 // CheckToken asks Slack who the bot token is (auth.test, one call, no scope needed), so that a wrong
-// token is found when the service starts rather than at the first alert. It returns the identity, or
-// an error wrapping ErrTokenRefused (and Slack's slack.SlackErrorResponse) when Slack refused the token;
-// any other error (Slack unreachable, ctx ended, a rate limit, Slack's own failure) leaves the token
-// unchecked. The caller bounds the call with ctx.
+// token is found when the service starts rather than at the first alert. It returns the identity with
+// the token's granted scopes (for MissingScopes), or an error wrapping ErrTokenRefused (and Slack's
+// slack.SlackErrorResponse) when Slack refused the token; any other error (Slack unreachable, ctx ended,
+// a rate limit, Slack's own failure) leaves the token unchecked. The caller bounds the call with ctx.
 func (s *Slack) CheckToken(ctx context.Context) (SlackIdentity, error) {
 	r, err := s.client.AuthTestContext(ctx)
 	var refused slack.SlackErrorResponse
@@ -144,7 +148,12 @@ func (s *Slack) CheckToken(ctx context.Context) (SlackIdentity, error) {
 	if err != nil {
 		return SlackIdentity{}, fmt.Errorf("slack auth.test: %w", err)
 	}
-	return SlackIdentity{Team: r.Team, TeamID: r.TeamID, User: r.User, UserID: r.UserID, BotID: r.BotID, TeamURL: r.URL}, nil
+	id := SlackIdentity{Team: r.Team, TeamID: r.TeamID, User: r.User, UserID: r.UserID, BotID: r.BotID, TeamURL: r.URL}
+	// slack-go keeps the answer's headers on it (slack.OptionOnResponseHeaders would give them too).
+	if v := r.Header.Values("X-OAuth-Scopes"); len(v) > 0 {
+		id.Scopes, id.ScopesKnown = parseScopes(v), true
+	}
+	return id, nil
 }
 
 // MetadataEventType is the event_type of the metadata every alert message carries.
@@ -172,7 +181,7 @@ func MessageMetadata(m Message) slack.SlackMetadata {
 // historyPages pages of historyPage messages; a longer history is an error (nothing proven).
 func (s *Slack) FindPost(ctx context.Context, owner string, m Message, attempts []string, since time.Time) (MessageRef, bool, error) {
 	channel := owner
-	if strings.HasPrefix(owner, "U") || strings.HasPrefix(owner, "W") {
+	if OwnerKindOf(owner) == OwnerUser {
 		c, _, _, err := s.client.OpenConversationContext(ctx, &slack.OpenConversationParameters{Users: []string{owner}})
 		if err != nil {
 			return MessageRef{}, false, fmt.Errorf("slack conversations.open with %s: %w", owner, err)

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +50,11 @@ type fakeSlack struct {
 	authStatus int
 	// histories counts the conversations.history calls; opens the conversations.open calls.
 	histories, opens int
+	// scopes, when not nil, is sent as the X-OAuth-Scopes header of every answer, as Slack sends the
+	// token's granted scopes; nil sends no such header.
+	scopes []string
+	// methods counts the calls of each Web API method.
+	methods map[string]int
 	// now gives the time of a posted message's ts (Slack's clock); nil: a fixed time.
 	now func() time.Time
 	// answering counts the chat.postMessage calls being answered: a post whose caller gave up still
@@ -72,7 +79,7 @@ type slackView struct {
 }
 
 func newFakeSlack(t *testing.T) *fakeSlack {
-	f := &fakeSlack{}
+	f := &fakeSlack{methods: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/api/auth.test", f.authTest)
 	mux.HandleFunc("/api/chat.postMessage", f.postMessage)
@@ -81,9 +88,26 @@ func newFakeSlack(t *testing.T) *fakeSlack {
 	mux.HandleFunc("/api/conversations.open", f.conversationsOpen)
 	mux.HandleFunc("/api/conversations.history", f.conversationsHistory)
 	mux.HandleFunc("/respond/", f.respond)
-	f.srv = httptest.NewServer(mux)
+	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		if method, ok := strings.CutPrefix(r.URL.Path, "/api/"); ok {
+			f.methods[method]++
+		}
+		if f.scopes != nil {
+			w.Header().Set("X-OAuth-Scopes", strings.Join(f.scopes, ","))
+		}
+		f.mu.Unlock()
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// Methods returns the Web API methods the fake was called with, sorted.
+func (f *fakeSlack) Methods() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Sorted(maps.Keys(f.methods))
 }
 
 func (f *fakeSlack) apiURL() string      { return f.srv.URL + "/api/" }

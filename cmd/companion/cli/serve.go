@@ -42,11 +42,13 @@ The sweeper runs inside serve on --sweep-every: it records expired leases as unk
 that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET
 (each also as a file through SLACK_BOT_TOKEN_FILE, SLACK_SIGNING_SECRET_FILE; SLACK_API_URL for a proxy),
 else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
-the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …) stops the start unless
-SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns, and is asked again every minute until
-it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the probes look up the
-unknown items of the destinations that have a "lookup:" in the config file. Every 10 minutes serve
-removes the settled items past their destination's retention (default 30 days; docs/configuration.md).
+the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …), or one without the
+chat:write scope, stops the start unless SLACK_TOKEN_CHECK=warn; a missing history scope is a warning
+naming it (docs/operators.md#slack-setup); a Slack that does not answer only warns, and is asked again
+every minute until it answers. Slack's buttons call POST /v1/slack/actions. On the same schedule the
+probes look up the unknown items of the destinations that have a "lookup:" in the config file. Every 10
+minutes serve removes the settled items past their destination's retention (default 30 days;
+docs/configuration.md).
 
 The Go garbage collector runs at GOGC=400 unless GOGC is set (see docs/configuration.md).`
 
@@ -161,7 +163,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			debugLn.Close()
 		}
 	}()
-	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slack, true, log)
+	slackIdentity, slackUnchecked, err := m.checkSlack(ctx, slack, configOwners(cfg, routing), true, log)
 	if err != nil {
 		return err
 	}

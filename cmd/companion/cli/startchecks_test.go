@@ -16,21 +16,41 @@ import (
 	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
+// allScopes are the bot scopes the alerts need (docs/operators.md), and one more a real app may have.
+const allScopes = "chat:write,chat:write.public,im:write,im:history,channels:history,groups:history"
+
+// botScopes are the scopes each of fakeSlackAuth's bot tokens was granted, as Slack sends them in the
+// X-OAuth-Scopes header of every answer; a token not listed gets no such header.
+var botScopes = map[string]string{
+	"xoxb-good":      allScopes,
+	"xoxp-person":    allScopes,
+	"xoxb-nohistory": "chat:write,im:write,im:history,groups:history", // no channels:history
+	"xoxb-nochat":    "im:write,im:history,channels:history,groups:history",
+}
+
 // fakeSlackAuth plays Slack's auth.test for the start's token check: xoxb-good is the bot "companion" of
-// workspace "Acme", xoxp-person a person's token, any other token is refused invalid_auth; every other
+// workspace "Acme", xoxp-person a person's token, xoxb-nohistory, xoxb-nochat and xoxb-noheader the same
+// bot with fewer scopes or none named (botScopes); any other token is refused invalid_auth; every other
 // method answers ok.
 func fakeSlackAuth(t *testing.T) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		_ = r.ParseForm()
+		token := r.PostForm.Get("token")
+		if token == "" {
+			token = strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+		}
+		if scopes, ok := botScopes[token]; ok {
+			w.Header().Set("X-OAuth-Scopes", scopes)
+		}
 		if !strings.HasSuffix(r.URL.Path, "/auth.test") {
 			_ = json.NewEncoder(w).Encode(map[string]any{"ok": true, "channel": "D0OPS", "ts": "1.1"})
 			return
 		}
-		_ = r.ParseForm()
 		answer := map[string]any{"ok": false, "error": "invalid_auth"}
-		switch r.PostForm.Get("token") {
-		case "xoxb-good":
+		switch token {
+		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-noheader":
 			answer = map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "companion",
 				"team_id": "T0ACME", "user_id": "U0BOT", "bot_id": "B0BOT"}
 		case "xoxp-person":
@@ -181,6 +201,8 @@ func TestServeAsksSlackAgainUntilItAnswers(t *testing.T) {
 	}{
 		{"xoxb-typo", []string{`"level":"ERROR"`, "SLACK_BOT_TOKEN was refused by Slack (checked once Slack answered, after the start)", "invalid_auth"}},
 		{"xoxb-good", []string{`Slack answered the check of the bot token: alerts are posted as bot \"companion\" (U0BOT)`}},
+		{"xoxb-nochat", []string{`Slack answered the check of the bot token`, `"level":"ERROR"`, "lacks the scope chat:write",
+			"no alert can be posted", "(checked once Slack answered, after the start)"}},
 	} {
 		var mu sync.Mutex
 		down, asked := true, 0

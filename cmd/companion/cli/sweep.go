@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/companion/alerts"
@@ -144,7 +145,12 @@ const (
 // the token can be fixed: the alerts wait in the outbox and are posted once it works. A Slack that cannot
 // be asked (unreachable, slow past slackCheckTimeout, rate-limited, failing) proves nothing about the
 // token and must not keep the ledger down: a warning, and the start.
-func (m *Main) checkSlack(ctx context.Context, slack *slackClient, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
+//
+// The same answer names the scopes the token was granted (X-OAuth-Scopes), checked against those the
+// alerts to owners (the configuration's) need (alerts.MissingScopes): a token without chat:write is
+// as good as refused and stops the start the same way; a missing history scope is one warning line that
+// names each scope and what its lack costs, and the start goes on.
+func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []string, recheck bool, log *slog.Logger) (string, *slackCheck, error) {
 	if slack == nil {
 		return "", nil, nil
 	}
@@ -153,12 +159,25 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, recheck bool,
 		return "", nil, fmt.Errorf("SLACK_TOKEN_CHECK=%q: write %s (the default: a bot token Slack refuses stops the start) "+
 			"or %s (start anyway; the alerts wait until the token works)", mode, slackCheckRefuse, slackCheckWarn)
 	}
-	check := &slackCheck{slack: slack.Slack, timeout: slackCheckTimeout, every: slackRecheckEvery}
+	check := &slackCheck{slack: slack.Slack, timeout: slackCheckTimeout, every: slackRecheckEvery, owners: owners}
 	id, err := check.ask(ctx)
 	switch {
 	case err == nil:
 		warnPersonToken(id, log)
-		return "as " + id.String(), nil, nil
+		essential := reportScopes(id, owners, log)
+		if len(essential) == 0 {
+			return "as " + id.String(), nil, nil
+		}
+		if mode == slackCheckRefuse {
+			return "", nil, fmt.Errorf("SLACK_BOT_TOKEN: %s. Nothing was started. Add %s under the app's OAuth & Permissions → "+
+				"Bot Token Scopes and reinstall the app to the workspace (a token gets a new scope only then); "+
+				"to start anyway, the alerts waiting until the token has it, set SLACK_TOKEN_CHECK=warn; "+
+				"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET",
+				lacksEssential(id, essential), scopeList(essential))
+		}
+		log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential)+"; starting anyway (SLACK_TOKEN_CHECK=warn): the alerts wait in the "+
+			"ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)", slog.String("missing_scopes", scopeList(essential)))
+		return "as " + id.String() + " (the bot token LACKS " + scopeList(essential) + ": no alert is posted until it is added)", nil, nil
 	case errors.Is(err, alerts.ErrTokenRefused) && mode == slackCheckRefuse:
 		return "", nil, fmt.Errorf("SLACK_BOT_TOKEN: %w. Nothing was started. Fix the token (or SLACK_BOT_TOKEN_FILE's file); "+
 			"to start anyway, the alerts waiting until the token works, set SLACK_TOKEN_CHECK=warn; "+
@@ -179,10 +198,78 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, recheck bool,
 	return "(bot token not checked at the start: " + why + ")", check, nil
 }
 
+// reportScopes says, in one line, what the token's scopes lack for alerts to owners and what each lack
+// costs, or that Slack did not name them; it returns the essential scopes the token lacks (chat:write),
+// which the caller treats as a refused token. A token with every scope logs nothing.
+func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) []alerts.SlackScope {
+	if !id.ScopesKnown {
+		log.Info("the Slack bot token's scopes were not checked: Slack's answer did not name them (no X-OAuth-Scopes header; " +
+			"a proxy in between may drop it); the scopes the alerts need are listed in docs/operators.md#slack-setup")
+		return nil
+	}
+	var essential, others []alerts.SlackScope
+	for _, s := range alerts.MissingScopes(id.Scopes, owners) {
+		if s.Essential {
+			essential = append(essential, s)
+		} else {
+			others = append(others, s)
+		}
+	}
+	if len(others) > 0 {
+		var costs []string
+		for _, s := range others {
+			costs = append(costs, s.Name+": "+s.Without)
+		}
+		log.Warn(fmt.Sprintf("the Slack bot token lacks %s; starting anyway, and the alerts are posted, but %s. "+
+			"Add the scope(s) under the app's OAuth & Permissions → Bot Token Scopes and reinstall the app to the workspace",
+			scopeList(others), strings.Join(costs, "; ")),
+			slog.String("missing_scopes", scopeList(others)), slog.String("granted_scopes", strings.Join(id.Scopes, ",")))
+	}
+	return essential
+}
+
+// lacksEssential words the lack of essential scopes for the refusal and its error line.
+func lacksEssential(id alerts.SlackIdentity, essential []alerts.SlackScope) string {
+	var costs []string
+	for _, s := range essential {
+		costs = append(costs, s.Without)
+	}
+	granted := strings.Join(id.Scopes, ",")
+	if granted == "" {
+		granted = "none"
+	}
+	return fmt.Sprintf("the bot token of %s lacks the scope %s (Slack names its scopes: %s): %s", id.String(), scopeList(essential),
+		granted, strings.Join(costs, "; "))
+}
+
+// scopeList names scopes for a log line: "im:write, im:history".
+func scopeList(scopes []alerts.SlackScope) string {
+	names := make([]string, len(scopes))
+	for i, s := range scopes {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// configOwners are the Slack ids the configuration sends alerts to: the defaults', the destinations',
+// the routes' (owners and escalate_to) and the routing's default owner. A before-write may name others.
+func configOwners(cfg items.Config, routing alerts.Routing) []string {
+	owners := []string{cfg.Defaults.Owner, cfg.Defaults.EscalateTo, routing.DefaultOwner}
+	for _, d := range cfg.Destinations {
+		owners = append(owners, d.Owner, d.EscalateTo)
+	}
+	for _, r := range routing.Routes {
+		owners = append(owners, r.Owner, r.EscalateTo)
+	}
+	return slices.DeleteFunc(owners, func(o string) bool { return o == "" })
+}
+
 // slackCheck is the check of a bot token, with the timeout of each call and the pause between two.
 type slackCheck struct {
 	slack          *alerts.Slack
 	timeout, every time.Duration
+	// owners are the configuration's (configOwners): which scopes the token needs.
+	owners []string
 }
 
 // recheck asks Slack about the bot token every c.every until it answers, and logs the answer: who the
@@ -202,6 +289,11 @@ func (c *slackCheck) recheck(ctx context.Context, log *slog.Logger) {
 		case err == nil:
 			log.Info("Slack answered the check of the bot token: alerts are posted as " + id.String())
 			warnPersonToken(id, log)
+			if essential := reportScopes(id, c.owners, log); len(essential) > 0 {
+				log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential)+" (checked once Slack answered, after the start): the "+
+					"alerts wait in the ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)",
+					slog.String("missing_scopes", scopeList(essential)))
+			}
 			return
 		case errors.Is(err, alerts.ErrTokenRefused):
 			log.Error("SLACK_BOT_TOKEN was refused by Slack (checked once Slack answered, after the start): no alert can be "+
@@ -345,8 +437,9 @@ and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its 
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
 SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
 none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
-given. With Slack it checks the bot token first, as serve does: a token Slack refuses stops it unless
-SLACK_TOKEN_CHECK=warn; a Slack that does not answer only warns.`
+given. With Slack it checks the bot token and its scopes first, as serve does: a token Slack refuses, or
+one without chat:write, stops it unless SLACK_TOKEN_CHECK=warn; a missing history scope, or a Slack
+that does not answer, only warns.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
@@ -382,7 +475,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	log := m.logger()
 	// The same check as serve's, before the ledger is opened: a cron job's sweep with a refused token
 	// would otherwise exit 0 with every alert failing.
-	slackIdentity, _, err := m.checkSlack(ctx, slack, false, log)
+	slackIdentity, _, err := m.checkSlack(ctx, slack, configOwners(cfg, routing), false, log)
 	if err != nil {
 		return err
 	}
