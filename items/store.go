@@ -8,7 +8,10 @@ import (
 // TransitionFunc decides a change to one item. It receives the stored item (nil when there is none),
 // may modify it, and returns the item to write, or nil to write nothing. An error aborts the transition
 // without writing. A store may call it more than once (after losing a compare-and-set race), so it must
-// not have side effects beyond what it returns and what it records in variables it owns.
+// not have side effects beyond what it returns and what it records in variables it owns. The item it
+// returns is of the tenant and key it was called for: a store refuses another (an error of kind internal,
+// nothing written; in TransitionMany, nothing of the batch), itemstest's
+// Store/TransitionReturningAnotherItemIsRefused.
 type TransitionFunc func(current *Item) (next *Item, err error)
 
 // Store keeps the ledger durably. Every implementation passes items/itemstest.

@@ -194,6 +194,11 @@ func exerciseStore(t *testing.T, open func(t *testing.T) items.Store) {
 		h.checkUnchanged("x", before)
 	})
 
+	t.Run("TransitionReturningAnotherItemIsRefused", func(t *testing.T) {
+		t.Parallel()
+		exerciseAnotherItem(t, open)
+	})
+
 	t.Run("LedgerSecretIsStable", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, open)
@@ -364,4 +369,130 @@ func reflectEqualEvent(t *testing.T, a, b items.Event) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// exerciseAnotherItem: a transition's fn that returns an item of another key or another tenant than the
+// one it was called for (a caller's bug) is refused: an error of kind internal (a bug, not a conflict to
+// retry nor an unavailable store), and nothing written, neither the transition's item nor the one fn
+// named; in a TransitionMany, nothing of the batch, however many good items it holds. The next transition
+// of the key is handed the item as stored (a store that keeps what it wrote must not keep fn's item).
+func exerciseAnotherItem(t *testing.T, open func(t *testing.T) items.Store) {
+	h := newHarness(t, open)
+	b := h.as(tenantB)
+	h.claim("k", payloadA, reference("A-k"))
+	h.claim("other", payloadA, reference("A-other"))
+	b.claim("k", payloadB, reference("B-k"))
+	type stored struct{ tenant, key string }
+	kept := []stored{{tenantA, "k"}, {tenantA, "other"}, {tenantB, "k"}}
+	snapshot := map[stored]string{}
+	for _, s := range kept {
+		snapshot[s] = marshal(t, h.as(s.tenant).item(s.key))
+	}
+	absent := []stored{{tenantA, "new"}, {tenantA, "n1"}, {tenantA, "n2"}, {tenantA, "other-new"}, {tenantB, "new"}, {tenantB, "other"}}
+	check := func(name string, err error) {
+		t.Helper()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+		} else if code := items.ErrorCode(err); code != items.CodeInternal {
+			t.Errorf("%s: %v, of kind %s; want %s (a bug of the caller's fn)", name, err, code, items.CodeInternal)
+		}
+		for _, s := range kept {
+			if got := marshal(t, h.as(s.tenant).item(s.key)); got != snapshot[s] {
+				t.Errorf("%s: %s/%s was written:\n was %s\n now %s", name, s.tenant, s.key, snapshot[s], got)
+			}
+			// And the next transition of that key is handed the stored item.
+			if _, err := h.store.Transition(h.ctx, s.tenant, s.key, func(cur *items.Item) (*items.Item, error) {
+				if got := marshal(t, cur); got != snapshot[s] {
+					t.Errorf("%s: the next transition of %s/%s is handed\n %s\nthe store holds\n %s", name, s.tenant, s.key, got, snapshot[s])
+				}
+				return nil, nil
+			}); err != nil {
+				t.Errorf("%s: the next transition of %s/%s: %v", name, s.tenant, s.key, err)
+			}
+		}
+		for _, s := range absent {
+			if _, err := h.store.Get(h.ctx, s.tenant, s.key); !errors.Is(err, items.ErrNotFound) {
+				t.Errorf("%s: %s/%s was created: %v", name, s.tenant, s.key, err)
+			}
+		}
+	}
+	// prepared is a new item of tenant and key, as a claim makes it.
+	prepared := func(tenant, key string) *items.Item {
+		it, err := items.NewPrepared(h.as(tenant).params(key, payloadA), h.now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return it
+	}
+	h.advance(time.Second)
+
+	for _, c := range []struct {
+		name string
+		key  string // the transition's, of tenant A
+		fn   items.TransitionFunc
+	}{
+		{"an existing item, returned as another key's", "k", func(cur *items.Item) (*items.Item, error) {
+			cur.Key, cur.Reference = "other", "changed"
+			return cur, nil
+		}},
+		{"an existing item, returned as another tenant's", "k", func(cur *items.Item) (*items.Item, error) {
+			cur.Tenant, cur.Reference = tenantB, "changed"
+			return cur, nil
+		}},
+		{"another key's item, as read", "k", func(*items.Item) (*items.Item, error) {
+			it := h.item("other")
+			it.Reference = "changed"
+			return it, nil
+		}},
+		{"another tenant's item, as read", "k", func(*items.Item) (*items.Item, error) {
+			it := b.item("k")
+			it.Reference = "changed"
+			return it, nil
+		}},
+		{"a new key, returned as another new key", "new", func(*items.Item) (*items.Item, error) { return prepared(tenantA, "other-new"), nil }},
+		{"a new key, returned as another tenant's", "new", func(*items.Item) (*items.Item, error) { return prepared(tenantB, "new"), nil }},
+		{"a new key, returned as an existing key", "new", func(*items.Item) (*items.Item, error) { return prepared(tenantA, "other"), nil }},
+	} {
+		_, err := h.store.Transition(h.ctx, tenantA, c.key, c.fn)
+		check("Transition: "+c.name, err)
+	}
+
+	// TransitionMany: one bad item among good ones (new items and a change) writes nothing of the batch.
+	good := func(i int, cur *items.Item, keys []string) *items.Item {
+		if cur == nil {
+			return prepared(tenantA, keys[i])
+		}
+		cur.Reference = "changed"
+		return cur
+	}
+	for _, c := range []struct {
+		name string
+		keys []string
+		bad  int
+		// wrong makes the bad item of the transition's.
+		wrong func(cur *items.Item, key string) *items.Item
+	}{
+		{"another tenant's, in the middle", []string{"n1", "k", "n2"}, 1, func(cur *items.Item, _ string) *items.Item {
+			cur.Tenant, cur.Reference = tenantB, "changed"
+			return cur
+		}},
+		{"another key's, last", []string{"n1", "k", "n2", "other"}, 3, func(cur *items.Item, _ string) *items.Item {
+			cur.Key, cur.Reference = "k", "changed"
+			return cur
+		}},
+		{"a new key as another, first", []string{"new", "n1", "k"}, 0, func(*items.Item, string) *items.Item { return prepared(tenantA, "other-new") }},
+		{"another key's item, as read, after a change of that key", []string{"n1", "other", "k"}, 2, func(*items.Item, string) *items.Item {
+			it := h.item("other")
+			it.Reference = "changed"
+			return it
+		}},
+	} {
+		_, err := h.store.TransitionMany(h.ctx, tenantA, c.keys, func(i int, cur *items.Item) (*items.Item, error) {
+			if i == c.bad {
+				return c.wrong(cur, c.keys[i]), nil
+			}
+			return good(i, cur, c.keys), nil
+		})
+		check("TransitionMany: "+c.name, err)
+	}
 }

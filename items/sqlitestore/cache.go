@@ -25,10 +25,16 @@ import (
 //
 // A document stored corrupt is never in the cache: readMany finds it and answers as before.
 
-// defaultCacheItems bounds the cache: the oldest entry goes when a new one would pass it. 2,048 items
-// hold the before-writes of four batches of 500, which their after-writes read seconds later; 4,096 cost
-// about 30 MB more RSS (GOGC=400) for no gain that two rounds could tell from noise (docs/deploying.md).
-const defaultCacheItems = 2048
+// DefaultItemCache bounds the cache unless WithItemCache says otherwise: the oldest entry goes when a new
+// one would pass it. 2,048 items hold the before-writes of four batches of 500, which their after-writes
+// read seconds later; 4,096 cost about 30 MB more RSS (GOGC=400) for no gain that two rounds could tell
+// from noise (docs/deploying.md).
+const DefaultItemCache = 2048
+
+// MaxItemCache is the largest bound a service is given (companion serve --item-cache refuses more): an item
+// costs about 2.2 KB of heap, so a million is about 2.2 GB, past any use (the after-writes read the
+// items of seconds earlier).
+const MaxItemCache = 1_000_000
 
 // cached is an item as the committer committed it, and its row as stored (for write's UPDATE).
 type cached struct {
@@ -55,7 +61,8 @@ type placed struct {
 }
 
 func newItemCache(bound int) *itemCache {
-	return &itemCache{max: bound, m: make(map[string]*cached, bound)}
+	// The map grows as items come: a large bound costs nothing until it is used.
+	return &itemCache{max: bound, m: make(map[string]*cached, min(bound, DefaultItemCache))}
 }
 
 // generation returns the drop count, to be given to putAll.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +22,7 @@ import (
 //	go test ./items/sqlitestore -run '^$' -bench ItemCache -benchtime 40x -count 3
 func BenchmarkItemCache(b *testing.B) {
 	for _, mode := range []string{"batch500", "single32"} {
-		for _, cache := range []int{0, defaultCacheItems} {
+		for _, cache := range []int{0, DefaultItemCache} {
 			b.Run(fmt.Sprintf("%s/cache=%d", mode, cache), func(b *testing.B) {
 				ctx := context.Background()
 				s, err := Open(ctx, b.TempDir(), WithItemCache(cache))
@@ -107,13 +106,4 @@ func claimAndReport(b *testing.B, l *items.Ledger, first, count int) {
 			return
 		}
 	}
-}
-
-// cpuTime is the process's user and system CPU time.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

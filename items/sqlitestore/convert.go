@@ -31,7 +31,7 @@ type Option func(*Store)
 func WithLogger(l *slog.Logger) Option { return func(s *Store) { s.log = l } }
 
 // WithItemCache bounds the committer's cache of the items it wrote (cache.go) to n items; 0 turns it off.
-// The default is defaultCacheItems.
+// The default is DefaultItemCache.
 func WithItemCache(n int) Option { return func(s *Store) { s.cacheItems = max(n, 0) } }
 
 // oldLayout reports whether the ledger holds an items table of the earlier layout (no id column).

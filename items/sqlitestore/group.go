@@ -138,6 +138,25 @@ type WriterTotals struct {
 	Commits, Transitions int64
 }
 
+// ItemCacheTotals are what the committer's item cache (cache.go) has done since Open.
+type ItemCacheTotals struct {
+	// Bound is how many items it keeps at most (0: there is no cache); Items how many it holds now.
+	Bound, Items int
+	// Hits counts the items the committer's groups found in the cache, Misses those it read from the
+	// database (all of them, without a cache): an item named by a group is one lookup, however many of
+	// its transitions name it.
+	Hits, Misses int64
+}
+
+// ItemCacheTotals returns the item cache's totals since Open.
+func (s *Store) ItemCacheTotals() ItemCacheTotals {
+	t := ItemCacheTotals{Hits: s.cacheHits.Load(), Misses: s.cacheMisses.Load()}
+	if s.cache != nil {
+		t.Bound, t.Items = s.cache.max, s.cache.len()
+	}
+	return t
+}
+
 // WriterTotals returns the committer's totals since Open.
 func (s *Store) WriterTotals() WriterTotals {
 	return WriterTotals{Busy: time.Duration(s.busy.Load()), Committing: time.Duration(s.committing.Load()),
@@ -360,6 +379,8 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 			}
 		}
 	}
+	s.cacheHits.Add(int64(hits))
+	s.cacheMisses.Add(int64(len(ids) - hits))
 	for _, tenant := range tenants {
 		if len(keys[tenant]) == 0 {
 			continue

@@ -71,9 +71,13 @@ type Store struct {
 	fault func(op string) error
 	// lock is the data dir's lock (lockDataDir), held until Close.
 	lock *os.File
-	// cache holds the items the committer committed last (cache.go); nil: none. cacheItems is its bound.
+	// cache holds the items the committer committed last (cache.go); nil: none. cacheItems is its bound
+	// as asked (WithItemCache); the cache is made only where the data dir's lock is held (cacheBound).
 	cache      *itemCache
 	cacheItems int
+	// cacheHits and cacheMisses count the items the committer's groups looked up: found in the cache, or
+	// read from the database (every lookup, when there is no cache): ItemCacheTotals.
+	cacheHits, cacheMisses atomic.Int64
 	// lastID is the id of the last item the committer inserted (nextItemID); -1: to be read. The
 	// committer's alone.
 	lastID int64
@@ -87,7 +91,7 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("sqlitestore: data dir: %w", err)
 	}
-	lock, err := lockDataDir(dataDir)
+	lock, err := takeLock(dataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +127,7 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	}
 	r.SetMaxOpenConns(8)
 	s := &Store{path: path, w: w, r: r, log: slog.Default(), convertBatchSize: convertBatchSize, lock: lock,
-		cacheItems: defaultCacheItems, lastID: -1}
+		cacheItems: DefaultItemCache, lastID: -1}
 	opened = true // s holds the lock now: its Close releases it
 	for _, o := range opts {
 		o(s)
@@ -156,12 +160,30 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	}
 	// The cache starts empty after the migrations and conversions, the last writes of items outside the
 	// committer and retention.
-	if s.cacheItems > 0 {
-		s.cache = newItemCache(s.cacheItems)
+	if bound := cacheBound(s.cacheItems, lock != nil); bound > 0 {
+		s.cache = newItemCache(bound)
+	} else if s.cacheItems > 0 {
+		s.log.Warn("the committer's item cache is off: no lock on the data dir is held on this platform, "+
+			"so nothing keeps another process from writing the ledger, and the cache is sound only while this process alone writes it",
+			"data_dir", dataDir, "item_cache", s.cacheItems)
 	}
 	s.transitions, s.stop, s.committerDone = make(chan *transition), make(chan struct{}), make(chan struct{})
 	go s.commitGroups()
 	return s, nil
+}
+
+// takeLock is lockDataDir; tests replace it to open a store as a build without a lock does.
+var takeLock = lockDataDir
+
+// cacheBound is the bound of the committer's item cache for the bound asked (0: none) and whether this
+// process holds the data dir's lock. The cache is sound only while one process writes the ledger
+// (cache.go), which only the lock makes sure of: where none is held (a build without flock, lock_other.go),
+// there is no cache.
+func cacheBound(asked int, locked bool) int {
+	if !locked {
+		return 0
+	}
+	return max(asked, 0)
 }
 
 // walSafetyPages is the size of the write-ahead log (in 4 KiB pages, 64 MiB) at which the writer

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -66,6 +67,11 @@ type serveOptions struct {
 	metricsOpen bool
 	// debugAddr serves the Go profiles (/debug/pprof/) on a loopback address of their own; "" is off.
 	debugAddr string
+	// itemCache is the bound of the SQLite committer's item cache as given; itemCacheItems the number
+	// (itemCacheBound); itemCacheGiven whether the flag or its environment twin gave it.
+	itemCache      string
+	itemCacheItems int
+	itemCacheGiven bool
 }
 
 // env returns the environment variable name, or def when it is unset or empty.
@@ -88,10 +94,18 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		"serve GET /metrics without a token, every tenant together (env COMPANION_METRICS_OPEN=true)")
 	fs.StringVar(&o.debugAddr, "debug-addr", m.env("COMPANION_DEBUG_ADDR", ""),
 		"loopback `host:port` serving Go's CPU and heap profiles at /debug/pprof/; off when empty (env COMPANION_DEBUG_ADDR)")
+	fs.StringVar(&o.itemCache, "item-cache", m.env("COMPANION_ITEM_CACHE", strconv.Itoa(sqlitestore.DefaultItemCache)),
+		"`items` the SQLite ledger's writer keeps of those it wrote, so that their after-writes do not read them again; 0 turns the cache off (env COMPANION_ITEM_CACHE)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
 
+	var err error
+	if o.itemCacheItems, err = itemCacheBound(o.itemCache); err != nil {
+		return err
+	}
+	o.itemCacheGiven = m.Getenv("COMPANION_ITEM_CACHE") != ""
+	fs.Visit(func(f *flag.Flag) { o.itemCacheGiven = o.itemCacheGiven || f.Name == "item-cache" })
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
 		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
 			return usageErrorf("--sweep-every: %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
@@ -246,7 +260,14 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s): %s)", len(tokens), tokenNames(tokens))
 	}
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, where,
+	storeLine := where
+	if s, ok := store.(*sqlitestore.Store); ok {
+		storeLine += " (item cache off)"
+		if bound := s.ItemCacheTotals().Bound; bound > 0 {
+			storeLine = fmt.Sprintf("%s (item cache %d items)", where, bound)
+		}
+	}
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, storeLine,
 		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
 		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
@@ -360,6 +381,10 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		if err != nil {
 			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
 		}
+		if o.itemCacheGiven {
+			m.logger().Warn("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the SQLite ledger's item cache, and the ledger is on MongoDB, " +
+				"where replicas share the items and none keeps them")
+		}
 		return s, fmt.Sprintf("mongodb %s database %s", mongostore.Redacted(uri), db), nil
 	}
 	dir, err := filepath.Abs(o.dataDir)
@@ -370,7 +395,7 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; give this user write access to it, "+
 			"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
 	}
-	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()))
+	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()), sqlitestore.WithItemCache(o.itemCacheItems))
 	if errors.Is(err, sqlitestore.ErrInUse) {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, err)
 	}
@@ -378,6 +403,21 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
 	return s, "sqlite " + s.Path(), nil
+}
+
+// itemCacheBound reads --item-cache: a whole number of items from 0 (no cache) to sqlitestore.MaxItemCache.
+func itemCacheBound(v string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	switch {
+	case err != nil:
+		return 0, usageErrorf("--item-cache (COMPANION_ITEM_CACHE) %q: give a whole number of items, e.g. %d (the default), or 0 to turn the cache off", v, sqlitestore.DefaultItemCache)
+	case n < 0:
+		return 0, usageErrorf("--item-cache (COMPANION_ITEM_CACHE) %d: it cannot be negative; give a number of items, e.g. %d (the default), or 0 to turn the cache off", n, sqlitestore.DefaultItemCache)
+	case n > sqlitestore.MaxItemCache:
+		return 0, usageErrorf("--item-cache (COMPANION_ITEM_CACHE) %d: at most %d; an item costs about 2.2 KB of memory, and the after-writes it serves read the items of the last seconds (%d holds four batches of 500)",
+			n, sqlitestore.MaxItemCache, sqlitestore.DefaultItemCache)
+	}
+	return n, nil
 }
 
 // dataDirWritable says, in plain words, why this user cannot keep the ledger in an existing data dir:

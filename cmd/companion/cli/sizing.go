@@ -50,7 +50,7 @@ GET /metrics (process_cpu_seconds_total) before and after the run and prints it 
 shared with other work, a steadier measure than items/s.
 On SQLite it also prints how busy the ledger's one writer was (companion_sqlite_writer_busy_seconds_total),
 how much of that was committing, and, when it was busy nearly all the run, whether its core or the disk's
-fsync limits the writes.
+fsync limits the writes; and what share of its item lookups its item cache answered (--item-cache of serve).
 
 Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
 bench-<UTC time>): it prints how to list them at the end. Like the templates' items, each carries an
@@ -165,7 +165,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 				if after.writer != nil && before.writer != nil {
 					run.writer = &serviceWriter{busy: after.writer.busy - before.writer.busy,
 						committing: after.writer.committing - before.writer.committing,
-						commits:    after.writer.commits - before.writer.commits, transitions: after.writer.transitions - before.writer.transitions}
+						commits:    after.writer.commits - before.writer.commits, transitions: after.writer.transitions - before.writer.transitions,
+						cache: after.writer.cache && before.writer.cache, cacheBound: after.writer.cacheBound,
+						cacheHits: after.writer.cacheHits - before.writer.cacheHits, cacheMiss: after.writer.cacheMiss - before.writer.cacheMiss}
 				}
 			}
 		}
@@ -496,10 +498,13 @@ type serviceTotals struct {
 }
 
 // serviceWriter is what the SQLite ledger's one writer did: seconds busy, of which committing, commits,
-// transitions.
+// transitions; and, when the service has them (cache), its item cache's bound, hits and misses.
 type serviceWriter struct {
 	busy, committing     float64
 	commits, transitions float64
+	cache                bool
+	cacheBound           float64
+	cacheHits, cacheMiss float64
 }
 
 // serviceTotals returns the CPU time the service's process has used (user and system, in seconds), as
@@ -530,7 +535,7 @@ func (r *benchRun) serviceTotals(ctx context.Context) (serviceTotals, error) {
 func readServiceTotals(body io.Reader) (serviceTotals, error) {
 	var t serviceTotals
 	var w serviceWriter
-	found, writer := false, 0
+	found, writer, cache := false, 0, 0
 	sc := bufio.NewScanner(body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -547,6 +552,12 @@ func readServiceTotals(body io.Reader) (serviceTotals, error) {
 			dst = &w.commits
 		case "companion_sqlite_transitions_total":
 			dst = &w.transitions
+		case "companion_sqlite_item_cache_bound_items":
+			dst = &w.cacheBound
+		case "companion_sqlite_item_cache_hits_total":
+			dst = &w.cacheHits
+		case "companion_sqlite_item_cache_misses_total":
+			dst = &w.cacheMiss
 		default:
 			continue
 		}
@@ -555,10 +566,15 @@ func readServiceTotals(body io.Reader) (serviceTotals, error) {
 			return serviceTotals{}, fmt.Errorf("GET /metrics: cannot read %q", sc.Text())
 		}
 		*dst = f
-		if dst != &t.cpu {
+		switch dst {
+		case &t.cpu:
+		case &w.cacheBound, &w.cacheHits, &w.cacheMiss:
+			cache++
+		default:
 			writer++
 		}
 	}
+	w.cache = cache == 3 // a service of an earlier release has none
 	if err := sc.Err(); err != nil {
 		return serviceTotals{}, err
 	}
@@ -592,6 +608,15 @@ func (m *Main) benchWriter(w *serviceWriter, took time.Duration) {
 	fmt.Fprintf(m.Stdout, "\nSQLite writer: busy %.0f%% of the run (committing, the fsync included, %.0f%%; reading, deciding and\n"+
 		"writing %.0f%%), %.1f transitions per commit (companion_sqlite_ of GET /metrics).\n",
 		100*busy, 100*committing, 100*(busy-committing), w.transitions/w.commits)
+	if lookups := w.cacheHits + w.cacheMiss; w.cache && lookups > 0 {
+		if w.cacheBound == 0 {
+			fmt.Fprintf(m.Stdout, "Its item cache is off (--item-cache 0): all %.0f item lookups read the database.\n", lookups)
+		} else {
+			// Each item's claim is a new key, which no cache holds: half the lookups at most are hits.
+			fmt.Fprintf(m.Stdout, "Its item cache (--item-cache %.0f) answered %.0f%% of %.0f item lookups (a claim's new key is never\n"+
+				"in it: half at most).\n", w.cacheBound, 100*w.cacheHits/lookups, lookups)
+		}
+	}
 	switch {
 	case busy < 0.85:
 	case committing > busy/2:

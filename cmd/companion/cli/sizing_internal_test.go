@@ -101,6 +101,12 @@ func TestBenchReadsTheSQLiteWriterAndNamesTheLimit(t *testing.T) {
 	if got, err := readServiceTotals(strings.NewReader("process_cpu_seconds_total 3\ncompanion_decisions_total 7\n")); err != nil || got.cpu != 3 || got.writer != nil {
 		t.Errorf("MongoDB's /metrics: %+v, %v; want the CPU and no writer", got, err)
 	}
+	withCache := sqlite + "companion_sqlite_item_cache_bound_items 2048\ncompanion_sqlite_item_cache_hits_total 40\ncompanion_sqlite_item_cache_misses_total 60\n"
+	got, err = readServiceTotals(strings.NewReader(withCache))
+	if err != nil || got.writer == nil || *got.writer != (serviceWriter{busy: 9.5, committing: 2, commits: 100, transitions: 950,
+		cache: true, cacheBound: 2048, cacheHits: 40, cacheMiss: 60}) {
+		t.Errorf("SQLite's /metrics with the item cache: %+v %+v, %v", got, got.writer, err)
+	}
 	if _, err := readServiceTotals(strings.NewReader("companion_sqlite_commits_total 1\n")); err == nil {
 		t.Error("a /metrics without process_cpu_seconds_total: no error")
 	}
@@ -126,6 +132,26 @@ func TestBenchReadsTheSQLiteWriterAndNamesTheLimit(t *testing.T) {
 		}
 		if got := strings.Contains(text, "busy nearly all the time"); got != (c.want != "") || c.want != "" && !strings.Contains(text, c.want) {
 			t.Errorf("%s: %q; want the verdict %q", c.name, text, c.want)
+		}
+		if strings.Contains(text, "item cache") {
+			t.Errorf("%s: a service without the item cache's counters: %q", c.name, text)
+		}
+	}
+
+	// The item cache's share of the lookups, or that it is off.
+	for _, c := range []struct {
+		w    serviceWriter
+		want string
+	}{
+		{serviceWriter{busy: 5, commits: 100, transitions: 100, cache: true, cacheBound: 2048, cacheHits: 40, cacheMiss: 60},
+			"Its item cache (--item-cache 2048) answered 40% of 100 item lookups"},
+		{serviceWriter{busy: 5, commits: 100, transitions: 100, cache: true, cacheMiss: 100},
+			"Its item cache is off (--item-cache 0): all 100 item lookups read the database."},
+	} {
+		var out bytes.Buffer
+		(&Main{Stdout: &out}).benchWriter(&c.w, 10*time.Second)
+		if text := strings.Join(strings.Fields(out.String()), " "); !strings.Contains(text, c.want) {
+			t.Errorf("%q; want %q", text, c.want)
 		}
 	}
 }

@@ -67,6 +67,11 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 	} else if per, _ := strconv.ParseFloat(m[4], 64); per < 1 || per > 2 {
 		t.Errorf("bench with an operator token: %s transitions per commit at two callers, want 1 to 2\n%s", m[4], out)
 	}
+	// ... and its item cache: each of the 30 items is a claim (a new key: a miss) then a report of the item
+	// the claim put (a hit), 60 lookups, half of them hits.
+	if m := regexp.MustCompile(`Its item cache \(--item-cache 2048\) answered ([0-9]+)% of 60 item lookups`).FindStringSubmatch(out); m == nil || m[1] != "50" {
+		t.Errorf("bench with an operator token: no item cache line of 50%% of 60 lookups in\n%s", out)
+	}
 	for prefix, n := range map[string]string{"bench-single": "40", "bench-batch": "110"} {
 		out, err = run(t, op, "items", "list", "--workflow", prefix, "--state", "succeeded", "--limit", "500", "--all")
 		if err != nil || !strings.Contains(out, n+" item(s)") {

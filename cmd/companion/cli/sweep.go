@@ -443,7 +443,8 @@ that does not answer, only warns.`
 
 func (m *Main) sweep(ctx context.Context, args []string) error {
 	fs := m.newFlags("sweep", sweepSynopsis)
-	var o serveOptions
+	// A sweep's ledger keeps serve's default item cache (--item-cache is serve's: a sweep is short).
+	o := serveOptions{itemCacheItems: sqlitestore.DefaultItemCache}
 	var once, asJSON, create bool
 	fs.BoolVar(&once, "once", false, "sweep once and exit (required)")
 	fs.BoolVar(&create, "create", false, "start a new, empty ledger when --data-dir holds none")

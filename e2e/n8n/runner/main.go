@@ -26,7 +26,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/replaysafe/companion/blueprints"
@@ -281,7 +280,7 @@ func (e *env) spawn(ctx context.Context, name string, extraEnv []string, bin str
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", name, err)
 	}
@@ -297,13 +296,13 @@ func (e *env) stop() {
 		if p.Process == nil {
 			continue
 		}
-		_ = syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		stopGroup(p.Process, false)
 		done := make(chan struct{})
 		go func() { _ = p.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+			stopGroup(p.Process, true)
 		}
 	}
 	if e.work != "" && os.Getenv("E2E_KEEP") == "" {
