@@ -26,10 +26,11 @@ var botScopes = map[string]string{
 	"xoxp-person":    allScopes,
 	"xoxb-nohistory": "chat:write,im:write,im:history,groups:history", // no channels:history
 	"xoxb-nochat":    "im:write,im:history,channels:history,groups:history",
+	"xoxb-imonly":    "im:write,im:history", // neither chat:write nor a channel's history
 }
 
 // fakeSlackAuth plays Slack's auth.test for the start's token check: xoxb-good is the bot "companion" of
-// workspace "Acme", xoxp-person a person's token, xoxb-nohistory, xoxb-nochat and xoxb-noheader the same
+// workspace "Acme", xoxp-person a person's token, xoxb-nohistory, xoxb-nochat, xoxb-imonly and xoxb-noheader the same
 // bot with fewer scopes or none named (botScopes); any other token is refused invalid_auth; every other
 // method answers ok.
 func fakeSlackAuth(t *testing.T) *httptest.Server {
@@ -50,7 +51,7 @@ func fakeSlackAuth(t *testing.T) *httptest.Server {
 		}
 		answer := map[string]any{"ok": false, "error": "invalid_auth"}
 		switch token {
-		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-noheader":
+		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-imonly", "xoxb-noheader":
 			answer = map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "companion",
 				"team_id": "T0ACME", "user_id": "U0BOT", "bot_id": "B0BOT"}
 		case "xoxp-person":
