@@ -289,6 +289,12 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		// The YAML parser's own words get the likely cause.
 		{"tab indent", "defaults:\n\tdedupe: key\n", []string{"line 2", "line 2 holds a tab: YAML indents with spaces only"}},
 		{"indentation", "defaults:\n  dedupe: key\n   max_attempts: 3\n", []string{"line 3", "check this line's indentation"}},
+		// The parser names the line its unfinished block began on, lines above the culprit: the hint names the culprit.
+		{"dedent to no level", "defaults:\n  dedupe: key\n destinations:\n  billing:\n    dedupe: key\n",
+			[]string{"line 2: did not find expected key (line 3 is indented by 1 space, which matches no level above it: indent it as the other lines of its level)"}},
+		{"dedent inside a destination", "destinations:\n  billing:\n    dedupe: key\n   owner: U1\n",
+			[]string{"line 1: did not find expected key (line 4 is indented by 3 spaces, which matches no level above it"}},
+		{"list item's key misindented", "tokens:\n  - name: a\n   tenant: b\n", []string{"line 3 is indented by 3 spaces"}},
 		{"colon in a value", "destinations:\n  billing:\n    check_hint: search: the billing tool\n", []string{"line 3", `a value that holds ": " needs quotes`}},
 		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
