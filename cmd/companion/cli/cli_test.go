@@ -387,6 +387,9 @@ func TestDataDirThatIsAFileSaysSo(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
+	if strings.Contains(err.Error(), "write access") {
+		t.Errorf("error advises write access, which does not turn a file into a directory: %v", err)
+	}
 }
 
 func TestUnusableDataDirStopsTheStart(t *testing.T) {
@@ -400,8 +403,10 @@ func TestUnusableDataDirStopsTheStart(t *testing.T) {
 		p.Close()
 		t.Fatal("started on a data dir inside a file")
 	}
-	if !strings.Contains(err.Error(), "cannot open the ledger in data dir "+filepath.Join(file, "data")) {
-		t.Fatalf("error: %v", err)
+	// It names the file on the path, and no store internals ("sqlitestore: data dir: mkdir …").
+	if want := "cannot open the ledger in data dir " + filepath.Join(file, "data") + ": " + file + ", on its path, is a file, not a directory; " +
+		"choose another directory with --data-dir (COMPANION_DATA_DIR)"; err.Error() != want {
+		t.Fatalf("error:\n%v\nwant\n%s", err, want)
 	}
 }
 
