@@ -132,9 +132,24 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	cmd, ok := findCommand(name)
 	if !ok {
-		return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
+		return unknownCommand(name)
 	}
 	return cmd.run(m, ctx, args)
+}
+
+// unknownCommand words a command the program does not have, with the one it most likely meant (sever:
+// serve, two letters swapped) when one is at most two edits away: the commands are few and far apart.
+func unknownCommand(name string) error {
+	guess, best := "", 3
+	for _, c := range commands {
+		if d := editDistance(strings.ToLower(name), c.name); d < best {
+			guess, best = c.name, d
+		}
+	}
+	if guess != "" {
+		return usageErrorf("unknown command %q (did you mean %s? run \"companion help\" for the list)", name, guess)
+	}
+	return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
 }
 
 func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
@@ -321,7 +336,7 @@ func (m *Main) help(_ context.Context, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, ok := findCommand(args[0])
 		if !ok {
-			return usageErrorf("unknown command %q; run \"companion help\" for the list", args[0])
+			return unknownCommand(args[0])
 		}
 		return cmd.run(m, context.Background(), []string{"--help"})
 	}

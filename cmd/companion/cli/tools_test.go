@@ -103,12 +103,16 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 // A command-line mistake reads the same in every command, also in those whose flags another package
 // parses (receiver, templates render, acceptance): an unknown flag with two dashes and the flag it most
 // likely meant (a letter away, or the only one it begins), not the flag package's "flag provided but not
-// defined: -ur"; and exit 2, as README.md says, where receiver and templates render exited 1.
+// defined: -ur"; and exit 2, as README.md says, where receiver and templates render exited 1. A mistyped
+// command gets the command it most likely meant.
 func TestFlagMistakesOfEveryCommandSayWhatWasMeantAndExit2(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
+		{[]string{"sever"}, `unknown command "sever" (did you mean serve? run "companion help" for the list)`},
+		{[]string{"help", "itmes"}, `unknown command "itmes" (did you mean items?`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run "companion help" for the list`},
 		{[]string{"serve", "--adr", "x"}, `serve: unknown flag --adr (did you mean --addr? run "companion serve --help")`},
 		{[]string{"serve", "--data", "x"}, `serve: unknown flag --data (did you mean --data-dir? run "companion serve --help")`},
 		{[]string{"templates", "render", "--ur", "http://x", "--out", "y"}, `templates render: unknown flag --ur (did you mean --url? run "companion templates render --help")`},
