@@ -591,10 +591,22 @@ func TestSecondServeOnOneDataDirStops(t *testing.T) {
 		p.Close()
 		t.Fatal("a second serve started on the data dir of a running one")
 	}
-	for _, want := range []string{"cannot open the ledger in data dir " + dir + ": ", "the ledger is open in another process",
+	// As docs/deploying.md shows it: without the store's package name.
+	for _, want := range []string{"cannot open the ledger in data dir " + dir + ": the ledger is open in another process",
 		fmt.Sprintf("pid %d holds", os.Getpid()), "stop that one first"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	// sweep --once beside a running serve (docs/operators.md lists it among the CLI's commands) says
+	// that serve sweeps the ledger itself.
+	sw := newProgram(nil)
+	err = sw.Run(context.Background(), []string{"sweep", "--once", "--data-dir", dir})
+	sw.Close()
+	for _, want := range []string{"the ledger is open in another process", "If that is companion serve: it sweeps this ledger itself",
+		"sweep --once is not needed beside it"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("sweep --once beside serve: the error lacks %q: %v", want, err)
 		}
 	}
 	first.Close()

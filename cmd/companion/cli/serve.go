@@ -400,13 +400,19 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 	}
 	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()), sqlitestore.WithItemCache(o.itemCacheItems))
 	if errors.Is(err, sqlitestore.ErrInUse) {
-		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, err)
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, ledgerInUse{err})
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
 	return s, "sqlite " + s.Path(), nil
 }
+
+// ledgerInUse is the store's ErrInUse said without the store's package name (docs/deploying.md shows it so).
+type ledgerInUse struct{ err error }
+
+func (e ledgerInUse) Error() string { return strings.TrimPrefix(e.err.Error(), "sqlitestore: ") }
+func (e ledgerInUse) Unwrap() error { return e.err }
 
 // itemCacheBound reads --item-cache: a whole number of items from 0 (no cache) to sqlitestore.MaxItemCache.
 func itemCacheBound(v string) (int, error) {

@@ -488,6 +488,10 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return err
 	}
 	store, where, err := m.openStore(ctx, o)
+	if errors.Is(err, sqlitestore.ErrInUse) {
+		return fmt.Errorf("%w. If that is companion serve: it sweeps this ledger itself (--sweep-every, every 30 s by default), "+
+			"so sweep --once is not needed beside it (it is for a SQLite ledger no serve has open, or a MongoDB one)", err)
+	}
 	if err != nil {
 		return err
 	}
