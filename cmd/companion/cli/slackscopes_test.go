@@ -152,7 +152,7 @@ func TestServeRefusingATokenWithoutChatWriteSaysNothingOfStartingAnyway(t *testi
 		t.Fatalf("started with a token without chat:write:\n%s", p.err)
 	}
 	for _, want := range []string{"lacks the scope chat:write", "Nothing was started",
-		"it also lacks channels:history, groups:history, which the alerts to the configured owners need too",
+		"it also lacks channels:history, groups:history, which the alerts' owners need too",
 		"Add chat:write, channels:history, groups:history under the app's OAuth & Permissions"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("no chat:write nor channel history: the refusal lacks %q: %v", want, err)

@@ -243,7 +243,7 @@ func lacksEssential(id alerts.SlackIdentity, essential, others []alerts.SlackSco
 	}
 	also := ""
 	if len(others) > 0 {
-		also = fmt.Sprintf("; it also lacks %s, which the alerts to the configured owners need too (without it a post whose answer "+
+		also = fmt.Sprintf("; it also lacks %s, which the alerts' owners need too (without them a post whose answer "+
 			"was lost cannot be found, and may be posted twice: docs/operators.md#slack-setup)", scopeList(others))
 	}
 	return fmt.Sprintf("the bot token of %s lacks the scope %s (Slack names its scopes: %s): %s%s", id.String(), scopeList(essential),
