@@ -146,7 +146,9 @@ func TestMisconfiguredLedgerFailsTheSuite(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := startInProcess(t, tt.cfg)
-			res, table := runSuite(t, p, acceptance.Options{Only: []string{tt.failing}})
+			// The check of the destinations before the cases would refuse the dedupe misconfigured here
+			// (TestSuiteRefusesAServiceWithoutItsDestinations); skipped, to show the case fails on it.
+			res, table := runSuite(t, p, acceptance.Options{Only: []string{tt.failing}, SkipDestinationCheck: true})
 			t.Log("\n" + table)
 			c := caseResult(t, res, tt.failing)
 			if c.Status != acceptance.Fail || res.Failed != 1 {
@@ -164,6 +166,50 @@ func TestMisconfiguredLedgerFailsTheSuite(t *testing.T) {
 			}
 			if !strings.Contains(table, "FAIL case "+tt.failing) {
 				t.Errorf("the output does not name the failing case:\n%s", table)
+			}
+		})
+	}
+}
+
+// A service started without the suite's destinations (docs/acceptance.md, step 1, skipped) runs them on
+// its defaults, dedupe none: the cases would fail as if the ledger were not replay-safe. The run is
+// refused before any case, naming each destination whose dedupe differs and what to add; one with a
+// dedupe misconfigured is named alone.
+func TestSuiteRefusesAServiceWithoutItsDestinations(t *testing.T) {
+	t.Parallel()
+	misconfigured := acceptance.Destinations()
+	for i := range misconfigured {
+		if misconfigured[i].Name == acceptance.DestinationNone {
+			misconfigured[i].Dedupe = "key"
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		specs []acceptance.DestinationSpec
+		want  []string
+	}{
+		{"none of them", []acceptance.DestinationSpec{}, []string{
+			"does not have the suite's destinations: acceptance-key has dedupe none there, the suite needs key; " +
+				"acceptance-lookup has dedupe none there, the suite needs lookup; acceptance-retention has dedupe none there",
+			"Add the destinations of docs/acceptance.md#the-destination-configuration to its configuration file (--config) and restart it; no case was run"}},
+		{"one misconfigured", misconfigured, []string{"does not have the suite's destinations: acceptance-none has dedupe key there, the suite needs none. Add"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startInProcess(t, acceptance.InProcessConfig{Destinations: tc.specs})
+			svc, _ := acceptance.NewService(p.ServiceURL, "", "")
+			rcv, _ := acceptance.NewReceiver(p.ReceiverURL)
+			var progress bytes.Buffer
+			res, err := acceptance.Run(context.Background(), acceptance.Options{Service: svc, Receiver: rcv, Only: []string{"5"}, Progress: &progress})
+			if err == nil {
+				t.Fatalf("the suite ran against a service without its destinations: %+v\n%s", res, &progress)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the refusal lacks %q:\n%v", want, err)
+				}
+			}
+			if progress.Len() != 0 {
+				t.Errorf("a case ran:\n%s", &progress)
 			}
 		})
 	}
