@@ -117,6 +117,10 @@ type server struct {
 	version, storeKind string
 }
 
+// SlackActionsPath is where Slack posts the interactions with the alerts (buttons, the evidence modal):
+// the request URL of the Slack app's interactivity is the service's public URL followed by it.
+const SlackActionsPath = "/v1/slack/actions"
+
 // endpoint is one built-in route.
 type endpoint struct {
 	method string
@@ -144,7 +148,7 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodGet, "/v1/stats", Operator, s.stats},
 		{http.MethodGet, "/metrics", s.metricsAccess, s.metrics},
 		{http.MethodGet, "/openapi.json", Public, s.openAPI},
-		{http.MethodPost, "/v1/slack/actions", Public, s.slackActions},
+		{http.MethodPost, SlackActionsPath, Public, s.slackActions},
 	}
 }
 

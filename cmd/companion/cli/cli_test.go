@@ -531,7 +531,7 @@ func TestEveryCommandHasHelpAndVersion(t *testing.T) {
 	if len(names) < 9 {
 		t.Fatalf("the help lists %d commands: %v", len(names), names)
 	}
-	invocations := [][]string{{"items", "list"}, {"items", "show"}, {"items", "resolve"}, {"templates", "render"}}
+	invocations := [][]string{{"items", "list"}, {"items", "show"}, {"items", "resolve"}, {"templates", "render"}, {"slack", "manifest"}}
 	for _, name := range names {
 		invocations = append(invocations, []string{name}, []string{"help", name})
 	}
