@@ -39,6 +39,10 @@ func OwnerKindOf(owner string) OwnerKind {
 type SlackScope struct {
 	// Name is Slack's name of the scope, as the app's OAuth & Permissions page and X-OAuth-Scopes write it.
 	Name string
+	// Or are the older scopes that grant the same to a token of an older kind: a classic app's
+	// perspectival chat:write:bot and chat:write:user (a user token, xoxp-, of a classic app has them
+	// instead of chat:write), a legacy token's post. A token with one of them does not lack this scope.
+	Or []string
 	// Methods are the Web API methods the notifier calls that need this scope.
 	Methods []string
 	// For are the kinds of owner it is needed for; empty: every alert.
@@ -56,7 +60,7 @@ var lostAnswer = fmt.Sprintf("so a post whose answer was lost cannot be found: i
 
 // slackScopes are the scopes the notifier needs, the essential first.
 var slackScopes = []SlackScope{
-	{Name: "chat:write", Methods: []string{"chat.postMessage", "chat.update"}, Essential: true,
+	{Name: "chat:write", Or: []string{"chat:write:bot", "chat:write:user", "post"}, Methods: []string{"chat.postMessage", "chat.update"}, Essential: true,
 		Without: "no alert can be posted or updated: Slack refuses chat.postMessage and chat.update (missing_scope)"},
 	{Name: "im:write", Methods: []string{"conversations.open"}, For: []OwnerKind{OwnerUser},
 		Without: "for an alert to a user (U…) the direct-message conversation cannot be opened to read its history (conversations.open), " + lostAnswer},
@@ -77,7 +81,7 @@ var slackMethodsWithoutScope = []string{"auth.test", "views.open"}
 func SlackScopes() []SlackScope {
 	out := make([]SlackScope, len(slackScopes))
 	for i, s := range slackScopes {
-		s.Methods, s.For = slices.Clone(s.Methods), slices.Clone(s.For)
+		s.Methods, s.For, s.Or = slices.Clone(s.Methods), slices.Clone(s.For), slices.Clone(s.Or)
 		out[i] = s
 	}
 	return out
@@ -115,27 +119,49 @@ func NeededScopes(owners []string) []SlackScope {
 	return out
 }
 
+// umbrellaScopes grant a token every scope of the table: a classic app's bot token has "bot"; a legacy
+// bot integration's token (a custom "Bots" integration, xoxb-) "bot:basic" (Slack names its scopes
+// "identify,bot:basic"); a legacy token (xoxp-) "client".
+var umbrellaScopes = []string{"bot", "bot:basic", "client"}
+
 // MissingScopes returns the scopes of NeededScopes(owners) that granted (a token's scopes, as Slack
-// names them) lacks, the essential first. A classic app's umbrella scope "bot" grants them all.
+// names them) lacks, the essential first: a scope is not lacking when granted has it, one of its Or, or
+// an umbrella scope (umbrellaScopes: a classic app's "bot", a legacy bot's "bot:basic", "client").
 func MissingScopes(granted, owners []string) []SlackScope {
-	if slices.Contains(granted, "bot") {
+	if slices.ContainsFunc(umbrellaScopes, func(u string) bool { return slices.Contains(granted, u) }) {
 		return nil
 	}
 	var out []SlackScope
 	for _, s := range NeededScopes(owners) {
-		if !slices.Contains(granted, s.Name) {
+		if !slices.Contains(granted, s.Name) && !slices.ContainsFunc(s.Or, func(o string) bool { return slices.Contains(granted, o) }) {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// parseScopes reads an X-OAuth-Scopes header's values: scope names separated by commas.
+// Variants returns the scopes of granted that extend s's name without being it or one of its Or:
+// chat:write.public and chat:write.customize for chat:write. Slack's docs say those need chat:write
+// besides, but a token that has one and lacks chat:write is not proof that it cannot post (Slack may
+// grant more than its header names, or name a scope this table does not know): a missing essential
+// scope with variants is a warning, not a refusal.
+func (s SlackScope) Variants(granted []string) []string {
+	var out []string
+	for _, g := range granted {
+		if g != s.Name && !slices.Contains(s.Or, g) && strings.HasPrefix(g, s.Name) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// parseScopes reads an X-OAuth-Scopes header's values: scope names separated by commas, on one line or
+// several, with or without spaces; Slack writes them in lower case, and so are they returned.
 func parseScopes(values []string) []string {
 	out := []string{}
 	for _, v := range values {
 		for s := range strings.SplitSeq(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
+			if s = strings.ToLower(strings.TrimSpace(s)); s != "" {
 				out = append(out, s)
 			}
 		}

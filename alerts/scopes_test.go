@@ -5,6 +5,8 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -28,7 +30,9 @@ func TestCheckTokenReadsTheGrantedScopes(t *testing.T) {
 		known  bool
 	}{
 		{"Slack's header", []string{"chat:write", " im:history", "channels:history "}, []string{"chat:write", "im:history", "channels:history"}, true},
-		{"no scope at all", []string{}, []string{}, true},
+		{"Slack's header, upper case", []string{"Chat:Write"}, []string{"chat:write"}, true},
+		{"a blank header (a proxy that blanks it)", []string{}, nil, false},
+		{"a header of commas and spaces", []string{" , ,"}, nil, false},
 		{"no header", nil, nil, false},
 	} {
 		f.mu.Lock()
@@ -73,6 +77,13 @@ func TestMissingScopesFollowTheOwners(t *testing.T) {
 			[]string{"im:write", "im:history"}},
 		{"no chat:write, a channel owner", []string{"channels:history", "groups:history"}, []string{"C0OPS"}, []string{"chat:write"}},
 		{"a classic app's bot scope", []string{"bot"}, nil, nil},
+		{"a legacy bot integration's token", []string{"identify", "bot:basic"}, nil, nil},
+		{"a legacy token", []string{"identify", "read", "post", "client"}, nil, nil},
+		{"a classic app's user token: chat:write:bot", []string{"chat:write:bot", "im:write", "im:history"}, []string{"U0ANNA"}, nil},
+		{"a classic app's user token: chat:write:user", []string{"chat:write:user", "channels:history", "groups:history"}, []string{"C0OPS"}, nil},
+		{"a legacy token's post, no history", []string{"post"}, []string{"C0OPS"}, []string{"channels:history", "groups:history"}},
+		{"chat:write.public without chat:write", []string{"chat:write.public", "chat:write.customize"}, []string{"C0OPS"},
+			[]string{"chat:write", "channels:history", "groups:history"}},
 	} {
 		got := alerts.MissingScopes(c.granted, c.owners)
 		if !slices.Equal(scopeNames(got), c.want) {
@@ -86,6 +97,53 @@ func TestMissingScopesFollowTheOwners(t *testing.T) {
 				t.Errorf("%s: %s does not say what its lack costs: %q", c.name, s.Name, s.Without)
 			}
 		}
+	}
+}
+
+// A missing chat:write is certain only where the token has nothing like it: chat:write.public and
+// chat:write.customize are its variants (Slack's docs say they need chat:write besides, but that is not
+// proof the token cannot post), its older names (chat:write:bot, chat:write:user, post) count as it.
+func TestScopeVariants(t *testing.T) {
+	t.Parallel()
+	chatWrite := alerts.SlackScopes()[0]
+	if chatWrite.Name != "chat:write" || !chatWrite.Essential {
+		t.Fatalf("the first scope is %q, essential %v", chatWrite.Name, chatWrite.Essential)
+	}
+	for _, c := range []struct {
+		granted, want []string
+	}{
+		{[]string{"chat:write.public", "im:write"}, []string{"chat:write.public"}},
+		{[]string{"chat:write.customize", "chat:write.public"}, []string{"chat:write.customize", "chat:write.public"}},
+		{[]string{"chat:write:bot"}, nil},
+		{[]string{"chat:write"}, nil},
+		{[]string{"im:write", "channels:history"}, nil},
+	} {
+		if got := chatWrite.Variants(c.granted); !slices.Equal(got, c.want) {
+			t.Errorf("Variants(%q) = %q, want %q", c.granted, got, c.want)
+		}
+	}
+}
+
+// The header may come as Slack sends it or as a proxy passes it on: lower-case name, several lines.
+func TestCheckTokenReadsScopesFromEveryHeaderLine(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Written as given, not canonicalized: the client must find it all the same.
+		w.Header()["x-oauth-scopes"] = []string{"chat:write, im:write", "im:history"}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"ok":true,"team":"Acme","team_id":"T0ACME","user":"companion","user_id":"U0BOT","bot_id":"B0BOT"}`))
+	}))
+	t.Cleanup(srv.Close)
+	s, err := alerts.NewSlack(alerts.SlackConfig{BotToken: "xoxb-test", SigningSecret: "secret", APIURL: srv.URL + "/api/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.CheckToken(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"chat:write", "im:write", "im:history"}; !id.ScopesKnown || !slices.Equal(id.Scopes, want) {
+		t.Errorf("scopes %q known %v, want %q", id.Scopes, id.ScopesKnown, want)
 	}
 }
 

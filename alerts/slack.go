@@ -102,7 +102,8 @@ type SlackIdentity struct {
 	User, UserID   string
 	BotID, TeamURL string
 	// Scopes are the scopes the token was granted, from the X-OAuth-Scopes header of the answer, when
-	// ScopesKnown: Slack sends it with every answer, but a proxy may drop it (or a fake not send it).
+	// ScopesKnown: Slack sends it with every answer, but a proxy may drop or blank it (or a fake not
+	// send it); a header naming no scope leaves them unknown.
 	Scopes      []string
 	ScopesKnown bool
 }
@@ -149,9 +150,11 @@ func (s *Slack) CheckToken(ctx context.Context) (SlackIdentity, error) {
 		return SlackIdentity{}, fmt.Errorf("slack auth.test: %w", err)
 	}
 	id := SlackIdentity{Team: r.Team, TeamID: r.TeamID, User: r.User, UserID: r.UserID, BotID: r.BotID, TeamURL: r.URL}
-	// slack-go keeps the answer's headers on it (slack.OptionOnResponseHeaders would give them too).
-	if v := r.Header.Values("X-OAuth-Scopes"); len(v) > 0 {
-		id.Scopes, id.ScopesKnown = parseScopes(v), true
+	// slack-go keeps the answer's headers on it (slack.OptionOnResponseHeaders would give them too). A
+	// header that names no scope is not read as "no scope": Slack installs no app without one, so it
+	// comes from something in between (a proxy that blanks it), and proves nothing missing.
+	if scopes := parseScopes(r.Header.Values("X-OAuth-Scopes")); len(scopes) > 0 {
+		id.Scopes, id.ScopesKnown = scopes, true
 	}
 	return id, nil
 }

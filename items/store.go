@@ -31,7 +31,9 @@ type Store interface {
 	// of the earlier ones (a key may repeat). Stores that can make the whole batch atomic and durable at
 	// once (one transaction) do; others run item by item, each item atomic. If fn fails for any item,
 	// nothing is written: a store without a batch transaction runs fn for every key before it writes any.
-	// Returns the stored items, in order, each as it was right after its own call.
+	// Returns the stored items, in order, each as it was right after its own call and each an item of its
+	// own, which the caller may change (a key named twice gets two; itemstest's
+	// Store/TransitionManyAnswersEachPlaceItsOwnItem).
 	TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, current *Item) (*Item, error)) ([]*Item, error)
 
 	// LedgerSecret returns the ledger's secret, creating it at the first call: the key of the

@@ -199,6 +199,11 @@ func exerciseStore(t *testing.T, open func(t *testing.T) items.Store) {
 		exerciseAnotherItem(t, open)
 	})
 
+	t.Run("TransitionManyAnswersEachPlaceItsOwnItem", func(t *testing.T) {
+		t.Parallel()
+		exerciseOwnAnswers(t, open)
+	})
+
 	t.Run("LedgerSecretIsStable", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, open)

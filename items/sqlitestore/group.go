@@ -235,7 +235,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
 	// items whose stored document is corrupt.
 	gen := s.cache.generation()
-	found, stored, bad, hits, err := s.readGroup(ctx, tx, group)
+	found, stored, bad, hits, repeats, err := s.readGroup(ctx, tx, group)
 	if err != nil {
 		fail(err)
 		return nil
@@ -255,7 +255,7 @@ func (s *Store) tryGroup(group []*transition) error {
 			t.out, t.err = nil, err
 		}
 	}
-	unshare(group, found, hits)
+	unshare(group, found, hits, repeats)
 	if len(changed) == 0 {
 		return nil
 	}
@@ -302,15 +302,20 @@ func (s *Store) forgetWrites() {
 	s.lastID = -1
 }
 
-// unshare gives every caller items of its own, as callers may change what they are given. An answer is
+// unshare gives every answer an item of its own, as callers may change what they are given. An answer is
 // copied when it is an item of the cache (found, where a transition changed nothing), or when an earlier
-// transition of the group was answered the same item: one that changed nothing is answered the state an
-// earlier one left, or the item as found (32 callers racing for one key make such a group). The first
-// caller answered an item that is not the cache's keeps it.
-func unshare(group []*transition, found map[string]*items.Item, hits int) {
-	var given map[*items.Item]*transition
-	if len(group) > 1 {
-		given = make(map[*items.Item]*transition, len(group))
+// answer of the group, of another transition or of the same one at another place, was the same item: a
+// call that changed nothing is answered the state an earlier call of its key left, or the item as found
+// (32 callers racing for one key make such a group, and so does a batch that names a key twice). The
+// first answered an item that is not the cache's keeps it. Without a key named twice in the group (repeats
+// false) only the cache's items can be shared.
+func unshare(group []*transition, found map[string]*items.Item, hits int, repeats bool) {
+	if hits == 0 && !repeats {
+		return
+	}
+	var given map[*items.Item]bool
+	if repeats {
+		given = make(map[*items.Item]bool)
 	}
 	for _, t := range group {
 		if t.err != nil {
@@ -328,11 +333,11 @@ func unshare(group []*transition, found map[string]*items.Item, hits int) {
 			if given == nil {
 				continue
 			}
-			if by, ok := given[it]; ok && by != t {
+			if given[it] {
 				t.out[i] = it.Clone()
 				continue
 			}
-			given[it] = t
+			given[it] = true
 		}
 	}
 }
@@ -343,8 +348,9 @@ func unshare(group []*transition, found map[string]*items.Item, hits int) {
 // 32, each with its own binding, stepping and rows. found has every item that was read (nil: none), stored
 // the rows of those found; bad, nil when empty, those whose stored document is corrupt. The items the
 // cache holds (hits of them) are taken from there, not read: found then holds the cache's own items, which
-// no one may change or hand out (unshare).
-func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, stored map[string]*written, bad map[string]error, hits int, err error) {
+// no one may change or hand out (unshare). repeats says that an item is named more than once in the group
+// (by two transitions, or twice by one).
+func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) (found map[string]*items.Item, stored map[string]*written, bad map[string]error, hits int, repeats bool, err error) {
 	var tenants []string
 	keys := map[string][]string{} // per tenant, its distinct keys in the order of their first mention
 	queued := map[string]bool{}
@@ -356,6 +362,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 		for _, k := range t.keys {
 			id := itemID(t.tenant, k)
 			if queued[id] {
+				repeats = true
 				continue
 			}
 			queued[id] = true
@@ -388,7 +395,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 		its, rows, corrupt, err := s.readMany(ctx, tx, tenant, keys[tenant])
 		s.groupReads.Add(1)
 		if err != nil {
-			return nil, nil, nil, 0, err
+			return nil, nil, nil, 0, false, err
 		}
 		for k, it := range its {
 			found[itemID(tenant, k)] = it
@@ -403,7 +410,7 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 			bad[itemID(tenant, k)] = err
 		}
 	}
-	return found, stored, bad, hits, nil
+	return found, stored, bad, hits, repeats, nil
 }
 
 // corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.

@@ -240,3 +240,47 @@ func TestGroupAnswersEachCallerItsOwnItem(t *testing.T) {
 		})
 	}
 }
+
+// TestTransitionManyAnswersARepeatedKeyItsOwnItem: a batch that names one key twice (TransitionMany allows
+// it) is answered, at each place, the item as it was right after its own call, in an object of its own:
+// a caller that changes its answer at one place must not change it at the other. Both when the second
+// call changes nothing after the first claimed the item, and when neither changes a stored item (read
+// from the database, or from the cache).
+func TestTransitionManyAnswersARepeatedKeyItsOwnItem(t *testing.T) {
+	ctx := context.Background()
+	for _, cache := range []int{0, 16} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
+			s, err := Open(ctx, t.TempDir(), WithItemCache(cache))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			claimOnce := func(i int, cur *items.Item) (*items.Item, error) {
+				if i > 0 {
+					return nil, nil
+				}
+				return claimFn("acme", []string{"k"})(0, cur)
+			}
+			keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
+			for _, c := range []struct {
+				name string
+				fn   func(int, *items.Item) (*items.Item, error)
+			}{{"claimed, then unchanged", claimOnce}, {"stored, unchanged twice", keep}} {
+				out, err := s.TransitionMany(ctx, "acme", []string{"k", "k", "k"}, c.fn)
+				if err != nil {
+					t.Fatalf("%s: %v", c.name, err)
+				}
+				for i := range out {
+					if out[i] == nil || out[i].Key != "k" || out[i].Attempt != 1 {
+						t.Fatalf("%s: answer %d is %+v, want k at attempt 1", c.name, i, out[i])
+					}
+					for j := range i {
+						if out[i] == out[j] {
+							t.Errorf("%s: places %d and %d were answered one item object", c.name, j, i)
+						}
+					}
+				}
+			}
+		})
+	}
+}

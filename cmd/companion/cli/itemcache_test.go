@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/replaysafe/companion/cmd/companion/cli"
 	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
@@ -141,5 +142,27 @@ func TestItemCacheSettingOnMongoDBIsIgnoredAndSaid(t *testing.T) {
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestMetricsFollowPrometheusNaming lints serve's whole GET /metrics on SQLite (the writer's and the item
+// cache's measures included) with Prometheus' own linter: _total only on counters and on every counter,
+// base units, HELP on every metric, no reserved suffix.
+func TestMetricsFollowPrometheusNaming(t *testing.T) {
+	p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(), "COMPANION_SWEEP_EVERY": "@every 1h"})
+	resp, err := http.Get("http://" + p.Addr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	problems, err := promlint.New(resp.Body).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pr := range problems {
+		t.Errorf("GET /metrics: %s: %s", pr.Metric, pr.Text)
+	}
+	if got := metric(t, p, "companion_sqlite_item_cache_bound_items"); got != 2048 {
+		t.Errorf("the linted page has no item cache bound of 2048: %v", got)
 	}
 }

@@ -613,7 +613,8 @@ func (m *Main) benchWriter(w *serviceWriter, took time.Duration) {
 		100*busy, 100*committing, 100*(busy-committing), w.transitions/w.commits)
 	if lookups := w.cacheHits + w.cacheMiss; w.cache && lookups > 0 {
 		if w.cacheBound == 0 {
-			fmt.Fprintf(m.Stdout, "Its item cache is off (--item-cache 0): all %.0f item lookups read the database.\n", lookups)
+			fmt.Fprintf(m.Stdout, "Its item cache is off (--item-cache 0, or a platform without the data dir's lock): all %.0f item\n"+
+				"lookups read the database.\n", lookups)
 		} else {
 			// Each item's claim is a new key, which no cache holds: half the lookups at most are hits.
 			fmt.Fprintf(m.Stdout, "Its item cache (--item-cache %.0f) answered %.0f%% of %.0f item lookups (a claim's new key is never\n"+

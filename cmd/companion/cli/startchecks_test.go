@@ -27,6 +27,12 @@ var botScopes = map[string]string{
 	"xoxb-nohistory": "chat:write,im:write,im:history,groups:history", // no channels:history
 	"xoxb-nochat":    "im:write,im:history,channels:history,groups:history",
 	"xoxb-imonly":    "im:write,im:history", // neither chat:write nor a channel's history
+	// Tokens Slack lets post that name no chat:write: a legacy bot integration's, a classic app's user
+	// token; one whose header a proxy blanked; one with only chat:write's variants (not certain).
+	"xoxb-legacybot":  "identify,bot:basic",
+	"xoxp-classic":    "chat:write:bot,im:write,im:history,channels:history,groups:history",
+	"xoxb-blank":      "",
+	"xoxb-publiconly": "chat:write.public,chat:write.customize,im:write,im:history,channels:history,groups:history",
 }
 
 // fakeSlackAuth plays Slack's auth.test for the start's token check: xoxb-good is the bot "companion" of
@@ -51,10 +57,10 @@ func fakeSlackAuth(t *testing.T) *httptest.Server {
 		}
 		answer := map[string]any{"ok": false, "error": "invalid_auth"}
 		switch token {
-		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-imonly", "xoxb-noheader":
+		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-imonly", "xoxb-noheader", "xoxb-legacybot", "xoxb-blank", "xoxb-publiconly":
 			answer = map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "companion",
 				"team_id": "T0ACME", "user_id": "U0BOT", "bot_id": "B0BOT"}
-		case "xoxp-person":
+		case "xoxp-person", "xoxp-classic":
 			answer = map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "anna",
 				"team_id": "T0ACME", "user_id": "U0ANNA"}
 		}

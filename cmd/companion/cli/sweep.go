@@ -199,11 +199,13 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 }
 
 // reportScopes says, in one line, what the token's scopes lack for alerts to owners and what each lack
-// costs, or that Slack did not name them; it returns the essential scopes the token lacks (chat:write),
-// which the caller treats as a refused token, and the others it lacks. A token with every scope logs
-// nothing. Without an essential scope it logs nothing either: "starting anyway, and the alerts are
-// posted" would be untrue (and read before a refusal's "Nothing was started"), so the caller names the
-// others in its refusal or error line (lacksEssential), to be added in the same reinstall.
+// costs, or that Slack did not name them; it returns the essential scopes the token certainly lacks
+// (chat:write, with none of its older names and no umbrella scope), which the caller treats as a refused
+// token, and the others it lacks. An essential scope missing where the token has a variant of it
+// (chat:write.public) is only a warning: that is not certain. A token with every scope logs nothing.
+// Without an essential scope it logs nothing about the others either: "starting anyway, and the alerts
+// are posted" would be untrue (and read before a refusal's "Nothing was started"), so the caller names
+// them in its refusal or error line (lacksEssential), to be added in the same reinstall.
 func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) (essential, others []alerts.SlackScope) {
 	if !id.ScopesKnown {
 		log.Info("the Slack bot token's scopes were not checked: Slack's answer did not name them (no X-OAuth-Scopes header; " +
@@ -211,9 +213,17 @@ func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) (e
 		return nil, nil
 	}
 	for _, s := range alerts.MissingScopes(id.Scopes, owners) {
-		if s.Essential {
+		switch variants := s.Variants(id.Scopes); {
+		case s.Essential && len(variants) > 0:
+			// Not certain: a false refusal would keep down a ledger that works.
+			log.Warn(fmt.Sprintf("the Slack bot token names %s but not %s; Slack's docs say %s needs %s besides, and without it %s. "+
+				"Starting anyway, as the token may post all the same: if the alerts are refused with missing_scope, add %s under the app's "+
+				"OAuth & Permissions → Bot Token Scopes and reinstall the app to the workspace",
+				strings.Join(variants, ", "), s.Name, strings.Join(variants, ", "), s.Name, s.Without, s.Name),
+				slog.String("missing_scopes", s.Name), slog.String("granted_scopes", strings.Join(id.Scopes, ",")))
+		case s.Essential:
 			essential = append(essential, s)
-		} else {
+		default:
 			others = append(others, s)
 		}
 	}
