@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"regexp"
@@ -56,7 +57,11 @@ func receiverError(err error) error {
 		}
 		return listenError(op.Addr.String(), flag, err)
 	}
-	return errors.New(strings.TrimPrefix(err.Error(), "receiver: "))
+	msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "receiver: "), "sandbox: ") // the library's name says nothing here
+	if rest, ok := strings.CutPrefix(msg, "data dir: "); ok {
+		return fmt.Errorf("--data-dir: %s; give a directory this user can write, or leave --data-dir out to keep the records in memory", rest)
+	}
+	return errors.New(msg)
 }
 
 // templates runs "companion templates render". Without a subcommand, or with one it does not know, it is a

@@ -75,6 +75,10 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -85,6 +89,9 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 			"receiver: cannot listen on " + ln.Addr().String() + ": the address is already in use (another companion, or another program, " +
 				"listens there): stop it, or choose another address with --smtp-addr, e.g. --smtp-addr 127.0.0.1:"},
 		{[]string{"--addr", "127.0.0.1:0", "--dedupe", "maybe"}, `receiver: --dedupe must be key or none, not "maybe"`},
+		// A data dir that cannot be made: what to give instead, without the library's "sandbox:".
+		{[]string{"--addr", "127.0.0.1:0", "--data-dir", filepath.Join(notADir, "data")}, "receiver: --data-dir: mkdir " + notADir + ": not a directory; " +
+			"give a directory this user can write, or leave --data-dir out to keep the records in memory"},
 	} {
 		p := newProgram(nil)
 		if err := p.Run(context.Background(), append([]string{"receiver"}, tc.args...)); err != nil {
@@ -94,7 +101,8 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 		err := p.Wait(ctx)
 		cancel()
 		p.Close()
-		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "receiver: receiver:") {
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "receiver: receiver:") ||
+			strings.Contains(err.Error(), "sandbox:") {
 			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
 		}
 	}
