@@ -165,6 +165,7 @@ func TestServeStartsWhenSlackCannotBeAsked(t *testing.T) {
 		t.Fatalf("Slack unreachable: the start stopped: %v", err)
 	}
 	for _, want := range []string{"the Slack bot token could not be checked at the start; starting anyway", "connection refused",
+		"asking Slack again every minute until it answers", // in words, not "every 1m0s"
 		"alerts Slack http://127.0.0.1:1/api/ (bot token not checked at the start: "} {
 		if !strings.Contains(p.err.String(), want) {
 			t.Errorf("Slack unreachable: the log lacks %q:\n%s", want, p.err)

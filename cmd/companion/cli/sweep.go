@@ -193,8 +193,14 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 			"their posts, and wait in the ledger for the next sweep if not", slog.String("error", why))
 		return "(bot token not checked at the start: " + why + ")", nil, nil
 	}
+	every := check.every.String() // "every minute", not "every 1m0s"
+	if m := check.every / time.Minute; check.every%time.Minute == 0 && m == 1 {
+		every = "minute"
+	} else if check.every%time.Minute == 0 && m > 1 {
+		every = fmt.Sprintf("%d minutes", m)
+	}
 	log.Warn(fmt.Sprintf("the Slack bot token could not be checked at the start; starting anyway, and asking Slack again every %s "+
-		"until it answers: the alerts are posted once it does", check.every), slog.String("error", why))
+		"until it answers: the alerts are posted once it does", every), slog.String("error", why))
 	return "(bot token not checked at the start: " + why + ")", check, nil
 }
 
