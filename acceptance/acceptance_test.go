@@ -346,8 +346,18 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 	}
 	t.Cleanup(func() { serve.Close() })
 
+	// Without --token the suite stops at its first call, saying which flag gives the token.
 	var stdout bytes.Buffer
 	run := cli.NewMain()
+	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
+	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL})
+	if want := "refused the suite's first call: POST /v1/before-write: service answered 401 unauthorized: missing Authorization: Bearer <token>. " +
+		"Give one of its tokens with --token"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("without --token: %v; want %q", err, want)
+	}
+
+	stdout.Reset()
+	run = cli.NewMain()
 	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
 	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL,
 		"--token", workflowSecret, "--operator-token", operatorSecret})
