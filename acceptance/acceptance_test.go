@@ -305,6 +305,29 @@ func TestCommandUsage(t *testing.T) {
 	}
 }
 
+// A service or receiver where nothing listens is named with what to do.
+func TestCommandSaysWhatToStart(t *testing.T) {
+	t.Parallel()
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--service", "http://127.0.0.1:1", "--receiver", r.ReceiverURL}, "connection refused; start it (companion serve) or point --service at it"},
+		{[]string{"--receiver", "http://127.0.0.1:1"}, "connection refused; start one (companion receiver --addr host:port) or point --receiver at it"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := acceptance.CommandEnv(context.Background(), append(tc.args, "--only", "5"), &stdout, &stderr, func(string) string { return "" })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // The configuration users copy into their deployment is exactly the one the suite expects.
 func TestDocsShowTheDestinationConfiguration(t *testing.T) {
 	doc, err := os.ReadFile("../docs/acceptance.md")

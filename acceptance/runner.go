@@ -235,7 +235,7 @@ func readHeader(ctx context.Context, opts Options) (Header, error) {
 	}
 	health, server, err := opts.Service.Health(ctx)
 	if err != nil {
-		return h, fmt.Errorf("acceptance: the service at %s does not answer: %w", h.ServiceURL, err)
+		return h, fmt.Errorf("acceptance: the service at %s does not answer: %w; start it (companion serve) or point --service at it", h.ServiceURL, err)
 	}
 	if v, ok := health["version"].(string); ok && v != "" {
 		h.ServiceVersion = v
@@ -253,7 +253,8 @@ func readHeader(ctx context.Context, opts Options) (Header, error) {
 	}
 	mode, err := opts.Receiver.Mode(ctx)
 	if err != nil {
-		return h, fmt.Errorf("acceptance: the sandbox receiver at %s does not answer: %w", h.ReceiverURL, err)
+		return h, fmt.Errorf("acceptance: the sandbox receiver at %s does not answer: %w; start one (companion receiver --addr host:port) "+
+			"or point --receiver at it", h.ReceiverURL, err)
 	}
 	h.ReceiverMode = mode
 	h.ConfigurationHash = configurationHash(opts.Settings, mode)
