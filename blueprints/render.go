@@ -159,7 +159,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	paths, err := WriteFiles(*out, files)
 	if err != nil {
-		return err
+		return fmt.Errorf("templates render: cannot write into --out %s (%w): give a folder this user can write, or one that does not exist yet", *out, err)
 	}
 	for _, p := range paths {
 		fmt.Fprintln(stdout, filepath.Join(*out, filepath.FromSlash(p)))

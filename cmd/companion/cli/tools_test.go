@@ -146,3 +146,18 @@ func TestFlagMistakesOfEveryCommandSayWhatWasMeantAndExit2(t *testing.T) {
 		}
 	}
 }
+
+// templates render into an --out it cannot write says so under its own name, with what to give instead.
+func TestTemplatesRenderIntoAFileSaysWhatToGive(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"templates", "render", "--out", file})
+	p.Close()
+	if want := "templates render: cannot write into --out " + file + " (mkdir " + file + ": not a directory): give a folder this user can write"; err == nil ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("%v; want %q", err, want)
+	}
+}
