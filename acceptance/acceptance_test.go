@@ -146,7 +146,9 @@ func TestMisconfiguredLedgerFailsTheSuite(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := startInProcess(t, tt.cfg)
-			res, table := runSuite(t, p, acceptance.Options{Only: []string{tt.failing}})
+			// The check of the destinations before the cases would refuse the dedupe misconfigured here
+			// (TestSuiteRefusesAServiceWithoutItsDestinations); skipped, to show the case fails on it.
+			res, table := runSuite(t, p, acceptance.Options{Only: []string{tt.failing}, SkipDestinationCheck: true})
 			t.Log("\n" + table)
 			c := caseResult(t, res, tt.failing)
 			if c.Status != acceptance.Fail || res.Failed != 1 {
@@ -164,6 +166,50 @@ func TestMisconfiguredLedgerFailsTheSuite(t *testing.T) {
 			}
 			if !strings.Contains(table, "FAIL case "+tt.failing) {
 				t.Errorf("the output does not name the failing case:\n%s", table)
+			}
+		})
+	}
+}
+
+// A service started without the suite's destinations (docs/acceptance.md, step 1, skipped) runs them on
+// its defaults, dedupe none: the cases would fail as if the ledger were not replay-safe. The run is
+// refused before any case, naming each destination whose dedupe differs and what to add; one with a
+// dedupe misconfigured is named alone.
+func TestSuiteRefusesAServiceWithoutItsDestinations(t *testing.T) {
+	t.Parallel()
+	misconfigured := acceptance.Destinations()
+	for i := range misconfigured {
+		if misconfigured[i].Name == acceptance.DestinationNone {
+			misconfigured[i].Dedupe = "key"
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		specs []acceptance.DestinationSpec
+		want  []string
+	}{
+		{"none of them", []acceptance.DestinationSpec{}, []string{
+			"does not have the suite's destinations: acceptance-key has dedupe none there, the suite needs key; " +
+				"acceptance-lookup has dedupe none there, the suite needs lookup; acceptance-retention has dedupe none there",
+			"Add the destinations of docs/acceptance.md#the-destination-configuration to its configuration file (--config) and restart it; no case was run"}},
+		{"one misconfigured", misconfigured, []string{"does not have the suite's destinations: acceptance-none has dedupe key there, the suite needs none. Add"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := startInProcess(t, acceptance.InProcessConfig{Destinations: tc.specs})
+			svc, _ := acceptance.NewService(p.ServiceURL, "", "")
+			rcv, _ := acceptance.NewReceiver(p.ReceiverURL)
+			var progress bytes.Buffer
+			res, err := acceptance.Run(context.Background(), acceptance.Options{Service: svc, Receiver: rcv, Only: []string{"5"}, Progress: &progress})
+			if err == nil {
+				t.Fatalf("the suite ran against a service without its destinations: %+v\n%s", res, &progress)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("the refusal lacks %q:\n%v", want, err)
+				}
+			}
+			if progress.Len() != 0 {
+				t.Errorf("a case ran:\n%s", &progress)
 			}
 		})
 	}
@@ -259,6 +305,29 @@ func TestCommandUsage(t *testing.T) {
 	}
 }
 
+// A service or receiver where nothing listens is named with what to do.
+func TestCommandSaysWhatToStart(t *testing.T) {
+	t.Parallel()
+	r, err := acceptance.StartReceiver(context.Background(), acceptance.InProcessConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--service", "http://127.0.0.1:1", "--receiver", r.ReceiverURL}, "connection refused; start it (companion serve) or point --service at it"},
+		{[]string{"--receiver", "http://127.0.0.1:1"}, "connection refused; start one (companion receiver --addr host:port) or point --receiver at it"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := acceptance.CommandEnv(context.Background(), append(tc.args, "--only", "5"), &stdout, &stderr, func(string) string { return "" })
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 // The configuration users copy into their deployment is exactly the one the suite expects.
 func TestDocsShowTheDestinationConfiguration(t *testing.T) {
 	doc, err := os.ReadFile("../docs/acceptance.md")
@@ -300,8 +369,18 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 	}
 	t.Cleanup(func() { serve.Close() })
 
+	// Without --token the suite stops at its first call, saying which flag gives the token.
 	var stdout bytes.Buffer
 	run := cli.NewMain()
+	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
+	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL})
+	if want := "refused the suite's first call: POST /v1/before-write: service answered 401 unauthorized: missing Authorization: Bearer <token>. " +
+		"Give one of its tokens with --token"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("without --token: %v; want %q", err, want)
+	}
+
+	stdout.Reset()
+	run = cli.NewMain()
 	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
 	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL,
 		"--token", workflowSecret, "--operator-token", operatorSecret})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -35,6 +36,10 @@ type Options struct {
 	// (an in-process service knows them).
 	ServiceVersion string
 	Store          string
+	// SkipDestinationCheck runs the cases without first checking that the service has the suite's
+	// destinations (their dedupe). Only for tests that misconfigure a destination on purpose to show
+	// that a case fails on it; the check would refuse the run first.
+	SkipDestinationCheck bool
 }
 
 // Header records what seed 000 asks a run to record: what ran, on what configuration, when.
@@ -137,6 +142,11 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !opts.SkipDestinationCheck {
+		if err := checkDestinations(ctx, opts.Service, header.RunID); err != nil {
+			return nil, err
+		}
+	}
 	if opts.OnStart != nil {
 		opts.OnStart(header)
 	}
@@ -225,7 +235,7 @@ func readHeader(ctx context.Context, opts Options) (Header, error) {
 	}
 	health, server, err := opts.Service.Health(ctx)
 	if err != nil {
-		return h, fmt.Errorf("acceptance: the service at %s does not answer: %w", h.ServiceURL, err)
+		return h, fmt.Errorf("acceptance: the service at %s does not answer: %w; start it (companion serve) or point --service at it", h.ServiceURL, err)
 	}
 	if v, ok := health["version"].(string); ok && v != "" {
 		h.ServiceVersion = v
@@ -243,7 +253,8 @@ func readHeader(ctx context.Context, opts Options) (Header, error) {
 	}
 	mode, err := opts.Receiver.Mode(ctx)
 	if err != nil {
-		return h, fmt.Errorf("acceptance: the sandbox receiver at %s does not answer: %w", h.ReceiverURL, err)
+		return h, fmt.Errorf("acceptance: the sandbox receiver at %s does not answer: %w; start one (companion receiver --addr host:port) "+
+			"or point --receiver at it", h.ReceiverURL, err)
 	}
 	h.ReceiverMode = mode
 	h.ConfigurationHash = configurationHash(opts.Settings, mode)
@@ -252,6 +263,43 @@ func readHeader(ctx context.Context, opts Options) (Header, error) {
 		"service default backoff (1 s doubling, ±20%%) unless Retry-After; client: write timeout %s, one attempt per claim, "+
 		"no retries by the HTTP client (fresh connection per write)", s.LeaseSeconds, s.WriteTimeout)
 	return h, nil
+}
+
+// checkDestinations claims one item per destination of the suite and reads the dedupe the service gave
+// it: a service started without the suite's destinations (docs/acceptance.md, step 1) runs every one on
+// its defaults, and its cases would fail as if the ledger were not replay-safe. Each item is reported
+// succeeded at once, so it needs nobody; its key starts with the run id, as the cases' keys do.
+func checkDestinations(ctx context.Context, svc *Service, runID string) error {
+	var wrong []string
+	for _, d := range Destinations() {
+		key := runID + ":check:" + d.Name + ":1"
+		ans, err := svc.BeforeWrite(ctx, BeforeWrite{Key: key, Payload: json.RawMessage(`{"check":"destination"}`), Destination: d.Name})
+		if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.Status == 401 {
+			return fmt.Errorf("acceptance: the service at %s refused the suite's first call: %w. Give one of its tokens with --token "+
+				"(role workflow; --operator-token with role operator for case 19)", svc.URL(), err)
+		}
+		if err != nil {
+			return fmt.Errorf("acceptance: checking the service's destination %s: %w", d.Name, err)
+		}
+		it, err := svc.Item(ctx, key)
+		if err != nil {
+			return fmt.Errorf("acceptance: checking the service's destination %s: %w", d.Name, err)
+		}
+		if ans.Claim != "" {
+			if _, err := svc.AfterWrite(ctx, AfterWrite{Key: key, Claim: ans.Claim, Outcome: "succeeded"}); err != nil {
+				return fmt.Errorf("acceptance: checking the service's destination %s: %w", d.Name, err)
+			}
+		}
+		if it.Dedupe != d.Dedupe {
+			wrong = append(wrong, fmt.Sprintf("%s has dedupe %s there, the suite needs %s", d.Name, it.Dedupe, d.Dedupe))
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("acceptance: the service at %s does not have the suite's destinations: %s. Add the destinations of "+
+			"docs/acceptance.md#the-destination-configuration to its configuration file (--config) and restart it; no case was run",
+			svc.URL(), strings.Join(wrong, "; "))
+	}
+	return nil
 }
 
 // newRunID names a run; keys and references of the run start with it, so runs never share an item.

@@ -85,6 +85,15 @@ func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
 	return paths, nil
 }
 
+// ErrUsage is wrapped by the errors Command returns for a mistake in the command line (an unknown flag, a
+// missing --out, a --url that is not an absolute http(s) URL), which the program answers with exit 2.
+var ErrUsage = errors.New("usage")
+
+// usageError is a command-line mistake: its message is the mistake, and it matches ErrUsage.
+type usageError struct{ error }
+
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
 // Command runs `companion templates …`. The only subcommand is render:
 //
 //	companion templates render --url http://companion:8080 --out DIR [--write-url …] [--lookup-url …]
@@ -102,7 +111,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	if args[0] != "render" {
-		return fmt.Errorf("templates: unknown subcommand %q; the only one is render (run \"companion templates --help\")", args[0])
+		return usageError{fmt.Errorf("templates: unknown subcommand %q; the only one is render (run \"companion templates --help\")", args[0])}
 	}
 	d := DefaultSettings()
 	fs := flag.NewFlagSet("templates render", flag.ContinueOnError)
@@ -127,19 +136,22 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.PrintDefaults()
 		return nil
 	} else if err != nil {
-		return fmt.Errorf("templates render: %w (run \"companion templates render --help\")", err)
+		return usageError{fmt.Errorf("templates render: %w (run \"companion templates render --help\")", err)}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("templates render: unexpected argument %q (run \"companion templates render --help\")", fs.Arg(0))
+		return usageError{fmt.Errorf("templates render: unexpected argument %q (run \"companion templates render --help\")", fs.Arg(0))}
 	}
 	// "https://companion.example.com/" names the same service; the workflows append paths to it.
 	s.ServiceURL = strings.TrimRight(s.ServiceURL, "/")
 	if *out == "" {
-		return errors.New("templates render: --out is required: the folder to write n8n-templates/ and make-templates/ into " +
-			"(e.g. companion templates render --url https://companion.example.com --out ./my-templates)")
+		return usageError{errors.New("templates render: --out is required: the folder to write n8n-templates/ and make-templates/ into " +
+			"(e.g. companion templates render --url https://companion.example.com --out ./my-templates)")}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if err := s.Validate(); err != nil {
+		return usageError{fmt.Errorf("templates render: %w", err)}
 	}
 	files, err := Render(s)
 	if err != nil {
@@ -147,7 +159,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	paths, err := WriteFiles(*out, files)
 	if err != nil {
-		return err
+		return fmt.Errorf("templates render: cannot write into --out %s (%w): give a folder this user can write, or one that does not exist yet", *out, err)
 	}
 	for _, p := range paths {
 		fmt.Fprintln(stdout, filepath.Join(*out, filepath.FromSlash(p)))

@@ -193,7 +193,7 @@ func decodeCareful(body []byte, prefix string, dst any, known fieldSet) (ps prob
 		case seen[name]:
 			ps.add(prefixed(prefix, name), "appears more than once")
 		case !known.names[name]:
-			ps.add(prefixed(prefix, name), known.unknown)
+			ps.add(prefixed(prefix, name), known.unknownProblem(name))
 		}
 		seen[name] = true
 	}
@@ -397,6 +397,44 @@ type fieldSet struct {
 	// unknown is the problem of a member the struct does not declare: it lists the declared names, in
 	// the order the struct declares them, so that a typo's fix is in the answer.
 	unknown string
+	order   []string
+}
+
+// unknownProblem is the problem of the undeclared member name: unknown, led by the declared name it most
+// likely meant when one is a letter or two away ("paylod": payload), as the configuration file's and
+// the command line's mistakes are answered.
+func (fs fieldSet) unknownProblem(name string) string {
+	lower := strings.ToLower(name)
+	best, bestDist := "", max(1, len(name)/3)+1
+	for _, k := range fs.order {
+		if d := editDistance(lower, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best == "" {
+		return fs.unknown
+	}
+	return "unknown field (did you mean " + best + "? allowed: " + strings.Join(fs.order, ", ") + ")"
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes (field names are ASCII).
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func knownFields(t reflect.Type) fieldSet {
@@ -423,6 +461,7 @@ func knownFields(t reflect.Type) fieldSet {
 	}
 	walk(t)
 	fs.unknown = "unknown field (allowed: " + strings.Join(order, ", ") + ")"
+	fs.order = order
 	knownFieldsCache.Store(t, fs)
 	return fs
 }

@@ -19,7 +19,10 @@ func TestDecodeStrictTrickyBodies(t *testing.T) {
 		{"repeated after nested", `{"key":"a","payload":{"x":"}\"","y":[1,{"key":2}]},"key":"b"}`, "items[0].key", "appears more than once"},
 		{"unknown after nested", `{"payload":{"n":{"zz":1}}, "zz" : 1}`, "items[0].zz", allowed},
 		{"repeated with escape", `{"k\u0065y":"a","payload":{},"key":"b"}`, "items[0].key", "appears more than once"},
-		{"other case", `{"KEY":"a","payload":{}}`, "items[0].KEY", allowed},
+		{"other case", `{"KEY":"a","payload":{}}`, "items[0].KEY", "unknown field (did you mean key? allowed: key, workflow, object, action, sequence, payload, " +
+			"destination, dedupe, reference, batch_id, batch_index, execution_id, owner, lease_seconds)"},
+		{"typo", `{"key":"a","paylod":{}}`, "items[0].paylod", "unknown field (did you mean payload? allowed: key, workflow, object, action, sequence, payload, " +
+			"destination, dedupe, reference, batch_id, batch_index, execution_id, owner, lease_seconds)"},
 		{"after the object", `{"key":"a"} x`, "items[0].body", ""},
 		{"wrong type", `{"key":1,"payload":{}}`, "items[0].key", "must be a string"},
 		{"not an object", ` null `, "items[0].body", "must be a JSON object"},

@@ -185,8 +185,13 @@ func New(cfg Config) http.Handler {
 	r.HandleMethodNotAllowed = true
 	_ = r.SetTrustedProxies(nil) // nil never fails; the client address is the peer's
 	r.Use(s.serveRequests)
+	// Where to go instead: a person who opens the service's address in a browser (GET /) finds the console.
+	notFound := "; the API's endpoints are listed by GET /openapi.json (docs/api.md)"
+	if cfg.Operators != nil && !cfg.Console.Off {
+		notFound += ", the operator console is at /console/"
+	}
 	r.NoRoute(func(c *gin.Context) {
-		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path})
+		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path + notFound})
 	})
 	r.NoMethod(func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})

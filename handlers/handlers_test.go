@@ -190,3 +190,26 @@ func TestParseAndCheckTokens(t *testing.T) {
 		}
 	}
 }
+
+// An address opened in a browser (GET /) or a mistyped path says where the endpoints are listed and,
+// where it is served, where the operator console is, not only that nothing is there.
+func TestNoSuchEndpointSaysWhereToGo(t *testing.T) {
+	withConsole, _ := operatorService(t, items.Config{}, nil)
+	without := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
+	const endpoints = "; the API's endpoints are listed by GET /openapi.json (docs/api.md)"
+	for _, tc := range []struct {
+		s    *handlerstest.Service
+		path string
+		want string
+	}{
+		{withConsole, "/", "no such endpoint: GET /" + endpoints + ", the operator console is at /console/"},
+		{withConsole, "/v1/before_write", "no such endpoint: GET /v1/before_write" + endpoints + ", the operator console is at /console/"},
+		{without, "/", "no such endpoint: GET /" + endpoints}, // no console where it is not served
+	} {
+		r := tc.s.Get(handlerstest.WorkflowAcme, tc.path)
+		handlerstest.Expect(t, r, http.StatusNotFound, items.CodeNotFound, "")
+		if msg := r.Str("error.message"); msg != tc.want {
+			t.Errorf("GET %s: message %q, want %q", tc.path, msg, tc.want)
+		}
+	}
+}

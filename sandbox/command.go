@@ -12,6 +12,15 @@ import (
 	"time"
 )
 
+// ErrUsage is wrapped by the errors Command returns for a mistake in the command line (an unknown flag,
+// a bad value, an argument it does not take), which the program answers with exit 2.
+var ErrUsage = errors.New("usage")
+
+// usageError is a command-line mistake: its message is the mistake, and it matches ErrUsage.
+type usageError struct{ error }
+
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
 // Command runs `companion receiver`: it parses args (the arguments after
 // "receiver"), listens, prints one start line to stdout, logs one line per
 // request to stderr, and serves until ctx is done, then shuts down gracefully.
@@ -40,13 +49,17 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return nil
 		}
 		printUsage(stderr, fs)
-		return fmt.Errorf("receiver: %w", err)
+		return usageError{fmt.Errorf("receiver: %w", err)}
 	}
 	if fs.NArg() > 0 {
 		printUsage(stderr, fs)
-		return fmt.Errorf("receiver: unexpected argument %q", fs.Arg(0))
+		return usageError{fmt.Errorf("receiver: unexpected argument %q", fs.Arg(0))}
 	}
 
+	if d := Dedupe(*dedupe); d != DedupeKey && d != DedupeNone {
+		printUsage(stderr, fs)
+		return usageError{fmt.Errorf("receiver: --dedupe must be %s or %s, not %q", DedupeKey, DedupeNone, *dedupe)}
+	}
 	rc, err := New(Config{
 		Dedupe:       Dedupe(*dedupe),
 		KeyRetention: retention.d,

@@ -289,6 +289,12 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		// The YAML parser's own words get the likely cause.
 		{"tab indent", "defaults:\n\tdedupe: key\n", []string{"line 2", "line 2 holds a tab: YAML indents with spaces only"}},
 		{"indentation", "defaults:\n  dedupe: key\n   max_attempts: 3\n", []string{"line 3", "check this line's indentation"}},
+		// The parser names the line its unfinished block began on, lines above the culprit: the hint names the culprit.
+		{"dedent to no level", "defaults:\n  dedupe: key\n destinations:\n  billing:\n    dedupe: key\n",
+			[]string{"line 2: did not find expected key (line 3 is indented by 1 space, which matches no level above it: indent it as the other lines of its level)"}},
+		{"dedent inside a destination", "destinations:\n  billing:\n    dedupe: key\n   owner: U1\n",
+			[]string{"line 1: did not find expected key (line 4 is indented by 3 spaces, which matches no level above it"}},
+		{"list item's key misindented", "tokens:\n  - name: a\n   tenant: b\n", []string{"line 3 is indented by 3 spaces"}},
 		{"colon in a value", "destinations:\n  billing:\n    check_hint: search: the billing tool\n", []string{"line 3", `a value that holds ": " needs quotes`}},
 		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
@@ -381,6 +387,9 @@ func TestDataDirThatIsAFileSaysSo(t *testing.T) {
 			t.Errorf("error lacks %q: %v", want, err)
 		}
 	}
+	if strings.Contains(err.Error(), "write access") {
+		t.Errorf("error advises write access, which does not turn a file into a directory: %v", err)
+	}
 }
 
 func TestUnusableDataDirStopsTheStart(t *testing.T) {
@@ -394,8 +403,10 @@ func TestUnusableDataDirStopsTheStart(t *testing.T) {
 		p.Close()
 		t.Fatal("started on a data dir inside a file")
 	}
-	if !strings.Contains(err.Error(), "cannot open the ledger in data dir "+filepath.Join(file, "data")) {
-		t.Fatalf("error: %v", err)
+	// It names the file on the path, and no store internals ("sqlitestore: data dir: mkdir …").
+	if want := "cannot open the ledger in data dir " + filepath.Join(file, "data") + ": " + file + ", on its path, is a file, not a directory; " +
+		"choose another directory with --data-dir (COMPANION_DATA_DIR)"; err.Error() != want {
+		t.Fatalf("error:\n%v\nwant\n%s", err, want)
 	}
 }
 
@@ -580,10 +591,22 @@ func TestSecondServeOnOneDataDirStops(t *testing.T) {
 		p.Close()
 		t.Fatal("a second serve started on the data dir of a running one")
 	}
-	for _, want := range []string{"cannot open the ledger in data dir " + dir + ": ", "the ledger is open in another process",
+	// As docs/deploying.md shows it: without the store's package name.
+	for _, want := range []string{"cannot open the ledger in data dir " + dir + ": the ledger is open in another process",
 		fmt.Sprintf("pid %d holds", os.Getpid()), "stop that one first"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	// sweep --once beside a running serve (docs/operators.md lists it among the CLI's commands) says
+	// that serve sweeps the ledger itself.
+	sw := newProgram(nil)
+	err = sw.Run(context.Background(), []string{"sweep", "--once", "--data-dir", dir})
+	sw.Close()
+	for _, want := range []string{"the ledger is open in another process", "If that is companion serve: it sweeps this ledger itself",
+		"sweep --once is not needed beside it"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("sweep --once beside serve: the error lacks %q: %v", want, err)
 		}
 	}
 	first.Close()

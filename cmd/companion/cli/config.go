@@ -338,11 +338,49 @@ func syntaxProblem(problem string, text []byte) string {
 	case strings.Contains(problem, "mapping values are not allowed"):
 		return problem + " (check this line's indentation against the lines above it; a value that holds \": \" needs quotes)"
 	case strings.Contains(problem, "did not find expected key"), strings.Contains(problem, "did not find expected '-'"):
-		return problem + " (check the indentation of this line and the lines above it)"
+		// The parser names the line where the block it could not finish began, often lines above the
+		// one that broke it: name that one.
+		if n, indent := misindented(lines, problemLine(problem)); n > 0 {
+			spaces := fmt.Sprintf("%d spaces", indent)
+			if indent == 1 {
+				spaces = "1 space"
+			}
+			return fmt.Sprintf("%s (line %d is indented by %s, which matches no level above it: indent it as the other lines of its level)", problem, n, spaces)
+		}
+		return problem + " (check the indentation of this line and the lines below it)"
 	case strings.Contains(problem, "found unexpected end of stream"):
 		return problem + " (a quote opened and never closed?)"
 	}
 	return problem
+}
+
+// misindented returns the first line from line from on (1-based) that steps back to an indentation no
+// open block above it has, and that indentation: "  dedupe: key" followed by " destinations:", whose
+// one space is neither the mapping's two nor the top level's none. A list item ("- name: a") opens the
+// level of its mapping's keys, two columns in. Blank lines and comments are skipped. 0 when none does.
+func misindented(lines []string, from int) (int, int) {
+	var open []int // the indentations of the blocks open at this line, innermost last
+	for i, l := range lines {
+		text := strings.TrimLeft(l, " ")
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		indent := len(l) - len(text)
+		closed := false
+		for len(open) > 0 && open[len(open)-1] > indent {
+			open, closed = open[:len(open)-1], true
+		}
+		if len(open) == 0 || open[len(open)-1] < indent {
+			if closed && i+1 >= from {
+				return i + 1, indent
+			}
+			open = append(open, indent)
+		}
+		if strings.HasPrefix(text, "- ") {
+			open = append(open, indent+2)
+		}
+	}
+	return 0, 0
 }
 
 // unknownFieldProblem says where the unknown field name on line is ("destinations.billing.max_attempt")

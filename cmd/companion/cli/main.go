@@ -132,9 +132,24 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 	}
 	cmd, ok := findCommand(name)
 	if !ok {
-		return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
+		return unknownCommand(name)
 	}
 	return cmd.run(m, ctx, args)
+}
+
+// unknownCommand words a command the program does not have, with the one it most likely meant (sever:
+// serve, two letters swapped) when one is at most two edits away: the commands are few and far apart.
+func unknownCommand(name string) error {
+	guess, best := "", 3
+	for _, c := range commands {
+		if d := editDistance(strings.ToLower(name), c.name); d < best {
+			guess, best = c.name, d
+		}
+	}
+	if guess != "" {
+		return usageErrorf("unknown command %q (did you mean %s? run \"companion help\" for the list)", name, guess)
+	}
+	return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
 }
 
 func isHelpFlag(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
@@ -267,16 +282,35 @@ func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
 		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
 			var known []string
 			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
-			if guess := nearest(name, known); guess != "" {
-				return true, usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", fs.name, name, guess, fs.name)
-			}
-			return true, usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", fs.name, name, fs.name)
+			return true, unknownFlag(fs.name, name, known)
 		}
 		return true, usageErrorf("%s: %v (run \"companion %s --help\")", fs.name, err, fs.name)
 	case fs.NArg() > 0:
 		return true, usageErrorf("%s: unexpected argument %q (run \"companion %s --help\")", fs.name, fs.Arg(0), fs.name)
 	}
 	return false, nil
+}
+
+// unknownFlag words an unknown flag of command cmd: with the known flag it most likely meant, one a
+// letter or two away (--adr: --addr) or the only one it begins (--data: --data-dir).
+func unknownFlag(cmd, name string, known []string) error {
+	name = strings.TrimLeft(name, "-")
+	guess := nearest(name, known)
+	if guess == "" && len(name) >= 2 {
+		for _, k := range known {
+			if strings.HasPrefix(k, name) {
+				if guess != "" {
+					guess = ""
+					break
+				}
+				guess = k
+			}
+		}
+	}
+	if guess != "" {
+		return usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", cmd, name, guess, cmd)
+	}
+	return usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", cmd, name, cmd)
 }
 
 func (m *Main) version(_ context.Context, args []string) error {
@@ -302,7 +336,7 @@ func (m *Main) help(_ context.Context, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, ok := findCommand(args[0])
 		if !ok {
-			return usageErrorf("unknown command %q; run \"companion help\" for the list", args[0])
+			return unknownCommand(args[0])
 		}
 		return cmd.run(m, context.Background(), []string{"--help"})
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -85,6 +86,11 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
+	if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+		// Nothing listens there (or the host is not found): say what to do, as bench does.
+		return nil, fmt.Errorf("cannot reach companion at %s (COMPANION_URL): %v; start it (companion serve) "+
+			"or set COMPANION_URL to where it runs", c.base, op)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("cannot reach companion at %s (COMPANION_URL): %w", c.base, err)
 	}

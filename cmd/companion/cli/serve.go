@@ -392,18 +392,27 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		return nil, "", fmt.Errorf("data dir %s: %w", o.dataDir, err)
 	}
 	if err := dataDirWritable(dir); err != nil {
-		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; give this user write access to it, "+
-			"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
+		if errors.Is(err, fs.ErrPermission) {
+			return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; give this user write access to it, "+
+				"or choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
+		}
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w; choose another directory with --data-dir (COMPANION_DATA_DIR)", dir, err)
 	}
 	s, err := sqlitestore.Open(ctx, dir, sqlitestore.WithLogger(m.logger()), sqlitestore.WithItemCache(o.itemCacheItems))
 	if errors.Is(err, sqlitestore.ErrInUse) {
-		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, err)
+		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s: %w", dir, ledgerInUse{err})
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("cannot open the ledger in data dir %s (it must be a writable directory): %w", dir, err)
 	}
 	return s, "sqlite " + s.Path(), nil
 }
+
+// ledgerInUse is the store's ErrInUse said without the store's package name (docs/deploying.md shows it so).
+type ledgerInUse struct{ err error }
+
+func (e ledgerInUse) Error() string { return strings.TrimPrefix(e.err.Error(), "sqlitestore: ") }
+func (e ledgerInUse) Unwrap() error { return e.err }
 
 // itemCacheBound reads --item-cache: a whole number of items from 0 (no cache) to sqlitestore.MaxItemCache.
 func itemCacheBound(v string) (int, error) {
@@ -421,15 +430,23 @@ func itemCacheBound(v string) (int, error) {
 	return n, nil
 }
 
-// dataDirWritable says, in plain words, why this user cannot keep the ledger in an existing data dir:
-// without it, SQLite's own words ("unable to open database file (14)", under the name of the step
-// that met them first) are all a newcomer sees. A dir that does not exist yet is left to the store,
-// which creates it (and says so when it cannot).
+// dataDirWritable says, in plain words, why this user cannot keep the ledger in a data dir: without it,
+// SQLite's own words ("unable to open database file (14)", under the name of the step that met them
+// first) or the store's ("sqlitestore: data dir: mkdir …") are all a newcomer sees. A dir that does not
+// exist yet is created here, as the store would (0700); an error wrapping fs.ErrPermission is one that
+// write access fixes.
 func dataDirWritable(dir string) error {
 	fi, err := os.Stat(dir)
 	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%s, on its path, is a file, not a directory", fileOnPath(dir))
 	case errors.Is(err, fs.ErrNotExist):
-		return nil
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			if errors.Is(err, fs.ErrPermission) {
+				return fmt.Errorf("this user (uid %d) cannot create it (%w)", os.Geteuid(), err)
+			}
+			return fmt.Errorf("it cannot be created (%w)", err)
+		}
 	case err != nil:
 		return err
 	case !fi.IsDir():
@@ -452,6 +469,17 @@ func dataDirWritable(dir string) error {
 		f.Close()
 	}
 	return nil
+}
+
+// fileOnPath is the first of dir's parents that is a file (the reason a stat of dir says "not a
+// directory"), or dir itself when none is found.
+func fileOnPath(dir string) string {
+	for p := filepath.Dir(dir); p != filepath.Dir(p); p = filepath.Dir(p) {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	return dir
 }
 
 // listenError says why a command cannot listen on addr and what to do about it; flag names the setting

@@ -53,9 +53,10 @@ how much of that was committing, and, when it was busy nearly all the run, wheth
 fsync limits the writes; and what share of its item lookups its item cache answered (--item-cache of serve).
 
 Every key it writes is "PREFIX:iNNNNNNN:write:0", so the items' workflow is PREFIX (--prefix, default
-bench-<UTC time>): it prints how to list them at the end. Like the templates' items, each carries an
-execution_id (PREFIX-eN: one per item, or one per batch call). They are real items of the tenant of the
-token; keep them apart by running against a tenant of its own.
+bench-<UTC time to the millisecond>, bench-20261201T201233.123: runs one after the other never share
+keys): it prints how to list them at the end. Like the templates' items, each carries an execution_id
+(PREFIX-eN: one per item, or one per batch call). They are real items of the tenant of the token; keep
+them apart by running against a tenant of its own.
 
 It talks to COMPANION_URL (default http://127.0.0.1:8080) with COMPANION_TOKEN, a workflow or operator
 token (not needed when the service runs open on loopback); --url and --token override them. An https
@@ -82,7 +83,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.callers, "callers", 32, "callers at once")
 	fs.IntVar(&o.items, "items", 10000, "items to claim and report (0: only --floor)")
 	fs.IntVar(&o.batch, "batch", 500, "items per batch call, 1-500 (--mode batch)")
-	fs.StringVar(&o.prefix, "prefix", "bench-"+time.Now().UTC().Format("20060102T150405"), "the keys' first part (their `workflow`)")
+	// To the millisecond: two runs one after the other (the sizing commands pasted at once, a script's loop)
+	// must not share their keys, or the second finds every key taken and fails.
+	fs.StringVar(&o.prefix, "prefix", "bench-"+time.Now().UTC().Format("20060102T150405.000"), "the keys' first part (their `workflow`)")
 	fs.StringVar(&o.floor, "floor", "", "also measure the fsync'd SQLite floor in `DIR`")
 	fs.IntVar(&o.floorItems, "floor-items", 2000, "items of the floor measurement")
 	fs.StringVar(&o.cacert, "cacert", "", "PEM `file` of the certificate authorities an https --url's certificate must chain to (default: the system's)")
@@ -664,7 +667,8 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 			ms(percentile(d, 50)), ms(percentile(d, 99)))
 	}
 	w.Flush()
-	if run != nil && floor.ItemsPerSecond() > 0 {
+	// A run that wrote nothing (every call failed: the error says why) has no rate to set against the floor.
+	if run != nil && run.done.Load() > 0 && floor.ItemsPerSecond() > 0 {
 		fmt.Fprintf(m.Stdout, "\n%.0f items/s is %.2f× the floor (%.0f items/s", rate, rate/floor.ItemsPerSecond(), floor.ItemsPerSecond())
 		end := ")." // closes the floor's parenthesis
 		if len(halves) == 2 {

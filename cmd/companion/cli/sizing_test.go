@@ -91,6 +91,45 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 	}
 }
 
+// TestBenchRunsOneAfterTheOtherKeepTheirKeysApart: without --prefix, runs started one after the other
+// (the sizing commands of docs/deploying.md pasted at once, a script's loop) each write keys of their
+// own, so none finds the keys of the one before taken; three runs in well under a second, of which two
+// share a second, would otherwise fail. A run that wrote nothing (its keys taken) sets no rate against
+// the floor: the floor's row stays, the "× the floor" line is left out.
+func TestBenchRunsOneAfterTheOtherKeepTheirKeysApart(t *testing.T) {
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_SWEEP_EVERY": "@every 1h"})
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
+	listed := regexp.MustCompile(`companion items list --workflow (bench-[0-9]{8}T[0-9]{6}\.[0-9]{3}) --all`)
+	seen := map[string]bool{}
+	for i := range 3 {
+		out, err := run(t, env, "bench", "--items", "2", "--callers", "1")
+		if err != nil {
+			t.Fatalf("run %d without --prefix: %v\n%s", i+1, err, out)
+		}
+		m := listed.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("run %d: no default prefix of the UTC time to the millisecond in\n%s", i+1, out)
+		}
+		if seen[m[1]] {
+			t.Errorf("run %d: prefix %s again", i+1, m[1])
+		}
+		seen[m[1]] = true
+	}
+
+	prefix := ""
+	for p := range seen {
+		prefix = p
+	}
+	out, err := run(t, env, "bench", "--items", "2", "--callers", "1", "--prefix", prefix, "--floor", t.TempDir(), "--floor-items", "4")
+	if err == nil || !strings.Contains(err.Error(), "2 calls failed") {
+		t.Fatalf("a run on taken keys: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "floor (2 fsync'd SQLite commits/item)") || strings.Contains(out, "× the floor") {
+		t.Errorf("a run that wrote nothing: want the floor's row and no rate against it:\n%s", out)
+	}
+}
+
 // TestBenchOverHTTPSAndThroughAProxy runs companion bench against the service behind a TLS server
 // (verified against --cacert, refused without it), and through an HTTP proxy named by HTTP_PROXY.
 func TestBenchOverHTTPSAndThroughAProxy(t *testing.T) {

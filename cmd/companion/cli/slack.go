@@ -155,7 +155,9 @@ func (m *Main) manifestPublicURL(flagValue, fileValue, configPath string) (base,
 	default:
 		return "", "", usageErrorf("slack manifest: no public URL: Slack needs the https address it reaches companion at, for its buttons " +
 			"(the request URL is that address followed by " + handlers.SlackActionsPath + "). Give it with --public-url https://companion.example.com, " +
-			"or set COMPANION_PUBLIC_URL, or public_url: in the configuration file (--config or COMPANION_CONFIG)")
+			"or set COMPANION_PUBLIC_URL, or public_url: in the configuration file (--config or COMPANION_CONFIG). No public address yet " +
+			"(a try-out)? Alerts are posted without one, only their buttons need it: create the app by hand, steps 1, 3 and 4 of " +
+			"docs/operators.md#slack-setup")
 	}
 	if err := checkPublicURL(base); err != nil {
 		return "", "", usageErrorf("slack manifest: %s: %v", source, err)

@@ -254,7 +254,8 @@ func TestSlackManifestRefusals(t *testing.T) {
 		exit int
 		says []string
 	}{
-		{"no public URL", nil, nil, 2, []string{"no public URL", "--public-url", "COMPANION_PUBLIC_URL", "public_url:"}},
+		{"no public URL", nil, nil, 2, []string{"no public URL", "--public-url", "COMPANION_PUBLIC_URL", "public_url:",
+			"No public address yet (a try-out)? Alerts are posted without one, only their buttons need it: create the app by hand"}},
 		{"http", nil, []string{"--public-url", "http://c.example.com"}, 2, []string{`--public-url "http://c.example.com" is not https`, "reverse proxy"}},
 		{"http on localhost", nil, []string{"--public-url", "http://localhost:8080"}, 2, []string{"is not https", "tunnel"}},
 		{"http from the environment", map[string]string{"COMPANION_PUBLIC_URL": "http://c.example.com"}, nil, 2, []string{"COMPANION_PUBLIC_URL", "is not https"}},

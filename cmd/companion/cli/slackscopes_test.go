@@ -141,6 +141,40 @@ func TestServeChecksTheSlackBotTokensScopes(t *testing.T) {
 	p.Close()
 }
 
+// A token without chat:write that lacks a history scope too: the refusal names both, to be added in one
+// reinstall, and no line before it says "starting anyway, and the alerts are posted" (a newcomer read
+// that, then "Nothing was started"). With SLACK_TOKEN_CHECK=warn the one error line names both too.
+func TestServeRefusingATokenWithoutChatWriteSaysNothingOfStartingAnyway(t *testing.T) {
+	api := fakeSlackAuth(t).URL + "/api/"
+	env := slackEnv(t, api, "xoxb-imonly")
+	p, err := serveWithSlack(t, env)
+	if err == nil {
+		t.Fatalf("started with a token without chat:write:\n%s", p.err)
+	}
+	for _, want := range []string{"lacks the scope chat:write", "Nothing was started",
+		"it also lacks channels:history, groups:history, which the alerts' owners need too",
+		"Add chat:write, channels:history, groups:history under the app's OAuth & Permissions"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("no chat:write nor channel history: the refusal lacks %q: %v", want, err)
+		}
+	}
+	if strings.Contains(p.err.String(), "starting anyway") || strings.Contains(p.err.String(), `"level":"WARN"`) {
+		t.Errorf("a refused start logged a warning that it starts anyway:\n%s", p.err)
+	}
+
+	env["SLACK_TOKEN_CHECK"] = "warn"
+	p, err = serveWithSlack(t, env)
+	if err != nil {
+		t.Fatalf("SLACK_TOKEN_CHECK=warn: did not start: %v", err)
+	}
+	lines := scopeLines(p.err.String())
+	if len(lines) < 1 || !strings.Contains(lines[0], `"level":"ERROR"`) || !strings.Contains(lines[0], "it also lacks channels:history, groups:history") ||
+		strings.Contains(p.err.String(), "the alerts are posted, but") {
+		t.Errorf("SLACK_TOKEN_CHECK=warn: want one error line naming every missing scope, and no line saying the alerts are posted:\n%s", p.err)
+	}
+	p.Close()
+}
+
 // A token Slack lets post is never refused for its scopes: a legacy bot integration's (identify,bot:basic),
 // a classic app's user token (chat:write:bot), a header a proxy blanked (not checked); a token with only
 // chat:write's variants (chat:write.public) lacks chat:write by Slack's docs, but that is not certain: a

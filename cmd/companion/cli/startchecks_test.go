@@ -26,6 +26,7 @@ var botScopes = map[string]string{
 	"xoxp-person":    allScopes,
 	"xoxb-nohistory": "chat:write,im:write,im:history,groups:history", // no channels:history
 	"xoxb-nochat":    "im:write,im:history,channels:history,groups:history",
+	"xoxb-imonly":    "im:write,im:history", // neither chat:write nor a channel's history
 	// Tokens Slack lets post that name no chat:write: a legacy bot integration's, a classic app's user
 	// token; one whose header a proxy blanked; one with only chat:write's variants (not certain).
 	"xoxb-legacybot":  "identify,bot:basic",
@@ -35,7 +36,7 @@ var botScopes = map[string]string{
 }
 
 // fakeSlackAuth plays Slack's auth.test for the start's token check: xoxb-good is the bot "companion" of
-// workspace "Acme", xoxp-person a person's token, xoxb-nohistory, xoxb-nochat and xoxb-noheader the same
+// workspace "Acme", xoxp-person a person's token, xoxb-nohistory, xoxb-nochat, xoxb-imonly and xoxb-noheader the same
 // bot with fewer scopes or none named (botScopes); any other token is refused invalid_auth; every other
 // method answers ok.
 func fakeSlackAuth(t *testing.T) *httptest.Server {
@@ -56,7 +57,7 @@ func fakeSlackAuth(t *testing.T) *httptest.Server {
 		}
 		answer := map[string]any{"ok": false, "error": "invalid_auth"}
 		switch token {
-		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-noheader", "xoxb-legacybot", "xoxb-blank", "xoxb-publiconly":
+		case "xoxb-good", "xoxb-nohistory", "xoxb-nochat", "xoxb-imonly", "xoxb-noheader", "xoxb-legacybot", "xoxb-blank", "xoxb-publiconly":
 			answer = map[string]any{"ok": true, "url": "https://acme.slack.com/", "team": "Acme", "user": "companion",
 				"team_id": "T0ACME", "user_id": "U0BOT", "bot_id": "B0BOT"}
 		case "xoxp-person", "xoxp-classic":
@@ -164,6 +165,7 @@ func TestServeStartsWhenSlackCannotBeAsked(t *testing.T) {
 		t.Fatalf("Slack unreachable: the start stopped: %v", err)
 	}
 	for _, want := range []string{"the Slack bot token could not be checked at the start; starting anyway", "connection refused",
+		"asking Slack again every minute until it answers", // in words, not "every 1m0s"
 		"alerts Slack http://127.0.0.1:1/api/ (bot token not checked at the start: "} {
 		if !strings.Contains(p.err.String(), want) {
 			t.Errorf("Slack unreachable: the log lacks %q:\n%s", want, p.err)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
 
 	"github.com/replaysafe/companion/acceptance"
 )
@@ -17,7 +18,7 @@ func init() {
 func (m *Main) acceptance(ctx context.Context, args []string) error {
 	err := acceptance.CommandEnv(ctx, args, m.Stdout, m.Stderr, m.Getenv)
 	if errors.Is(err, acceptance.ErrUsage) {
-		return &UsageError{Err: err}
+		return m.delegatedUsage("acceptance", err, func(w io.Writer) { _ = acceptance.CommandEnv(ctx, []string{"--help"}, w, io.Discard, m.Getenv) })
 	}
 	return err
 }

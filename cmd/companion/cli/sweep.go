@@ -164,7 +164,7 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 	switch {
 	case err == nil:
 		warnPersonToken(id, log)
-		essential := reportScopes(id, owners, log)
+		essential, others := reportScopes(id, owners, log)
 		if len(essential) == 0 {
 			return "as " + id.String(), nil, nil
 		}
@@ -173,9 +173,9 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 				"Bot Token Scopes and reinstall the app to the workspace (a token gets a new scope only then); "+
 				"to start anyway, the alerts waiting until the token has it, set SLACK_TOKEN_CHECK=warn; "+
 				"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET",
-				lacksEssential(id, essential), scopeList(essential))
+				lacksEssential(id, essential, others), scopeList(slices.Concat(essential, others)))
 		}
-		log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential)+"; starting anyway (SLACK_TOKEN_CHECK=warn): the alerts wait in the "+
+		log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential, others)+"; starting anyway (SLACK_TOKEN_CHECK=warn): the alerts wait in the "+
 			"ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)", slog.String("missing_scopes", scopeList(essential)))
 		return "as " + id.String() + " (the bot token LACKS " + scopeList(essential) + ": no alert is posted until it is added)", nil, nil
 	case errors.Is(err, alerts.ErrTokenRefused) && mode == slackCheckRefuse:
@@ -193,23 +193,31 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 			"their posts, and wait in the ledger for the next sweep if not", slog.String("error", why))
 		return "(bot token not checked at the start: " + why + ")", nil, nil
 	}
+	every := check.every.String() // "every minute", not "every 1m0s"
+	if m := check.every / time.Minute; check.every%time.Minute == 0 && m == 1 {
+		every = "minute"
+	} else if check.every%time.Minute == 0 && m > 1 {
+		every = fmt.Sprintf("%d minutes", m)
+	}
 	log.Warn(fmt.Sprintf("the Slack bot token could not be checked at the start; starting anyway, and asking Slack again every %s "+
-		"until it answers: the alerts are posted once it does", check.every), slog.String("error", why))
+		"until it answers: the alerts are posted once it does", every), slog.String("error", why))
 	return "(bot token not checked at the start: " + why + ")", check, nil
 }
 
 // reportScopes says, in one line, what the token's scopes lack for alerts to owners and what each lack
 // costs, or that Slack did not name them; it returns the essential scopes the token certainly lacks
 // (chat:write, with none of its older names and no umbrella scope), which the caller treats as a refused
-// token. An essential scope missing where the token has a variant of it (chat:write.public) is only a
-// warning: that is not certain. A token with every scope logs nothing.
-func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) []alerts.SlackScope {
+// token, and the others it lacks. An essential scope missing where the token has a variant of it
+// (chat:write.public) is only a warning: that is not certain. A token with every scope logs nothing.
+// Without an essential scope it logs nothing about the others either: "starting anyway, and the alerts
+// are posted" would be untrue (and read before a refusal's "Nothing was started"), so the caller names
+// them in its refusal or error line (lacksEssential), to be added in the same reinstall.
+func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) (essential, others []alerts.SlackScope) {
 	if !id.ScopesKnown {
 		log.Info("the Slack bot token's scopes were not checked: Slack's answer did not name them (no X-OAuth-Scopes header; " +
 			"a proxy in between may drop it); the scopes the alerts need are listed in docs/operators.md#slack-setup")
-		return nil
+		return nil, nil
 	}
-	var essential, others []alerts.SlackScope
 	for _, s := range alerts.MissingScopes(id.Scopes, owners) {
 		switch variants := s.Variants(id.Scopes); {
 		case s.Essential && len(variants) > 0:
@@ -225,7 +233,7 @@ func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) []
 			others = append(others, s)
 		}
 	}
-	if len(others) > 0 {
+	if len(others) > 0 && len(essential) == 0 {
 		var costs []string
 		for _, s := range others {
 			costs = append(costs, s.Name+": "+s.Without)
@@ -235,11 +243,12 @@ func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) []
 			scopeList(others), strings.Join(costs, "; ")),
 			slog.String("missing_scopes", scopeList(others)), slog.String("granted_scopes", strings.Join(id.Scopes, ",")))
 	}
-	return essential
+	return essential, others
 }
 
-// lacksEssential words the lack of essential scopes for the refusal and its error line.
-func lacksEssential(id alerts.SlackIdentity, essential []alerts.SlackScope) string {
+// lacksEssential words the lack of essential scopes for the refusal and its error line, and of the other
+// scopes the owners' alerts need, which are best added in the same reinstall.
+func lacksEssential(id alerts.SlackIdentity, essential, others []alerts.SlackScope) string {
 	var costs []string
 	for _, s := range essential {
 		costs = append(costs, s.Without)
@@ -248,8 +257,13 @@ func lacksEssential(id alerts.SlackIdentity, essential []alerts.SlackScope) stri
 	if granted == "" {
 		granted = "none"
 	}
-	return fmt.Sprintf("the bot token of %s lacks the scope %s (Slack names its scopes: %s): %s", id.String(), scopeList(essential),
-		granted, strings.Join(costs, "; "))
+	also := ""
+	if len(others) > 0 {
+		also = fmt.Sprintf("; it also lacks %s, which the alerts' owners need too (without them a post whose answer "+
+			"was lost cannot be found, and may be posted twice: docs/operators.md#slack-setup)", scopeList(others))
+	}
+	return fmt.Sprintf("the bot token of %s lacks the scope %s (Slack names its scopes: %s): %s%s", id.String(), scopeList(essential),
+		granted, strings.Join(costs, "; "), also)
 }
 
 // scopeList names scopes for a log line: "im:write, im:history".
@@ -299,8 +313,8 @@ func (c *slackCheck) recheck(ctx context.Context, log *slog.Logger) {
 		case err == nil:
 			log.Info("Slack answered the check of the bot token: alerts are posted as " + id.String())
 			warnPersonToken(id, log)
-			if essential := reportScopes(id, c.owners, log); len(essential) > 0 {
-				log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential)+" (checked once Slack answered, after the start): the "+
+			if essential, others := reportScopes(id, c.owners, log); len(essential) > 0 {
+				log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential, others)+" (checked once Slack answered, after the start): the "+
 					"alerts wait in the ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)",
 					slog.String("missing_scopes", scopeList(essential)))
 			}
@@ -490,6 +504,10 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 		return err
 	}
 	store, where, err := m.openStore(ctx, o)
+	if errors.Is(err, sqlitestore.ErrInUse) {
+		return fmt.Errorf("%w. If that is companion serve: it sweeps this ledger itself (--sweep-every, every 30 s by default), "+
+			"so sweep --once is not needed beside it (it is for a SQLite ledger no serve has open, or a MongoDB one)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -26,7 +30,13 @@ func (m *Main) receiver(ctx context.Context, args []string) error {
 		}
 	}
 	m.keepRunning(ctx, "receiver", func(ctx context.Context) error {
-		return receiverError(sandbox.Command(ctx, args, m.Stdout, m.Stderr))
+		err := sandbox.Command(ctx, args, m.Stdout, m.Stderr)
+		if errors.Is(err, sandbox.ErrUsage) {
+			err = m.delegatedUsage("receiver", err, func(w io.Writer) { _ = sandbox.Command(ctx, []string{"--help"}, w, io.Discard) })
+			// The running part's name says "receiver: " already.
+			return &UsageError{Err: errors.New(strings.TrimPrefix(err.Error(), "receiver: "))}
+		}
+		return receiverError(err)
 	})
 	return nil
 }
@@ -47,7 +57,11 @@ func receiverError(err error) error {
 		}
 		return listenError(op.Addr.String(), flag, err)
 	}
-	return errors.New(strings.TrimPrefix(err.Error(), "receiver: "))
+	msg := strings.TrimPrefix(strings.TrimPrefix(err.Error(), "receiver: "), "sandbox: ") // the library's name says nothing here
+	if rest, ok := strings.CutPrefix(msg, "data dir: "); ok {
+		return fmt.Errorf("--data-dir: %s; give a directory this user can write, or leave --data-dir out to keep the records in memory", rest)
+	}
+	return errors.New(msg)
 }
 
 // templates runs "companion templates render". Without a subcommand, or with one it does not know, it is a
@@ -60,5 +74,33 @@ func (m *Main) templates(ctx context.Context, args []string) error {
 	if a := args[0]; a != "render" && a != "help" && !isHelpFlag(a) {
 		return usageErrorf("templates: unknown subcommand %q; the only one is render (run \"companion templates --help\")", a)
 	}
-	return blueprints.Command(ctx, args, m.Stdout, m.Stderr)
+	err := blueprints.Command(ctx, args, m.Stdout, m.Stderr)
+	if errors.Is(err, blueprints.ErrUsage) {
+		return m.delegatedUsage("templates render", err, func(w io.Writer) { _ = blueprints.Command(ctx, []string{"render", "--help"}, w, io.Discard) })
+	}
+	return err
+}
+
+// undefinedFlag is the flag package's word for an unknown flag, as the commands whose flags another
+// package parses (receiver, templates render, acceptance) return it.
+var undefinedFlag = regexp.MustCompile(`flag provided but not defined: -{1,2}([^\s)]+)`)
+
+// flagLine is a flag's line in a command's --help: "  --addr" or "  -url string".
+var flagLine = regexp.MustCompile(`(?m)^\s+-{1,2}([a-z][a-z0-9-]*)\b`)
+
+// delegatedUsage makes a command-line mistake of a command whose flags another package parses read as
+// the program's own do (Main.parse): an unknown flag named with two dashes and the one it most likely
+// meant, from the flags its --help (printed by help) lists; any mistake exits 2.
+func (m *Main) delegatedUsage(name string, err error, help func(io.Writer)) error {
+	found := undefinedFlag.FindStringSubmatch(err.Error())
+	if found == nil {
+		return &UsageError{Err: err}
+	}
+	var b bytes.Buffer
+	help(&b)
+	var known []string
+	for _, f := range flagLine.FindAllStringSubmatch(b.String(), -1) {
+		known = append(known, f[1])
+	}
+	return unknownFlag(name, found[1], known)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
 // companion receiver serves the sandbox receiver until the program is closed.
@@ -73,6 +75,10 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -82,7 +88,10 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 		{[]string{"--addr", "127.0.0.1:0", "--smtp-addr", ln.Addr().String()},
 			"receiver: cannot listen on " + ln.Addr().String() + ": the address is already in use (another companion, or another program, " +
 				"listens there): stop it, or choose another address with --smtp-addr, e.g. --smtp-addr 127.0.0.1:"},
-		{[]string{"--addr", "127.0.0.1:0", "--dedupe", "maybe"}, `receiver: sandbox: dedupe must be "key" or "none", not "maybe"`},
+		{[]string{"--addr", "127.0.0.1:0", "--dedupe", "maybe"}, `receiver: --dedupe must be key or none, not "maybe"`},
+		// A data dir that cannot be made: what to give instead, without the library's "sandbox:".
+		{[]string{"--addr", "127.0.0.1:0", "--data-dir", filepath.Join(notADir, "data")}, "receiver: --data-dir: mkdir " + notADir + ": not a directory; " +
+			"give a directory this user can write, or leave --data-dir out to keep the records in memory"},
 	} {
 		p := newProgram(nil)
 		if err := p.Run(context.Background(), append([]string{"receiver"}, tc.args...)); err != nil {
@@ -92,8 +101,63 @@ func TestReceiverErrorsSayWhatToDo(t *testing.T) {
 		err := p.Wait(ctx)
 		cancel()
 		p.Close()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "receiver: receiver:") ||
+			strings.Contains(err.Error(), "sandbox:") {
+			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// A command-line mistake reads the same in every command, also in those whose flags another package
+// parses (receiver, templates render, acceptance): an unknown flag with two dashes and the flag it most
+// likely meant (a letter away, or the only one it begins), not the flag package's "flag provided but not
+// defined: -ur"; and exit 2, as README.md says, where receiver and templates render exited 1. A mistyped
+// command gets the command it most likely meant.
+func TestFlagMistakesOfEveryCommandSayWhatWasMeantAndExit2(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sever"}, `unknown command "sever" (did you mean serve? run "companion help" for the list)`},
+		{[]string{"help", "itmes"}, `unknown command "itmes" (did you mean items?`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; run "companion help" for the list`},
+		{[]string{"serve", "--adr", "x"}, `serve: unknown flag --adr (did you mean --addr? run "companion serve --help")`},
+		{[]string{"serve", "--data", "x"}, `serve: unknown flag --data (did you mean --data-dir? run "companion serve --help")`},
+		{[]string{"templates", "render", "--ur", "http://x", "--out", "y"}, `templates render: unknown flag --ur (did you mean --url? run "companion templates render --help")`},
+		{[]string{"templates", "render", "--url", "companion.example.com", "--out", "y"}, `templates render: --url: want an absolute http(s) URL, got "companion.example.com"`},
+		{[]string{"templates", "render", "--url", "http://x"}, "templates render: --out is required"},
+		{[]string{"acceptance", "--onl", "5"}, `acceptance: unknown flag --onl (did you mean --only? run "companion acceptance --help")`},
+		{[]string{"receiver", "--adr", "127.0.0.1:0"}, `receiver: unknown flag --adr (did you mean --addr? run "companion receiver --help")`},
+		{[]string{"receiver", "--key-retention", "soon"}, `receiver: invalid value "soon" for flag -key-retention`},
+	} {
+		p := newProgram(nil)
+		err := p.Run(context.Background(), tc.args)
+		if err == nil && tc.args[0] == "receiver" { // a long-running command: its mistake ends it
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = p.Wait(ctx)
+			cancel()
+		}
+		p.Close()
 		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "receiver: receiver:") {
 			t.Errorf("%v: %v; want %q", tc.args, err, tc.want)
 		}
+		if code := cli.ExitCode(err); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%v)", tc.args, code, err)
+		}
+	}
+}
+
+// templates render into an --out it cannot write says so under its own name, with what to give instead.
+func TestTemplatesRenderIntoAFileSaysWhatToGive(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := newProgram(nil)
+	err := p.Run(context.Background(), []string{"templates", "render", "--out", file})
+	p.Close()
+	if want := "templates render: cannot write into --out " + file + " (mkdir " + file + ": not a directory): give a folder this user can write"; err == nil ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("%v; want %q", err, want)
 	}
 }
