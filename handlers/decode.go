@@ -16,6 +16,7 @@ import (
 	"github.com/go-playground/validator/v10"
 	gojson "github.com/goccy/go-json"
 
+	"github.com/replaysafe/companion/internal/typo"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -404,37 +405,11 @@ type fieldSet struct {
 // likely meant when one is a letter or two away ("paylod": payload), as the configuration file's and
 // the command line's mistakes are answered.
 func (fs fieldSet) unknownProblem(name string) string {
-	lower := strings.ToLower(name)
-	best, bestDist := "", max(1, len(name)/3)+1
-	for _, k := range fs.order {
-		if d := editDistance(lower, k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
+	best := typo.Nearest(name, fs.order, typo.Within(name))
 	if best == "" {
 		return fs.unknown
 	}
 	return "unknown field (did you mean " + best + "? allowed: " + strings.Join(fs.order, ", ") + ")"
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes (field names are ASCII).
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 func knownFields(t reflect.Type) fieldSet {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/internal/typo"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/probes"
 )
@@ -445,36 +446,7 @@ func findUnknown(n *yaml.Node, t reflect.Type, path string, line int, name strin
 
 // nearest returns the known field name closest to name by edit distance, if it is close enough to be a
 // typo of it (at most a third of its letters differ, and at least one may), or "".
-func nearest(name string, known []string) string {
-	best, bestDist := "", max(1, len(name)/3)+1
-	for _, k := range known {
-		if d := editDistance(strings.ToLower(name), k); d < bestDist {
-			best, bestDist = k, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes (field names are ASCII).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
+func nearest(name string, known []string) string { return typo.Nearest(name, known, typo.Within(name)) }
 
 // check adds the type problem of a field, if any, and reports whether the field holds a usable value.
 func check[T any](f field[T], name string, probs *configProblems) bool {

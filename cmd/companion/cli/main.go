@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/replaysafe/companion/internal/typo"
 )
 
 // Version is the release, set at build time with -ldflags "-X github.com/replaysafe/companion/cmd/companion/cli.Version=v1.2.3".
@@ -140,13 +142,11 @@ func (m *Main) Run(ctx context.Context, args []string) error {
 // unknownCommand words a command the program does not have, with the one it most likely meant (sever:
 // serve, two letters swapped) when one is at most two edits away: the commands are few and far apart.
 func unknownCommand(name string) error {
-	guess, best := "", 3
-	for _, c := range commands {
-		if d := editDistance(strings.ToLower(name), c.name); d < best {
-			guess, best = c.name, d
-		}
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
 	}
-	if guess != "" {
+	if guess := typo.Nearest(name, names, 3); guess != "" {
 		return usageErrorf("unknown command %q (did you mean %s? run \"companion help\" for the list)", name, guess)
 	}
 	return usageErrorf("unknown command %q; run \"companion help\" for the list", name)
