@@ -199,46 +199,38 @@ func TestGroupReadsOncePerTenant(t *testing.T) {
 // answered the state the earlier ones left; each caller must get an item of its own, as callers may change
 // what they are given (the answers of 32 callers racing for one key are such a group).
 func TestGroupAnswersEachCallerItsOwnItem(t *testing.T) {
-	ctx := context.Background()
-	for _, cache := range []int{0, 16} {
-		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
-			s, err := Open(ctx, t.TempDir(), WithItemCache(cache))
-			if err != nil {
-				t.Fatal(err)
+	withAndWithoutCache(t, func(t *testing.T, s *Store) {
+		keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
+		// k is new: a claims it and b, c see a's claim; "old" is stored (and cached, with a cache):
+		// c and d see it as stored. (The groups are decided here, not by the committer, which is idle.)
+		first := newTransition("acme", []string{"old"}, claimFn("acme", []string{"old"}))
+		if s.commitGroup([]*transition{first}); first.err != nil {
+			t.Fatal(first.err)
+		}
+		a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
+		b := newTransition("acme", []string{"k"}, keep)
+		c := newTransition("acme", []string{"k", "old"}, keep)
+		d := newTransition("acme", []string{"old"}, keep)
+		s.commitGroup([]*transition{a, b, c, d})
+		given := map[*items.Item]string{}
+		for name, tr := range map[string]*transition{"a": a, "b": b, "c": c, "d": d} {
+			if tr.err != nil {
+				t.Fatalf("%s: %v", name, tr.err)
 			}
-			defer s.Close()
-			keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
-			// k is new: a claims it and b, c see a's claim; "old" is stored (and cached, with a cache):
-			// c and d see it as stored. (The groups are decided here, not by the committer, which is idle.)
-			first := newTransition("acme", []string{"old"}, claimFn("acme", []string{"old"}))
-			if s.commitGroup([]*transition{first}); first.err != nil {
-				t.Fatal(first.err)
-			}
-			a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
-			b := newTransition("acme", []string{"k"}, keep)
-			c := newTransition("acme", []string{"k", "old"}, keep)
-			d := newTransition("acme", []string{"old"}, keep)
-			s.commitGroup([]*transition{a, b, c, d})
-			given := map[*items.Item]string{}
-			for name, tr := range map[string]*transition{"a": a, "b": b, "c": c, "d": d} {
-				if tr.err != nil {
-					t.Fatalf("%s: %v", name, tr.err)
+			for i, it := range tr.out {
+				if it == nil {
+					t.Fatalf("%s: no item %d", name, i)
 				}
-				for i, it := range tr.out {
-					if it == nil {
-						t.Fatalf("%s: no item %d", name, i)
-					}
-					if other, ok := given[it]; ok {
-						t.Errorf("%s and %s were answered the same item object (%s)", other, name, it.Key)
-					}
-					given[it] = name
+				if other, ok := given[it]; ok {
+					t.Errorf("%s and %s were answered the same item object (%s)", other, name, it.Key)
 				}
+				given[it] = name
 			}
-			if b.out[0].Attempt != 1 || c.out[0].Attempt != 1 || c.out[1].Key != "old" || d.out[0].Key != "old" {
-				t.Errorf("answers %+v %+v %+v; want a's claim of k and the stored old", b.out[0], c.out, d.out[0])
-			}
-		})
-	}
+		}
+		if b.out[0].Attempt != 1 || c.out[0].Attempt != 1 || c.out[1].Key != "old" || d.out[0].Key != "old" {
+			t.Errorf("answers %+v %+v %+v; want a's claim of k and the stored old", b.out[0], c.out, d.out[0])
+		}
+	})
 }
 
 // TestTransitionManyAnswersARepeatedKeyItsOwnItem: a batch that names one key twice (TransitionMany allows
@@ -247,40 +239,48 @@ func TestGroupAnswersEachCallerItsOwnItem(t *testing.T) {
 // call changes nothing after the first claimed the item, and when neither changes a stored item (read
 // from the database, or from the cache).
 func TestTransitionManyAnswersARepeatedKeyItsOwnItem(t *testing.T) {
-	ctx := context.Background()
+	withAndWithoutCache(t, func(t *testing.T, s *Store) {
+		ctx := context.Background()
+		claimOnce := func(i int, cur *items.Item) (*items.Item, error) {
+			if i > 0 {
+				return nil, nil
+			}
+			return claimFn("acme", []string{"k"})(0, cur)
+		}
+		keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
+		for _, c := range []struct {
+			name string
+			fn   func(int, *items.Item) (*items.Item, error)
+		}{{"claimed, then unchanged", claimOnce}, {"stored, unchanged twice", keep}} {
+			out, err := s.TransitionMany(ctx, "acme", []string{"k", "k", "k"}, c.fn)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			for i := range out {
+				if out[i] == nil || out[i].Key != "k" || out[i].Attempt != 1 {
+					t.Fatalf("%s: answer %d is %+v, want k at attempt 1", c.name, i, out[i])
+				}
+				for j := range i {
+					if out[i] == out[j] {
+						t.Errorf("%s: places %d and %d were answered one item object", c.name, j, i)
+					}
+				}
+			}
+		}
+	})
+}
+
+// withAndWithoutCache runs test on a new store without the committer's item cache and on one with a small
+// cache, each its own subtest.
+func withAndWithoutCache(t *testing.T, test func(t *testing.T, s *Store)) {
 	for _, cache := range []int{0, 16} {
 		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) {
-			s, err := Open(ctx, t.TempDir(), WithItemCache(cache))
+			s, err := Open(context.Background(), t.TempDir(), WithItemCache(cache))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			claimOnce := func(i int, cur *items.Item) (*items.Item, error) {
-				if i > 0 {
-					return nil, nil
-				}
-				return claimFn("acme", []string{"k"})(0, cur)
-			}
-			keep := func(int, *items.Item) (*items.Item, error) { return nil, nil }
-			for _, c := range []struct {
-				name string
-				fn   func(int, *items.Item) (*items.Item, error)
-			}{{"claimed, then unchanged", claimOnce}, {"stored, unchanged twice", keep}} {
-				out, err := s.TransitionMany(ctx, "acme", []string{"k", "k", "k"}, c.fn)
-				if err != nil {
-					t.Fatalf("%s: %v", c.name, err)
-				}
-				for i := range out {
-					if out[i] == nil || out[i].Key != "k" || out[i].Attempt != 1 {
-						t.Fatalf("%s: answer %d is %+v, want k at attempt 1", c.name, i, out[i])
-					}
-					for j := range i {
-						if out[i] == out[j] {
-							t.Errorf("%s: places %d and %d were answered one item object", c.name, j, i)
-						}
-					}
-				}
-			}
+			test(t, s)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -212,12 +211,7 @@ func TestServeRefusesNoTokenThatMayPost(t *testing.T) {
 // unless SLACK_TOKEN_CHECK=warn; a missing history scope warns and the sweep goes on.
 func TestSweepOnceChecksTheSlackBotTokensScopes(t *testing.T) {
 	api := fakeSlackAuth(t).URL + "/api/"
-	sweep := func(env map[string]string) (program, error) {
-		p := newProgram(env)
-		err := p.Run(context.Background(), []string{"sweep", "--once", "--create"})
-		p.Close()
-		return p, err
-	}
+	sweep := sweepOnceCreate
 
 	env := slackEnv(t, api, "xoxb-nochat")
 	p, err := sweep(env)

@@ -271,12 +271,7 @@ func TestServeAsksSlackAgainUntilItAnswers(t *testing.T) {
 // that cannot be asked only warns (and is not asked again: the sweep is over).
 func TestSweepOnceChecksTheSlackBotToken(t *testing.T) {
 	api := fakeSlackAuth(t).URL + "/api/"
-	sweep := func(env map[string]string) (program, error) {
-		p := newProgram(env)
-		err := p.Run(context.Background(), []string{"sweep", "--once", "--create"})
-		p.Close()
-		return p, err
-	}
+	sweep := sweepOnceCreate
 
 	p, err := sweep(slackEnv(t, api, "xoxb-good"))
 	if err != nil {
@@ -414,4 +409,13 @@ func TestDebugAddrInUseCreatesNothing(t *testing.T) {
 		t.Fatalf("the stopped start still holds --addr %s: %v", addr, err)
 	}
 	again.Close()
+}
+
+// sweepOnceCreate runs "companion sweep --once --create" with env, and returns the program (its output)
+// once it is over.
+func sweepOnceCreate(env map[string]string) (program, error) {
+	p := newProgram(env)
+	err := p.Run(context.Background(), []string{"sweep", "--once", "--create"})
+	p.Close()
+	return p, err
 }
