@@ -177,6 +177,13 @@ func NewService(base, token, operatorToken string) (*Service, error) {
 		http: &http.Client{Timeout: 10 * time.Second}}, nil
 }
 
+// WithTimeout bounds each call to the service by d instead of NewService's 10 s, and returns s. For a
+// service known to be slow, such as the in-process FerretDB test server under the race detector.
+func (s *Service) WithTimeout(d time.Duration) *Service {
+	s.http.Timeout = d
+	return s
+}
+
 // URL returns the service's base URL.
 func (s *Service) URL() string { return s.base.String() }
 
