@@ -155,14 +155,22 @@ func beforeWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 				c := r.Claim(k, nil).Str("claim")
 				r.report(k, c, map[string]any{"outcome": "succeeded", "external_id": "x-1", "result": map[string]any{"id": 1}})
 			},
-			"in_flight":         func(k string) { r.Claim(k, nil) },
-			"failed_permanent":  func(k string) { r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 404}) },
-			"failed_exhausted":  func(k string) { r.report(k, r.Claim(k, map[string]any{"destination": "once"}).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429}) },
-			"failed_retry_wait": func(k string) { r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 600}) },
-			"failed_retry_due":  func(k string) { r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 0}) },
-			"unknown_lookup":    func(k string) { r.unknown(k, map[string]any{"dedupe": "lookup"}) },
-			"unknown_key":       func(k string) { r.unknown(k, map[string]any{"dedupe": "key"}) },
-			"unknown_none":      func(k string) { r.unknown(k, nil) },
+			"in_flight": func(k string) { r.Claim(k, nil) },
+			"failed_permanent": func(k string) {
+				r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 404})
+			},
+			"failed_exhausted": func(k string) {
+				r.report(k, r.Claim(k, map[string]any{"destination": "once"}).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429})
+			},
+			"failed_retry_wait": func(k string) {
+				r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 600})
+			},
+			"failed_retry_due": func(k string) {
+				r.report(k, r.Claim(k, nil).Str("claim"), map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 0})
+			},
+			"unknown_lookup": func(k string) { r.unknown(k, map[string]any{"dedupe": "lookup"}) },
+			"unknown_key":    func(k string) { r.unknown(k, map[string]any{"dedupe": "key"}) },
+			"unknown_none":   func(k string) { r.unknown(k, nil) },
 		}
 		for name, setup := range setups {
 			key := "r2-" + strings.ReplaceAll(name, "_", "-")
@@ -791,7 +799,9 @@ func reconcileRows(t *testing.T, open func(t *testing.T) items.Store) {
 		t.Parallel()
 		r := newRows(t, open)
 		r.unknown("rc-rep", map[string]any{"dedupe": "lookup"})
-		absent := func() map[string]any { return map[string]any{"finding": "absent", "evidence": "searched: nothing there"} }
+		absent := func() map[string]any {
+			return map[string]any{"finding": "absent", "evidence": "searched: nothing there"}
+		}
 		Expect(t, r.reconcile("rc-rep", absent()), http.StatusOK, "", "")
 		v := r.item("rc-rep").Version
 		if rep := r.reconcile("rc-rep", absent()); rep.Status != http.StatusOK || rep.Str("reason") != "unchanged" || rep.Str("state") != "failed" {
@@ -833,7 +843,9 @@ func resolveRows(t *testing.T, open func(t *testing.T) items.Store) {
 	t.Run("OnlyUnknownOrFailedWithNoAttemptsLeft", func(t *testing.T) {
 		t.Parallel()
 		r := newRows(t, open)
-		good := func() map[string]any { return map[string]any{"outcome": "not_committed", "evidence": "not in the destination"} }
+		good := func() map[string]any {
+			return map[string]any{"outcome": "not_committed", "evidence": "not in the destination"}
+		}
 		// 409: in flight (lease live), succeeded, failed with attempts left (retryable, permanent)
 		r.Claim("rs-live", nil)
 		c := r.Claim("rs-done", nil).Str("claim")
@@ -891,7 +903,9 @@ func resolveRows(t *testing.T, open func(t *testing.T) items.Store) {
 	t.Run("AdditionsAcknowledged", func(t *testing.T) {
 		t.Parallel()
 		r := newRows(t, open)
-		ack := func() map[string]any { return map[string]any{"outcome": "acknowledged", "evidence": "seen; the owner takes it from here"} }
+		ack := func() map[string]any {
+			return map[string]any{"outcome": "acknowledged", "evidence": "seen; the owner takes it from here"}
+		}
 		c := r.Claim("ak-stale", map[string]any{"destination": "slow"}).Str("claim")
 		r.report("ak-stale", c, map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 3600})
 		r.Clock.Advance(10*time.Minute + time.Second)
@@ -936,7 +950,9 @@ func resolveRows(t *testing.T, open func(t *testing.T) items.Store) {
 	t.Run("AdditionsRepeatsArePerAttempt", func(t *testing.T) {
 		t.Parallel()
 		r := newRows(t, open)
-		nc := func() map[string]any { return map[string]any{"outcome": "not_committed", "evidence": "checked: not there"} }
+		nc := func() map[string]any {
+			return map[string]any{"outcome": "not_committed", "evidence": "checked: not there"}
+		}
 		r.unknown("rs-rep", nil)
 		Expect(t, r.resolve("rs-rep", nc()), http.StatusOK, "", "")
 		v := r.item("rs-rep").Version
