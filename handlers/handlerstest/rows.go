@@ -810,8 +810,10 @@ func reconcileRows(t *testing.T, open func(t *testing.T) items.Store) {
 		r.same("rc-rep", v, "an identical reconcile")
 		// a different finding now: 409 (the item is failed)
 		Expect(t, r.reconcile("rc-rep", map[string]any{"finding": "lookup_failed", "evidence": "searched: nothing there"}), http.StatusConflict, items.CodeConflict, "")
-		// attempt 2, unknown again: the same finding and evidence are new evidence
+		// attempt 2 in flight: the same finding is no repeat, and the item is not unknown: 409
 		a := r.bw("rc-rep", map[string]any{"dedupe": "lookup"})
+		Expect(t, r.reconcile("rc-rep", absent()), http.StatusConflict, items.CodeConflict, "")
+		// attempt 2, unknown again: the same finding and evidence are new evidence
 		r.report("rc-rep", a.Str("claim"), map[string]any{"outcome": "unknown"})
 		if a := r.bw("rc-rep", nil); dr(a) != "reconcile/lookup_required" || a.Num("attempt") != 2 {
 			t.Fatalf("attempt 2 unknown: %s", a.Body)
@@ -953,15 +955,19 @@ func resolveRows(t *testing.T, open func(t *testing.T) items.Store) {
 		nc := func() map[string]any {
 			return map[string]any{"outcome": "not_committed", "evidence": "checked: not there"}
 		}
-		r.unknown("rs-rep", nil)
+		// dedupe key: an unknown attempt needs no person by itself, so only the attempt tells the repeat apart
+		r.unknown("rs-rep", map[string]any{"dedupe": "key"})
 		Expect(t, r.resolve("rs-rep", nc()), http.StatusOK, "", "")
 		v := r.item("rs-rep").Version
 		if res := r.resolve("rs-rep", nc()); res.Str("reason") != "unchanged" {
 			t.Fatalf("identical repeat: %s", res.Body)
 		}
 		r.same("rs-rep", v, "an identical resolution")
-		a := r.bw("rs-rep", nil)
+		a := r.bw("rs-rep", map[string]any{"dedupe": "key"})
 		r.report("rs-rep", a.Str("claim"), map[string]any{"outcome": "unknown"})
+		if it := r.item("rs-rep"); it.NeedsPerson || it.State != items.StateUnknown {
+			t.Fatalf("attempt 2 unknown: %s needs_person %v", it.State, it.NeedsPerson)
+		}
 		res := r.resolve("rs-rep", nc())
 		if res.Status != http.StatusOK || res.Str("reason") != "recorded" || res.Str("state") != "failed" || res.Num("attempt") != 2 {
 			t.Fatalf("the same resolution on attempt 2: %d %s", res.Status, res.Body)
