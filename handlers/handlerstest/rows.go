@@ -131,6 +131,9 @@ func beforeWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 		if it := r.item("r1-new"); it.State != items.StateInFlight || it.Attempt != 1 || len(it.History) != 1 || it.History[0].Kind != items.EventClaimed {
 			t.Fatalf("stored: %s attempt %d, %d events", it.State, it.Attempt, len(it.History))
+		} else if it.LeaseExpiresAt == nil || it.LeaseExpiresAt.UTC().Format(time.RFC3339) != a.Str("lease_expires_at") || it.Claim != a.Str("claim") {
+			// API.md additions: the lease_expires_at a caller receives is the one stored with its claim
+			t.Fatalf("stored lease %v and claim %s, answered %s and %s", it.LeaseExpiresAt, it.Claim, a.Str("lease_expires_at"), a.Str("claim"))
 		}
 		// prepared, then a before-write with another payload: row 1 comes before row 2 (nothing was dispatched)
 		p := r.Post(WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "prep", "items": []any{map[string]any{"key": "r1-prep", "payload": map[string]any{"x": 1}}}})
@@ -695,6 +698,31 @@ func afterWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 	})
 
+	// The report table's third row: the current attempt's report while in flight, "lease live or expired",
+	// is classified; nothing else turns the expired claim into "not sent".
+	t.Run("CurrentAttemptReportsAfterItsLeaseEnded", func(t *testing.T) {
+		t.Parallel()
+		r := newRows(t, open)
+		for i, tc := range []struct {
+			report map[string]any
+			state  items.State
+			reason string
+		}{
+			{map[string]any{"outcome": "succeeded", "external_id": "x"}, items.StateSucceeded, "recorded"},
+			{map[string]any{"outcome": "failed", "http_status": 404}, items.StateFailed, "recorded"},
+			{map[string]any{"outcome": "failed", "error": map[string]any{"class": "timeout"}}, items.StateUnknown, "recorded"},
+			{map[string]any{"outcome": "unknown"}, items.StateUnknown, "recorded"},
+		} {
+			key := fmt.Sprintf("late-%d", i)
+			c := r.Claim(key, map[string]any{"lease_seconds": 5}).Str("claim")
+			r.Clock.Advance(6 * time.Second)
+			rep := r.report(key, c, tc.report)
+			if rep.Str("state") != string(tc.state) || rep.Str("reason") != tc.reason || rep.Num("attempt") != 1 {
+				t.Fatalf("%v after the lease ended: %s", tc.report, rep.Body)
+			}
+		}
+	})
+
 	t.Run("ClaimsAreOfTheItemAndTenant", func(t *testing.T) {
 		t.Parallel()
 		r := newRows(t, open)
@@ -1040,6 +1068,21 @@ func batchRows(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 		if it := r.item("b-out"); !it.NeedsPerson || it.NeedsPersonCause != items.CauseAttemptsExhausted {
 			t.Errorf("attempts_exhausted in a batch: needs_person %v (%s)", it.NeedsPerson, it.NeedsPersonCause)
+		}
+		// prepare leaves existing items alone, whatever their state
+		versions := map[string]int64{}
+		for _, key := range []string{"b-new", "b-done", "b-owner", "b-retry"} {
+			versions[key] = r.item(key).Version
+		}
+		p := r.Post(WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "mixed-2", "items": BatchItems("b-new", "b-done", "b-owner", "b-retry", "b-fresh")})
+		if p.Status != http.StatusOK || p.Num("counts.prepared") != 1 || p.Num("counts.existing") != 4 {
+			t.Fatalf("prepare over existing items: %d %s", p.Status, p.Body)
+		}
+		for key, v := range versions {
+			r.same(key, v, "a batch preparation")
+		}
+		if it := r.item("b-fresh"); it.State != items.StatePrepared || it.Attempt != 0 || it.Claim != "" {
+			t.Fatalf("prepared: %s attempt %d claim %q", it.State, it.Attempt, it.Claim)
 		}
 	})
 }
