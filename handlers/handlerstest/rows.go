@@ -430,6 +430,22 @@ func beforeWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 			t.Fatalf("GET three days later: %s", g.Body)
 		}
 		r.same("r11", v, "waiting")
+		// nor does the sweeper: it records expiries and asks for a person, nothing else
+		r.Claim("r11-swept", map[string]any{"lease_seconds": 5, "dedupe": "key"})
+		r.Clock.Advance(5 * time.Second)
+		if changed, err := r.Ledger.ExpireLease(context.Background(), "acme", "r11-swept"); err != nil || !changed {
+			t.Fatalf("the sweeper's expiry: %v, %v", changed, err)
+		}
+		r.Clock.Advance(72 * time.Hour)
+		if _, err := r.Ledger.MarkNeedsPerson(context.Background(), "acme", "r11-swept"); err != nil {
+			t.Fatal(err)
+		}
+		if it := r.item("r11-swept"); it.State != items.StateUnknown || it.Attempt != 1 || !it.NeedsPerson || it.NeedsPersonCause != items.CauseAwaitingOwner {
+			t.Fatalf("swept three days later: %s attempt %d needs_person %v (%s)", it.State, it.Attempt, it.NeedsPerson, it.NeedsPersonCause)
+		}
+		if a := r.bw("r11-swept", nil); dr(a) != "skip/awaiting_owner" {
+			t.Fatalf("past the key retention: %s", a.Body)
+		}
 	})
 }
 
