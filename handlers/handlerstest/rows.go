@@ -958,7 +958,15 @@ func resolveRows(t *testing.T, open func(t *testing.T) items.Store) {
 		if cause, err := r.Ledger.MarkNeedsPerson(context.Background(), "acme", "ak-stale"); err != nil || cause != items.CauseStale {
 			t.Fatalf("the sweeper's mark: %q, %v", cause, err)
 		}
+		// the alert about it went out (as the dispatcher records it)
+		if n, err := r.Ledger.RecordAlerts(context.Background(), "acme", []items.AlertMark{{Key: "ak-stale", Attempt: 1, Cause: items.CauseStale}},
+			items.AlertSent, "U024BE7LH"); err != nil || n != 1 {
+			t.Fatalf("record the alert: %d, %v", n, err)
+		}
 		before := r.item("ak-stale")
+		if before.AlertStatus != items.AlertSent {
+			t.Fatalf("alert status %q before the acknowledgement", before.AlertStatus)
+		}
 		res := r.resolve("ak-stale", ack())
 		if res.Status != http.StatusOK || res.Str("reason") != "recorded" || res.Str("state") != "failed" || res.Num("attempt") != 1 ||
 			res.At("needs_person") != false || res.Str("resolution.outcome") != "acknowledged" || res.Str("resolution.by") != "op-acme" {
