@@ -10,5 +10,5 @@ import (
 // TestRowsSQLite proves the decision tables of API.md row by row through HTTP on the SQLite store
 // (handlerstest.ExerciseRows; the MongoDB store runs them in its TestHTTPRows).
 func TestRowsSQLite(t *testing.T) {
-	handlerstest.ExerciseRows(t, func(t *testing.T) items.Store { return openSQLite(t) })
+	handlerstest.ExerciseRows(t, func(t *testing.T) items.Store { return openSQLite(t) }, handlerstest.Options{})
 }

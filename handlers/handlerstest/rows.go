@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,8 +114,9 @@ func dr(a Response) string { return a.Str("decision") + "/" + a.Str("reason") }
 // each row the request that matches it (and, where two rows could match, the first), the decision,
 // reason and status, and the stored effect (state, attempt, needs_person, history). The names say the
 // table and the row: BeforeWrite/Row02…, AfterWrite/Classify…, Reconcile…, Resolve…, Additions….
-func ExerciseRows(t *testing.T, open func(t *testing.T) items.Store) {
+func ExerciseRows(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 	t.Run("BeforeWrite", func(t *testing.T) { beforeWriteRows(t, open) })
+	t.Run("Concurrency", func(t *testing.T) { concurrentRows(t, open, opts) })
 	t.Run("AfterWrite", func(t *testing.T) { afterWriteRows(t, open) })
 	t.Run("Reconcile", func(t *testing.T) { reconcileRows(t, open) })
 	t.Run("Resolve", func(t *testing.T) { resolveRows(t, open) })
@@ -1107,6 +1109,55 @@ func batchRows(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 		if it := r.item("b-fresh"); it.State != items.StatePrepared || it.Attempt != 0 || it.Claim != "" {
 			t.Fatalf("prepared: %s attempt %d claim %q", it.State, it.Attempt, it.Claim)
+		}
+	})
+}
+
+// concurrentRows: "of any number of simultaneous before-writes for one tenant and key, exactly one gets
+// proceed" holds for every row that proceeds (1 from prepared, 8, 10), not only for a new key; the others
+// are told skip/in_progress.
+func concurrentRows(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
+	t.Run("EveryProceedingRowHasOneWinner", func(t *testing.T) {
+		if opts.SkipConcurrency != "" {
+			t.Skip(opts.SkipConcurrency)
+		}
+		t.Parallel()
+		r := newRows(t, open)
+		const callers = 16
+		for round := range 5 {
+			prepared, retry, sameKey := fmt.Sprintf("c-prep-%d", round), fmt.Sprintf("c-retry-%d", round), fmt.Sprintf("c-key-%d", round)
+			Expect(t, r.Post(WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "c", "items": []any{
+				map[string]any{"key": prepared, "payload": payload(prepared)}}}), http.StatusOK, "", "")
+			c := r.Claim(retry, nil).Str("claim")
+			r.report(retry, c, map[string]any{"outcome": "failed", "error": map[string]any{"class": "validation"}})
+			r.unknown(sameKey, map[string]any{"dedupe": "key"})
+			for key, want := range map[string]string{prepared: "proceed/new", retry: "proceed/retry", sameKey: "proceed/retry_same_key"} {
+				answers := make([]Response, callers)
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for i := range callers {
+					wg.Go(func() {
+						<-start
+						answers[i] = r.BeforeWrite(map[string]any{"key": key, "payload": payload(key)})
+					})
+				}
+				close(start)
+				wg.Wait()
+				winners := 0
+				for _, a := range answers {
+					switch {
+					case a.Status != http.StatusOK:
+						t.Fatalf("%s: %d %s", key, a.Status, a.Body)
+					case dr(a) == want:
+						winners++
+					case dr(a) != "skip/in_progress":
+						t.Fatalf("%s: a loser got %s", key, dr(a))
+					}
+				}
+				if it := r.item(key); winners != 1 || len(it.Attempts) != it.Attempt || it.State != items.StateInFlight {
+					t.Fatalf("%s: %d callers got %s, %d attempts stored at attempt %d", key, winners, want, len(it.Attempts), it.Attempt)
+				}
+			}
 		}
 	})
 }
