@@ -120,7 +120,7 @@ func ExerciseRows(t *testing.T, open func(t *testing.T) items.Store, opts Option
 	t.Run("AfterWrite", func(t *testing.T) { afterWriteRows(t, open) })
 	t.Run("Reconcile", func(t *testing.T) { reconcileRows(t, open) })
 	t.Run("Resolve", func(t *testing.T) { resolveRows(t, open) })
-	t.Run("Batches", func(t *testing.T) { batchRows(t, open) })
+	t.Run("Batches", func(t *testing.T) { batchRows(t, open); batchAfterWriteRows(t, open) })
 }
 
 func beforeWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
@@ -1109,6 +1109,56 @@ func batchRows(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 		if it := r.item("b-fresh"); it.State != items.StatePrepared || it.Attempt != 0 || it.Claim != "" {
 			t.Fatalf("prepared: %s attempt %d claim %q", it.State, it.Attempt, it.Claim)
+		}
+	})
+}
+
+// batchAfterWriteRows: one batch of reports, each matching another row of the report table, decided in
+// order (a report sees what the earlier ones in the batch recorded).
+func batchAfterWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
+	t.Run("MixedReportRowsInOneBatch", func(t *testing.T) {
+		t.Parallel()
+		r := newRows(t, open)
+		fresh := r.Claim("ba-fresh", nil).Str("claim")
+		done := r.Claim("ba-done", nil).Str("claim")
+		r.report("ba-done", done, map[string]any{"outcome": "succeeded", "external_id": "d-1"})
+		old := r.Claim("ba-old", map[string]any{"dedupe": "key"}).Str("claim")
+		r.report("ba-old", old, map[string]any{"outcome": "failed", "error": map[string]any{"class": "timeout"}})
+		cur := r.bw("ba-old", nil).Str("claim")
+		unknown := r.unknown("ba-unknown", nil)
+		report := func(key, claim string, f map[string]any) map[string]any {
+			f["key"], f["claim"] = key, claim
+			return f
+		}
+		a := r.BatchAfterWrite(
+			report("ba-fresh", fresh, map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 30}),
+			report("ba-fresh", fresh, map[string]any{"outcome": "failed", "http_status": 429, "retry_after": 30}),
+			report("ba-done", done, map[string]any{"outcome": "succeeded", "external_id": "d-2"}),
+			report("ba-done", done, map[string]any{"outcome": "failed", "http_status": 500}),
+			report("ba-old", old, map[string]any{"outcome": "failed", "http_status": 500}),
+			report("ba-old", cur, map[string]any{"outcome": "failed", "http_status": 404}),
+			report("ba-old", old, map[string]any{"outcome": "succeeded", "external_id": "o-1"}),
+			report("ba-unknown", unknown, map[string]any{"outcome": "failed", "http_status": 503, "retry_after": 5}),
+			report("ba-unknown", unknown, map[string]any{"outcome": "succeeded", "external_id": "u-1"}),
+		)
+		Expect(t, a, http.StatusOK, "", "")
+		want := []string{
+			"failed recorded 1", "failed unchanged 1", "succeeded duplicate_effect 1", "succeeded history_only 1",
+			// attempt 2's 404 settles only attempt 2: attempt 1's outcome is unknown, so the item stays unknown
+			"in_flight history_only 1", "unknown recorded 2", "succeeded late_success 1",
+			"unknown recorded 1", "succeeded late_success 1",
+		}
+		for i, w := range want {
+			it := a.ItemAt(i)
+			if got := fmt.Sprintf("%s %s %v", it.Str("state"), it.Str("reason"), it.At("attempt")); got != w {
+				t.Errorf("report %d (%s): %s, want %s", i, it.Str("key"), got, w)
+			}
+		}
+		if it := r.item("ba-done"); !it.DuplicateEffect || !it.NeedsPerson || it.ExternalID != "d-1" {
+			t.Errorf("ba-done: duplicate %v needs_person %v external_id %s", it.DuplicateEffect, it.NeedsPerson, it.ExternalID)
+		}
+		if it := r.item("ba-old"); it.State != items.StateSucceeded || it.ExternalID != "o-1" || it.Attempt != 2 {
+			t.Errorf("ba-old: %s %s attempt %d", it.State, it.ExternalID, it.Attempt)
 		}
 	})
 }
