@@ -75,10 +75,17 @@ func (s *Store) awaitPrimary(ctx context.Context, wait time.Duration) error {
 	waitCtx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	for {
+		began := time.Now()
 		err := s.client.Ping(waitCtx, readpref.Primary())
 		var sel topology.ServerSelectionError
-		if err == nil || waitCtx.Err() != nil || !errors.As(err, &sel) {
+		if err == nil || waitCtx.Err() != nil || !errors.As(err, &sel) || sel.Desc.CompatibilityErr != nil {
 			return err
+		}
+		// Selection gives up after its timeout; one that gave up at once is not asked again at once.
+		select {
+		case <-waitCtx.Done():
+			return err
+		case <-time.After(max(0, 100*time.Millisecond-time.Since(began))):
 		}
 	}
 }
