@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -420,5 +421,25 @@ func TestProgramExitStatus(t *testing.T) {
 	}
 	if code := cli.ExitCode(m.Run(context.Background(), []string{"acceptance", "--bogus"})); code != 2 {
 		t.Errorf("a wrong flag: exit status %d, want 2", code)
+	}
+}
+
+// --store mongodb on a MONGODB_URI where nothing listens stops as companion serve does: one line naming the
+// host, what it said and what to check, without the URI's password.
+func TestCommandNamesAnUnreachableMongoDB(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	uri := "mongodb://ledger:hunter2@" + addr + "/?serverSelectionTimeoutMS=300"
+	var stdout, stderr bytes.Buffer
+	err = acceptance.CommandEnv(context.Background(), []string{"--store", "mongodb", "--only", "5"}, &stdout, &stderr,
+		func(k string) string { return map[string]string{"MONGODB_URI": uri}[k] })
+	if err == nil || !strings.Contains(err.Error(), addr+": connection refused") || !strings.Contains(err.Error(), "check that MongoDB runs") ||
+		strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "topology") {
+		t.Errorf("--store mongodb where nothing listens: %v", err)
 	}
 }

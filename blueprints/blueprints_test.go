@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the committed templates from the generator")
@@ -704,5 +706,67 @@ func TestMakeBatchRoutesEveryDecision(t *testing.T) {
 	report := findMakeModule(router.Routes[0].Flow, "Batch after-write")
 	if report == nil || report.Filter == nil || !strings.Contains(report.Filter.Conditions[0][0].A, "length(") {
 		t.Errorf("the batch after-write is not stopped on an empty aggregation: %+v", report.Filter)
+	}
+}
+
+// TestCommandKeepsEditedFiles: rendering into a folder whose files differ from what it would write (a copy
+// someone edited, a rendering with other flags) refuses, names them, matches ErrUsage and changes nothing;
+// the same rendering again is a quiet success that leaves the files as they are; --force replaces them.
+func TestCommandKeepsEditedFiles(t *testing.T) {
+	dir := t.TempDir()
+	render := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := Command(context.Background(), append([]string{"render", "--url", "https://companion.example.com", "--out", dir}, args...), &out, &errOut)
+		return out.String(), err
+	}
+	if _, err := render(); err != nil {
+		t.Fatalf("first render: %v", err)
+	}
+	edited := filepath.Join(dir, N8nDir, "guarded-write.json")
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, p := range []string{edited, filepath.Join(dir, MakeDir, "README.md")} {
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The same rendering again: no error, every file listed, none rewritten.
+	out, err := render()
+	if err != nil || strings.Count(out, "\n") != 12 {
+		t.Fatalf("the same render again: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(edited); err != nil || !fi.ModTime().Equal(old) {
+		t.Errorf("the same render again rewrote %s (%v)", edited, err)
+	}
+
+	mine := []byte(`{"edited": "by hand"}`)
+	if err := os.WriteFile(edited, mine, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	readme := filepath.Join(dir, MakeDir, "README.md")
+	before, _ := os.ReadFile(readme)
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{{nil, "1 file differs"}, {[]string{"--token", "another-token"}, " files differ"}} {
+		args := tc.args
+		out, err = render(args...)
+		if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), edited) ||
+			!strings.Contains(err.Error(), "--force") || out != "" {
+			t.Errorf("render %v over an edited file: %v\n%s", args, err, out)
+		}
+		if got, _ := os.ReadFile(edited); !bytes.Equal(got, mine) {
+			t.Errorf("render %v replaced the edited file", args)
+		}
+		// --token changes the Make README too; nothing is written while one file is refused.
+		if got, _ := os.ReadFile(readme); !bytes.Equal(got, before) {
+			t.Errorf("render %v wrote %s although it refused", args, readme)
+		}
+	}
+
+	if _, err := render("--force"); err != nil {
+		t.Fatalf("render --force: %v", err)
+	}
+	if got, _ := os.ReadFile(edited); bytes.Equal(got, mine) {
+		t.Errorf("render --force kept the edited file")
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 )
 
 // Folders the rendered templates are written to, relative to the output directory.
@@ -66,15 +68,16 @@ func Render(s Settings) (map[string][]byte, error) {
 	return files, nil
 }
 
-// WriteFiles writes the rendered files below dir and returns their paths, sorted.
+// WriteFiles writes the rendered files below dir and returns their paths, sorted. A file that already holds
+// the bytes it would write is left as it is; any other file of the same name is replaced (Changed finds
+// those first).
 func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
-	var paths []string
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := sortedPaths(files)
 	for _, p := range paths {
 		full := filepath.Join(dir, filepath.FromSlash(p))
+		if have, err := os.ReadFile(full); err == nil && bytes.Equal(have, files[p]) {
+			continue
+		}
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			return nil, err
 		}
@@ -83,6 +86,61 @@ func WriteFiles(dir string, files map[string][]byte) ([]string, error) {
 		}
 	}
 	return paths, nil
+}
+
+// Changed returns the paths, sorted, of the files below dir that exist and hold other bytes than files
+// would write there: a rendering of other settings, or a copy someone edited. A file that does not exist,
+// or holds the same bytes, is not changed. It fails only when an existing file cannot be read.
+func Changed(dir string, files map[string][]byte) ([]string, error) {
+	var changed []string
+	for _, p := range sortedPaths(files) {
+		have, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			// Not there, or --out (or a folder in it) is a file: WriteFiles says so.
+		case err != nil:
+			return nil, err
+		case !bytes.Equal(have, files[p]):
+			changed = append(changed, p)
+		}
+	}
+	return changed, nil
+}
+
+func sortedPaths(files map[string][]byte) []string {
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	return paths
+}
+
+// changedFiles is render's refusal to replace files that differ from what it would write; it matches
+// ErrUsage, as the command line lacks --force.
+type changedFiles struct {
+	out   string
+	paths []string
+}
+
+func (e changedFiles) Is(target error) bool { return target == ErrUsage }
+
+func (e changedFiles) Error() string {
+	const shown = 8
+	names := make([]string, 0, shown)
+	for _, p := range e.paths[:min(len(e.paths), shown)] {
+		names = append(names, filepath.Join(e.out, filepath.FromSlash(p)))
+	}
+	more := ""
+	if len(e.paths) > shown {
+		more = fmt.Sprintf(" and %d more", len(e.paths)-shown)
+	}
+	what := fmt.Sprintf("%d files differ", len(e.paths))
+	if len(e.paths) == 1 {
+		what = "1 file differs"
+	}
+	return fmt.Sprintf("templates render: %s from what it would write, so it wrote nothing: %s%s (edited copies, or a rendering "+
+		"with other flags); render into a new folder to keep them, or give --force to replace them", what, strings.Join(names, ", "), more)
 }
 
 // ErrUsage is wrapped by the errors Command returns for a mistake in the command line (an unknown flag, a
@@ -98,7 +156,11 @@ func (e usageError) Is(target error) bool { return target == ErrUsage }
 //
 //	companion templates render --url http://companion:8080 --out DIR [--write-url …] [--lookup-url …]
 //	    [--credential companion] [--credential-id ID] [--token …] [--write-timeout-ms 10000]
-//	    [--error-workflow-id ID] [--claim-workflow-id ID] [--report-workflow-id ID]
+//	    [--error-workflow-id ID] [--claim-workflow-id ID] [--report-workflow-id ID] [--force]
+//
+// A file in --out that exists and differs from what render would write is not replaced without --force:
+// render then writes nothing and names them (ErrUsage). Rendering the same files again writes nothing and
+// succeeds.
 //
 // args may start with "templates" (the word the main binary dispatched on) or with "render". Help
 // (-h, --help, no subcommand, or "help") goes to stdout and is not an error.
@@ -119,6 +181,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	s := d
 	fs.StringVar(&s.ServiceURL, "url", d.ServiceURL, "companion's base URL as the workflows reach it")
 	out := fs.String("out", "", "directory to write n8n-templates/ and make-templates/ into (required)")
+	force := fs.Bool("force", false, "replace files in --out that differ from what it would write (edited copies); without it render refuses and writes nothing")
 	fs.StringVar(&s.WriteURL, "write-url", d.WriteURL, "the example write in the slot (POST, creates one record)")
 	fs.StringVar(&s.LookupURL, "lookup-url", d.LookupURL, "the example lookup of the lookup-reconcile template (GET ?reference=)")
 	fs.StringVar(&s.CredentialName, "credential", d.CredentialName, "name of the n8n Bearer Auth credential holding the companion token")
@@ -157,6 +220,15 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if !*force {
+		changed, err := Changed(*out, files)
+		if err != nil {
+			return fmt.Errorf("templates render: cannot read what is in --out %s (%w): give a folder this user can read and write", *out, err)
+		}
+		if len(changed) > 0 {
+			return usageError{changedFiles{out: *out, paths: changed}}
+		}
+	}
 	paths, err := WriteFiles(*out, files)
 	if err != nil {
 		return fmt.Errorf("templates render: cannot write into --out %s (%w): give a folder this user can write, or one that does not exist yet", *out, err)
@@ -174,6 +246,8 @@ const commandSynopsis = `usage: companion templates render --url URL --out DIR [
 Renders the n8n workflows (n8n-templates/) and Make blueprints (make-templates/) with your own
 defaults written into every file: companion's URL as the workflows reach it, the example write and
 lookup, the n8n credential, the error workflow's id. The files are the ones in this repository,
-byte for byte when rendered with the defaults; docs/templates.md is the guide.
+byte for byte when rendered with the defaults; docs/templates.md is the guide. A file in --out that
+differs from what it would write (an edited copy) is kept: render then writes nothing and names it;
+--force replaces it.
 Run "companion templates render --help" for every flag.
 `

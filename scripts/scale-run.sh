@@ -79,7 +79,7 @@ bench() {
   local out
   out="$("$bin" bench --prefix "scale$RANDOM" "$@" 2>/dev/null)"
   printf '%s\n' "$out" >>"$dir/bench.log"
-  awk '/before-write/ {b = $(NF-1)} /after-write/ {a = $(NF-1)} /callers/ && $NF ~ /^[0-9]+$/ {r = $(NF-1)}
+  awk '/before-write/ {b = $(NF-1)} /after-write/ {a = $(NF-1)} /, [0-9]+ callers? / && $NF ~ /^[0-9]+$/ {r = $(NF-1)}
     END {printf "%s %s %s", r, b, a}' <<<"$out"
 }
 

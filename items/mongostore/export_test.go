@@ -1,6 +1,14 @@
 package mongostore
 
-import "go.mongodb.org/mongo-driver/v2/event"
+import (
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// StartWait is how long Open waits for the primary of uri.
+func StartWait(uri string) time.Duration { return startWait(options.Client().ApplyURI(uri)) }
 
 // WithCommandMonitor lets a test see every command the store's client sends.
 func WithCommandMonitor(m *event.CommandMonitor) Option {

@@ -114,8 +114,11 @@ func WithoutServerClock() Option {
 
 // Open connects to the MongoDB deployment at uri, checks that its primary answers, and creates the
 // ledger's indexes in database (DefaultDatabase when empty) if they do not exist. Whatever the URI says,
-// writes use write concern majority with journaling and reads go to the primary. Returns
-// items.ErrUnavailable (with the cause) when the deployment cannot be reached.
+// writes use write concern majority with journaling and reads go to the primary. It waits for the primary
+// for the URI's serverSelectionTimeoutMS, else DefaultStartWait; every operation after that has the
+// store's own timeout (WithTimeout). Returns a *ConnectError (which is items.ErrUnavailable) when no
+// primary answered in that time, items.ErrUnavailable (with the cause) when the deployment cannot be used
+// otherwise; no error carries the URI's password.
 func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, error) {
 	if uri == "" {
 		return nil, errors.New("mongostore: no MongoDB URI")
@@ -128,8 +131,9 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		o(&set)
 	}
 	journal := true
-	copts := options.Client().ApplyURI(uri).
-		SetAppName("companion").
+	copts := options.Client().ApplyURI(uri)
+	wait := startWait(copts)
+	copts.SetAppName("companion").
 		SetTimeout(set.timeout).
 		SetServerSelectionTimeout(set.timeout).
 		SetConnectTimeout(set.timeout).
@@ -141,15 +145,15 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	client, err := mongo.Connect(copts)
 	if err != nil {
 		// The URI itself is wrong: say so, without echoing credentials.
-		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), err)
+		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), scrubbed{err, secrets(copts)})
 	}
 	db := client.Database(database)
 	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
 		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority())),
 		clock:         set.clock, timeout: set.timeout, log: set.log}
-	if err := client.Ping(ctx, readpref.Primary()); err != nil {
+	if err := s.awaitPrimary(ctx, wait); err != nil {
 		s.Close()
-		return nil, unavailable("connect to "+Redacted(uri), err)
+		return nil, connectError(uri, copts, wait, err)
 	}
 	if !set.noServerClock {
 		// A server that refuses hello (older than MongoDB 4.4.2) or does not report its clock leaves the

@@ -420,20 +420,38 @@ func TestPingAnswers(t *testing.T) {
 	}
 }
 
+// TestOpenWithoutAServerIsUnavailable: a URI where nothing listens fails Open within the URI's
+// serverSelectionTimeoutMS with one line that names each host tried and what it said, and what to check,
+// without the URI's password or the driver's topology dump.
 func TestOpenWithoutAServerIsUnavailable(t *testing.T) {
 	t.Parallel()
 	// A port nobody listens on: bind one, then close it.
 	addr := freeAddr(t)
 	start := time.Now()
-	_, err := mongostore.Open(t.Context(), "mongodb://user:hunter2@"+addr+"/", "x", mongostore.WithTimeout(500*time.Millisecond))
+	_, err := mongostore.Open(t.Context(), "mongodb://user:hunter2@"+addr+",nohost.invalid:27017/?serverSelectionTimeoutMS=700", "x")
 	if !errors.Is(err, items.ErrUnavailable) {
 		t.Fatalf("Open without a server: %v, want ErrUnavailable", err)
 	}
-	if strings.Contains(err.Error(), "hunter2") {
-		t.Errorf("the error shows the password: %v", err)
+	var ce *mongostore.ConnectError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Open without a server: %T %v, want a *ConnectError", err, err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Errorf("Open took %v to give up, want about the 500ms timeout", d)
+	msg := err.Error()
+	for _, want := range []string{"within 700ms", addr + ": connection refused", "nohost.invalid:27017: ", "check that MongoDB runs", "serverSelectionTimeoutMS"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error does not say %q: %s", want, msg)
+		}
+	}
+	for _, not := range []string{"hunter2", "topology", "\n", "server selection error"} {
+		if strings.Contains(msg, not) {
+			t.Errorf("the error says %q: %s", not, msg)
+		}
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Open took %v to give up, want about the URI's 700ms", d)
+	}
+	if got := mongostore.StartWait("mongodb://" + addr + "/"); got != mongostore.DefaultStartWait {
+		t.Errorf("a URI without serverSelectionTimeoutMS waits %v at the start, want DefaultStartWait (%v)", got, mongostore.DefaultStartWait)
 	}
 }
 

@@ -599,6 +599,14 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// callersWord counts callers in words a reader expects: "1 caller", "32 callers".
+func callersWord(n int) string {
+	if n == 1 {
+		return "1 caller"
+	}
+	return fmt.Sprintf("%d callers", n)
+}
+
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
 
 // benchWriter prints what the SQLite ledger's one writer did over the run (w), and what limits the writes
@@ -648,9 +656,9 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 			slices.Sort(d)
 			fmt.Fprintf(w, "%s\t%d\t\t\t%s\t%s\t\t\n", k, len(d), ms(percentile(d, 50)), ms(percentile(d, 99)))
 		}
-		name := fmt.Sprintf("%s, %d callers", o.mode, o.callers)
+		name := fmt.Sprintf("%s, %s", o.mode, callersWord(o.callers))
 		if o.mode == "batch" {
-			name = fmt.Sprintf("batch of %d, %d callers", o.batch, o.callers)
+			name = fmt.Sprintf("batch of %d, %s", o.batch, callersWord(o.callers))
 		}
 		fmt.Fprintf(w, "%s\t\t%d\t%.0f\t\t\t%d\t\n", name, run.done.Load(), rate, run.failed.Load())
 	}

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -198,7 +199,7 @@ func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wrong-secret-0123456789"}
 	out, err := run(t, env, "bench", "--items", "3", "--callers", "1", "--prefix", "bench-401")
 	if err == nil || !regexp.MustCompile(`^bench: 3 calls failed; the first: before-write: HTTP 401: \{"error":\{"code":"[a-z_]+"`).MatchString(err.Error()) ||
-		!regexp.MustCompile(`(?m)^\s+single, 1 callers\s+0\s+0\s+3\s*$`).MatchString(out) {
+		!regexp.MustCompile(`(?m)^\s+single, 1 caller\s+0\s+0\s+3\s*$`).MatchString(out) {
 		t.Errorf("bench with a wrong token: %v\n%s", err, out)
 	}
 
@@ -235,5 +236,70 @@ func TestBenchWithNoServiceSaysSo(t *testing.T) {
 	}
 	if strings.Contains(out, "items/s") {
 		t.Errorf("bench with no service printed a summary:\n%s", out)
+	}
+}
+
+// TestBenchOutputReadByTheScripts runs the awk programs of scripts/scale-run.sh and scripts/ab-rounds.sh on
+// real bench output at one caller and at 32, single and in batches of 500, and checks each finds the run's
+// items/s: the summary's "1 caller" (not "1 callers") must not leave a script reading nothing.
+func TestBenchOutputReadByTheScripts(t *testing.T) {
+	awk, err := exec.LookPath("awk")
+	if err != nil {
+		t.Skip("no awk on PATH: the scripts' programs cannot run here")
+	}
+	read := func(script, pattern string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "scripts", script))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(pattern).FindSubmatch(b)
+		if m == nil {
+			t.Fatalf("%s: no awk program matching %s", script, pattern)
+		}
+		return string(m[1])
+	}
+	scale := read("scale-run.sh", `(?s)awk '(/before-write/[^']*)' <<<"\$out"`)
+	ab := map[string]string{
+		"32": read("ab-rounds.sh", `r32=\$\(awk '([^']*)' <<<"\$o32"\)`),
+		"1":  read("ab-rounds.sh", `r1=\$\(awk '([^']*)' <<<"\$o1"\)`),
+		"b":  read("ab-rounds.sh", `rb=\$\(awk '([^']*)' <<<"\$ob"\)`),
+	}
+	runAwk := func(prog, in string) string {
+		t.Helper()
+		cmd := exec.Command(awk, prog)
+		cmd.Stdin = strings.NewReader(in)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("awk %q: %v", prog, err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_SWEEP_EVERY": "@every 1h"})
+	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
+	for _, tt := range []struct {
+		ab, row string
+		args    []string
+	}{
+		{"1", "single, 1 caller", []string{"--items", "20", "--callers", "1"}},
+		{"32", "single, 32 callers", []string{"--items", "64", "--callers", "32"}},
+		{"b", "batch of 500, 1 caller", []string{"--mode", "batch", "--batch", "500", "--items", "1000", "--callers", "1"}},
+	} {
+		out, err := run(t, env, append([]string{"bench"}, tt.args...)...)
+		if err != nil {
+			t.Fatalf("bench %v: %v\n%s", tt.args, err, out)
+		}
+		m := regexp.MustCompile(`(?m)^\s+` + tt.row + `\s+[0-9]+\s+([0-9]+)\s+0\s*$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("bench %v: no row %q in\n%s", tt.args, tt.row, out)
+		}
+		if got := strings.Fields(runAwk(scale, out)); len(got) != 3 || got[0] != m[1] {
+			t.Errorf("scale-run.sh's awk on %q: %q, want the rate %s first", tt.row, got, m[1])
+		}
+		if got := runAwk(ab[tt.ab], out); got != m[1] {
+			t.Errorf("ab-rounds.sh's awk on %q: %q, want %s", tt.row, got, m[1])
+		}
 	}
 }

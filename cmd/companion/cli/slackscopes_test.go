@@ -118,6 +118,8 @@ func TestServeChecksTheSlackBotTokensScopes(t *testing.T) {
 		t.Fatalf("no chat:write, SLACK_TOKEN_CHECK=warn: did not start: %v", err)
 	}
 	for _, want := range []string{`"level":"ERROR"`, "lacks the scope chat:write", "starting anyway (SLACK_TOKEN_CHECK=warn)",
+		"no alert can be posted or updated", "the alerts wait in the ledger",
+		"Add chat:write under the app's OAuth & Permissions → Bot Token Scopes and reinstall the app to the workspace",
 		`(the bot token LACKS chat:write: no alert is posted until it is added)`} {
 		if !strings.Contains(p.err.String(), want) {
 			t.Errorf("no chat:write, SLACK_TOKEN_CHECK=warn: the log lacks %q:\n%s", want, p.err)

@@ -210,7 +210,8 @@ func TestServeAsksSlackAgainUntilItAnswers(t *testing.T) {
 		{"xoxb-typo", []string{`"level":"ERROR"`, "SLACK_BOT_TOKEN was refused by Slack (checked once Slack answered, after the start)", "invalid_auth"}},
 		{"xoxb-good", []string{`Slack answered the check of the bot token: alerts are posted as bot \"companion\" (U0BOT)`}},
 		{"xoxb-nochat", []string{`Slack answered the check of the bot token`, `"level":"ERROR"`, "lacks the scope chat:write",
-			"no alert can be posted", "(checked once Slack answered, after the start)"}},
+			"no alert can be posted", "(checked once Slack answered, after the start)", "the service goes on, and the alerts wait in the ledger",
+			"Add chat:write under the app's OAuth & Permissions → Bot Token Scopes and reinstall the app to the workspace"}},
 	} {
 		var mu sync.Mutex
 		down, asked := true, 0

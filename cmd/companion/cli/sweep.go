@@ -169,14 +169,9 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 			return "as " + id.String(), nil, nil
 		}
 		if mode == slackCheckRefuse {
-			return "", nil, fmt.Errorf("SLACK_BOT_TOKEN: %s. Nothing was started. Add %s under the app's OAuth & Permissions → "+
-				"Bot Token Scopes and reinstall the app to the workspace (a token gets a new scope only then); "+
-				"to start anyway, the alerts waiting until the token has it, set SLACK_TOKEN_CHECK=warn; "+
-				"to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET",
-				lacksEssential(id, essential, others), scopeList(slices.Concat(essential, others)))
+			return "", nil, errors.New(tokenLacks(id, essential, others, lacksRefused))
 		}
-		log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential, others)+"; starting anyway (SLACK_TOKEN_CHECK=warn): the alerts wait in the "+
-			"ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)", slog.String("missing_scopes", scopeList(essential)))
+		log.Error(tokenLacks(id, essential, others, lacksStartingAnyway), slog.String("missing_scopes", scopeList(essential)))
 		return "as " + id.String() + " (the bot token LACKS " + scopeList(essential) + ": no alert is posted until it is added)", nil, nil
 	case errors.Is(err, alerts.ErrTokenRefused) && mode == slackCheckRefuse:
 		return "", nil, fmt.Errorf("SLACK_BOT_TOKEN: %w. Nothing was started. Fix the token (or SLACK_BOT_TOKEN_FILE's file); "+
@@ -244,6 +239,39 @@ func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) (e
 			slog.String("missing_scopes", scopeList(others)), slog.String("granted_scopes", strings.Join(id.Scopes, ",")))
 	}
 	return essential, others
+}
+
+// lacksWhen is where a bot token without an essential scope (chat:write) was found. tokenLacks words the
+// message of each; only what the program does about it differs.
+type lacksWhen int
+
+const (
+	// lacksRefused: the check at the start, SLACK_TOKEN_CHECK=refuse: the start stops, nothing opened.
+	lacksRefused lacksWhen = iota
+	// lacksStartingAnyway: the check at the start, SLACK_TOKEN_CHECK=warn: the start goes on.
+	lacksStartingAnyway
+	// lacksAfterStart: the check asked again after a start Slack did not answer: the service runs on.
+	lacksAfterStart
+)
+
+// tokenLacks is the one wording of a bot token without an essential scope, for the refusal at the start,
+// the start that goes on (SLACK_TOKEN_CHECK=warn) and the check after a start Slack did not answer: what
+// is missing and what that costs (lacksEssential), what happens now (when), and what to do.
+func tokenLacks(id alerts.SlackIdentity, essential, others []alerts.SlackScope, when lacksWhen) string {
+	fix := "Add " + scopeList(slices.Concat(essential, others)) + " under the app's OAuth & Permissions → Bot Token Scopes and " +
+		"reinstall the app to the workspace (a token gets a new scope only then)"
+	const waiting = "the alerts wait in the ledger and are tried at every sweep until the token has it"
+	lacks := "SLACK_BOT_TOKEN: " + lacksEssential(id, essential, others)
+	switch when {
+	case lacksRefused:
+		return lacks + ". Nothing was started. " + fix + "; to start anyway, the alerts waiting until the token has it, " +
+			"set SLACK_TOKEN_CHECK=warn; to send the alerts to the log instead of Slack, unset SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET"
+	case lacksStartingAnyway:
+		return lacks + "; starting anyway (SLACK_TOKEN_CHECK=warn): " + waiting + ". " + fix + "; restart companion if that gave the app a new token"
+	default:
+		return lacks + " (checked once Slack answered, after the start): the service goes on, and " + waiting + ". " + fix +
+			"; restart companion if that gave the app a new token"
+	}
 }
 
 // lacksEssential words the lack of essential scopes for the refusal and its error line, and of the other
@@ -314,9 +342,7 @@ func (c *slackCheck) recheck(ctx context.Context, log *slog.Logger) {
 			log.Info("Slack answered the check of the bot token: alerts are posted as " + id.String())
 			warnPersonToken(id, log)
 			if essential, others := reportScopes(id, c.owners, log); len(essential) > 0 {
-				log.Error("SLACK_BOT_TOKEN: "+lacksEssential(id, essential, others)+" (checked once Slack answered, after the start): the "+
-					"alerts wait in the ledger until the scope is added and the app reinstalled (and are tried at every sweep; restart companion if the token changed)",
-					slog.String("missing_scopes", scopeList(essential)))
+				log.Error(tokenLacks(id, essential, others, lacksAfterStart), slog.String("missing_scopes", scopeList(essential)))
 			}
 			return
 		case errors.Is(err, alerts.ErrTokenRefused):

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -64,6 +65,30 @@ func TestTemplatesRender(t *testing.T) {
 	})
 	if found < 4 {
 		t.Errorf("%d rendered templates name the given URL, want at least 4", found)
+	}
+
+	// Again with the same flags: the same bytes, a quiet success. Over an edited file: exit 2, the file
+	// named and kept. With --force: replaced.
+	args := []string{"templates", "render", "--url", "https://companion.example.org", "--out", out}
+	if err := newProgram(nil).Run(context.Background(), args); err != nil {
+		t.Fatalf("the same render again: %v", err)
+	}
+	edited := filepath.Join(out, "make-templates", "guarded-write.blueprint.json")
+	if err := os.WriteFile(edited, []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := newProgram(nil).Run(context.Background(), args)
+	if cli.ExitCode(err) != 2 || !strings.Contains(fmt.Sprint(err), edited) || !strings.Contains(fmt.Sprint(err), "give --force to replace them") {
+		t.Errorf("render over an edited file: exit %d, %v; want 2 naming %s and --force", cli.ExitCode(err), err, edited)
+	}
+	if b, _ := os.ReadFile(edited); string(b) != "{}\n" {
+		t.Errorf("render over an edited file replaced it")
+	}
+	if err := newProgram(nil).Run(context.Background(), append(args, "--force")); err != nil {
+		t.Fatalf("render --force: %v", err)
+	}
+	if b, _ := os.ReadFile(edited); string(b) == "{}\n" {
+		t.Errorf("render --force kept the edited file")
 	}
 }
 
