@@ -210,6 +210,7 @@ func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) [
 					}
 				}
 				out = append(out, docCommand{where: fmt.Sprintf("%s:%d", d.name, b.line+1+at), args: args})
+				at++
 			}
 		}
 		for _, s := range d.spans {
@@ -268,8 +269,11 @@ func afterCompanion(words []string) ([]string, bool) {
 // [command], …, DIR.
 func placeholder(w string) bool {
 	return w == "" || strings.HasPrefix(w, "<") || strings.HasPrefix(w, "[") || strings.Contains(w, "…") ||
-		w == strings.ToUpper(w) && strings.ToUpper(w) != strings.ToLower(w)
+		upperWord.MatchString(w)
 }
+
+// upperWord is a placeholder in capitals: KEY, DIR, URL, N.
+var upperWord = regexp.MustCompile(`^[A-Z][A-Z_]*$`)
 
 // cliCommands asks the program its commands (companion help) and, for each, its subcommands, from the
 // first line of its --help: "usage: companion items list|show|resolve [flags]" has three,
@@ -325,7 +329,7 @@ var unknownFlagWords = regexp.MustCompile(`unknown flag|flag provided but not de
 func TestDocsCommandsAndFlags(t *testing.T) {
 	cmds := cliCommands(t)
 	docCmds := companionCommands(t, docFiles(t), cmds)
-	flags := 0
+	flags, values := 0, 0
 	for _, c := range docCmds {
 		if c.mistake {
 			if _, err := run(t, nil, c.args...); cli.ExitCode(err) != 2 {
@@ -368,7 +372,7 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 				path = []string{name}
 			}
 		}
-		for _, a := range args {
+		for i, a := range args {
 			a = strings.Trim(a, "[]")
 			if a == "--" {
 				break
@@ -376,7 +380,7 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 			if !strings.HasPrefix(a, "-") || a == "-" {
 				continue // a value or a positional argument
 			}
-			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
 			flags++
 			if name == "help" || name == "h" || name == "version" {
 				continue // every command has them (Main.Run)
@@ -385,16 +389,29 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 				t.Errorf("%s: companion %s: --%s of which command?", c.where, strings.Join(c.args, " "), name)
 				continue
 			}
-			argv := append(slices.Clone(path), "--"+name+"=x", "--help")
-			_, err := run(t, nil, argv...)
+			_, err := run(t, nil, append(slices.Clone(path), "--"+name+"=x", "--help")...)
 			if err != nil && unknownFlagWords.MatchString(err.Error()) {
 				t.Errorf("%s: companion %s: %v", c.where, strings.Join(c.args, " "), err)
+				continue
 			}
+			// The value the docs give, written --flag=value or as the next word (not for a bool flag, which
+			// answers "x" with "invalid boolean value"), must parse.
+			boolFlag := err != nil && strings.Contains(err.Error(), "invalid boolean value")
+			if !hasValue && !boolFlag && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
+				value, hasValue = strings.Trim(args[i+1], "[]"), true
+			}
+			if !hasValue || placeholder(value) || strings.ContainsAny(value, "$|") {
+				continue
+			}
+			if _, err := run(t, nil, append(slices.Clone(path), "--"+name+"="+value, "--help")...); err != nil {
+				t.Errorf("%s: companion %s: the value of --%s: %v", c.where, strings.Join(c.args, " "), name, err)
+			}
+			values++
 		}
 	}
 	// The docs run more than thirty commands with more than forty flags; fewer means the reading lost some.
-	if len(docCmds) < 30 || flags < 40 {
-		t.Fatalf("found %d companion commands with %d flags in the docs: the reading is wrong", len(docCmds), flags)
+	if len(docCmds) < 30 || flags < 40 || values < 20 {
+		t.Fatalf("found %d companion commands with %d flags and %d values in the docs: the reading is wrong", len(docCmds), flags, values)
 	}
 }
 
