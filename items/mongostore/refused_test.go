@@ -17,30 +17,15 @@ import (
 func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
 	s, _ := openStore(t)
 	svc := handlerstest.NewService(t, s, handlerstest.ServiceConfig{})
-	prepare := func(keys ...string) {
-		t.Helper()
-		handlerstest.Expect(t, svc.Post(handlerstest.WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "prep", "items": handlerstest.BatchItems(keys...)}),
-			http.StatusOK, "", "")
-	}
-	noClaim := func(key string, prepared bool) {
-		t.Helper()
-		it := svc.Item("acme", key)
-		switch {
-		case !prepared && it != nil:
-			t.Fatalf("%s exists after a refused before-write: %s attempt %d", key, it.State, it.Attempt)
-		case prepared && (it == nil || it.State != items.StatePrepared || it.Claim != "" || it.Attempt != 0):
-			t.Fatalf("%s after a refused before-write: %+v", key, it)
-		}
-	}
 	body := func(key string) map[string]any { return handlerstest.BatchItem(key, nil) }
 
-	prepare("one-prepared")
+	svc.Prepare("one-prepared")
 	for _, key := range []string{"one-new", "one-prepared"} {
 		mongostore.FailAfterWrite(s, 1, errLost)
 		r := svc.BeforeWrite(body(key))
 		mongostore.FailAfterWrite(s, 0, nil)
 		handlerstest.Expect(t, r, http.StatusServiceUnavailable, items.CodeUnavailable, "")
-		noClaim(key, key == "one-prepared")
+		svc.ExpectNoClaim(key, key == "one-prepared")
 		if a := svc.BeforeWrite(body(key)); a.Str("decision") != "proceed" || a.Num("attempt") != 1 {
 			t.Fatalf("%s after the refusal: %s", key, a.Body)
 		}
@@ -49,7 +34,7 @@ func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
 	// A batch of two new keys (one insert of many) and two prepared ones (an update each): the k-th write fails.
 	for k := 1; k <= 3; k++ {
 		keys := []string{fmt.Sprintf("k%d-new-1", k), fmt.Sprintf("k%d-new-2", k), fmt.Sprintf("k%d-prepared-1", k), fmt.Sprintf("k%d-prepared-2", k)}
-		prepare(keys[2:]...)
+		svc.Prepare(keys[2:]...)
 		writes := mongostore.FailAfterWrite(s, k, errLost)
 		r := svc.BatchBeforeWrite(fmt.Sprintf("exec-503-%d", k), handlerstest.BatchItems(keys...))
 		n := writes()
@@ -59,7 +44,7 @@ func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
 			t.Fatalf("write %d: the batch made only %d writes", k, n)
 		}
 		for i, key := range keys {
-			noClaim(key, i >= 2)
+			svc.ExpectNoClaim(key, i >= 2)
 		}
 		again := svc.BatchBeforeWrite(fmt.Sprintf("exec-503-%d", k), handlerstest.BatchItems(keys...))
 		for i := range keys {

@@ -29,42 +29,27 @@ func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
 			return nil
 		}
 	}
-	prepare := func(keys ...string) {
-		t.Helper()
-		handlerstest.Expect(t, svc.Post(handlerstest.WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "prep", "items": handlerstest.BatchItems(keys...)}),
-			http.StatusOK, "", "")
-	}
-	noClaim := func(key string, prepared bool) {
-		t.Helper()
-		it := svc.Item("acme", key)
-		switch {
-		case !prepared && it != nil:
-			t.Fatalf("%s exists after a refused before-write: %s attempt %d", key, it.State, it.Attempt)
-		case prepared && (it == nil || it.State != items.StatePrepared || it.Claim != "" || it.Attempt != 0 || len(it.History) != 1):
-			t.Fatalf("%s after a refused before-write: %+v", key, it)
-		}
-	}
 
-	prepare("one-prepared")
+	svc.Prepare("one-prepared")
 	for _, key := range []string{"one-new", "one-prepared"} {
 		failCommit()
 		r := svc.BeforeWrite(map[string]any{"key": key, "payload": map[string]any{"row": key, "amount": "10.00"}})
 		store.fault = nil
 		handlerstest.Expect(t, r, http.StatusServiceUnavailable, items.CodeUnavailable, "")
-		noClaim(key, key == "one-prepared")
+		svc.ExpectNoClaim(key, key == "one-prepared")
 		if a := svc.BeforeWrite(map[string]any{"key": key, "payload": map[string]any{"row": key, "amount": "10.00"}}); a.Str("decision") != "proceed" || a.Num("attempt") != 1 {
 			t.Fatalf("%s after the refusal: %s", key, a.Body)
 		}
 	}
 
 	keys := []string{"b-new-1", "b-new-2", "b-prepared-1", "b-prepared-2"}
-	prepare(keys[2:]...)
+	svc.Prepare(keys[2:]...)
 	failCommit()
 	r := svc.BatchBeforeWrite("exec-503", handlerstest.BatchItems(keys...))
 	store.fault = nil
 	handlerstest.Expect(t, r, http.StatusServiceUnavailable, items.CodeUnavailable, "")
 	for i, key := range keys {
-		noClaim(key, i >= 2)
+		svc.ExpectNoClaim(key, i >= 2)
 	}
 	handlerstest.Expect(t, svc.BatchStatus("exec-503", ""), http.StatusNotFound, items.CodeNotFound, "")
 	again := svc.BatchBeforeWrite("exec-503", handlerstest.BatchItems(keys...))
