@@ -219,7 +219,9 @@ func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) [
 				continue
 			}
 			switch after := strings.TrimSpace(s.after); {
-			case !commandStart.MatchString(s.text):
+			case !commandStart.MatchString(s.text), !strings.Contains(s.text, " "):
+				// Not a command, or the program's name or path alone (`./cmd/companion`,
+				// `https://ops.example.com/companion`): a name in prose.
 			case s.text == credentials.CredentialName || s.text == credentials.OperatorCredentialName:
 				// `companion operator`: the name of the templates' n8n credential, not a command.
 			default:
