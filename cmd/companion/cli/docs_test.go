@@ -652,11 +652,12 @@ func TestDocsConfigExamplesLoad(t *testing.T) {
 			if slices.ContainsFunc(slices.Collect(mapKeys(top)), func(k string) bool { return foreignYAML[k] }) {
 				continue
 			}
-			text, wrapped := b.text, false
+			// offset is how many lines the test wrote above the block's first line (a fragment's parents).
+			text, offset := b.text, 0
 			if first, _, _ := strings.Cut(text, "\n"); fragmentOf.MatchString(first) {
-				wrapped = true
 				var w strings.Builder
 				keys := strings.Split(fragmentOf.FindStringSubmatch(first)[1], ".")
+				offset = len(keys)
 				for i, k := range keys {
 					fmt.Fprintf(&w, "%s%s:\n", strings.Repeat("  ", i), k)
 				}
@@ -682,14 +683,12 @@ func TestDocsConfigExamplesLoad(t *testing.T) {
 			n++
 			if err := cli.ReadConfig(path, getenv); err != nil {
 				msg := strings.ReplaceAll(err.Error(), path, "(the block)")
-				if !wrapped {
-					// The loader's "line N" of the file is line b.line+N of the Markdown file (the secrets'
-					// files replace their paths on the same line).
-					msg = loaderLine.ReplaceAllStringFunc(msg, func(l string) string {
-						n, _ := strconv.Atoi(strings.TrimPrefix(l, "line "))
-						return fmt.Sprintf("%s:%d", d.name, b.line+n)
-					})
-				}
+				// The loader's "line N" of the file is line b.line+N-offset of the Markdown file (the secrets'
+				// files replace their paths on the same line).
+				msg = loaderLine.ReplaceAllStringFunc(msg, func(l string) string {
+					n, _ := strconv.Atoi(strings.TrimPrefix(l, "line "))
+					return fmt.Sprintf("%s:%d", d.name, b.line+n-offset)
+				})
 				t.Errorf("%s: the configuration does not load: %s", where, msg)
 			}
 		}
