@@ -886,18 +886,19 @@ func TestDocsFlagTables(t *testing.T) {
 	}
 }
 
-// TestDocsOperatorCommandsRun: the operator commands the docs write whole (items list|show|resolve,
-// stats, and slack manifest, which only prints; a synopsis with placeholders, KEY or '…', or the command's name alone, `items resolve`, is not run) run as written against a fresh service: a
+// TestDocsCommandsRunAsWritten: the operator commands the docs write whole (items list|show|resolve,
+// stats, slack manifest, which only prints, and templates render, which writes into a directory of the
+// test instead of its --out; a synopsis with placeholders, KEY or '…', or the command's name alone, `items resolve`, is not run) run as written against a fresh service: a
 // value the flag parser takes but the command or the API refuses (a state that does not exist, evidence
 // too short) fails here. The items the examples name are not in the fresh ledger: show and resolve
 // answer not_found, which is fine; any other refusal is not.
-func TestDocsOperatorCommandsRun(t *testing.T) {
+func TestDocsCommandsRunAsWritten(t *testing.T) {
 	cmds := cliCommands(t)
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(), "COMPANION_SWEEP_EVERY": "@every 1h"})
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
 	n := 0
 	for _, c := range companionCommands(t, docFiles(t), cmds) {
-		if c.mistake || len(c.args) == 0 || !slices.Contains([]string{"items", "stats", "slack"}, c.args[0]) {
+		if c.mistake || len(c.args) == 0 || !slices.Contains([]string{"items", "stats", "slack", "templates"}, c.args[0]) {
 			continue
 		}
 		args := make([]string, len(c.args))
@@ -905,6 +906,9 @@ func TestDocsOperatorCommandsRun(t *testing.T) {
 		for i, a := range c.args {
 			args[i] = strings.Trim(a, "[]")
 			whole = whole && !placeholder(a) && !strings.Contains(a, "|")
+			if i > 0 && c.args[i-1] == "--out" {
+				args[i] = t.TempDir() // templates render writes there: into the test's directory instead
+			}
 		}
 		pathLen := 1
 		if len(cmds[c.args[0]]) > 0 {
