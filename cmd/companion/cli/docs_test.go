@@ -757,9 +757,10 @@ func TestDocsFlagsInProse(t *testing.T) {
 // description on the lines below, with "(env NAME)" and "(default "…")" in it.
 var helpFlag = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)[^\n]*\n((?:    \t[^\n]*\n?)+)`)
 
-// TestDocsServeSettingsTable: the table "Flags and environment" of docs/configuration.md and serve's own
-// --help agree: every flag of the table is one of serve's, with the environment variable and the
-// default serve names for it, and every flag of serve has its row.
+// TestDocsServeSettingsTable: the table "Flags and environment" of docs/configuration.md, and the
+// shorter one of README.md's Configuration, agree with serve's own --help: every flag of the table is
+// one of serve's, with the environment variable and the default serve names for it (the default cell
+// begins with it: "none (YAML file)" for no default); configuration.md's has a row for every flag of serve.
 func TestDocsServeSettingsTable(t *testing.T) {
 	help, err := run(t, nil, "serve", "--help")
 	if err != nil {
@@ -780,44 +781,51 @@ func TestDocsServeSettingsTable(t *testing.T) {
 	if len(serve) < 5 || serve["addr"].env != "COMPANION_ADDR" {
 		t.Fatalf("read serve's flags %v from its --help: the reading is wrong", serve)
 	}
-	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "configuration.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(b), "## Flags and environment\n")
-	if !ok {
-		t.Fatal("docs/configuration.md has no section Flags and environment")
-	}
-	row := regexp.MustCompile("^\\| `--([a-z][a-z0-9-]*)` \\| `([^`]*)` \\| ([^|]*) \\|")
-	seen := map[string]bool{}
-	for _, line := range strings.Split(table, "\n") {
-		if strings.HasPrefix(line, "## ") {
-			break
+	for _, doc := range []struct{ name, section string }{
+		{"docs/configuration.md", "## Flags and environment\n"}, {"README.md", "## Configuration\n"},
+	} {
+		b, err := os.ReadFile(filepath.Join(repoRoot, doc.name))
+		if err != nil {
+			t.Fatal(err)
 		}
-		m := row.FindStringSubmatch(line)
-		if m == nil {
-			continue
+		_, table, ok := strings.Cut(string(b), doc.section)
+		if !ok {
+			t.Fatalf("%s has no section %s", doc.name, strings.TrimSpace(doc.section))
 		}
-		name, env, def := m[1], m[2], strings.TrimSpace(m[3])
-		seen[name] = true
-		f, ok := serve[name]
-		switch {
-		case !ok:
-			t.Errorf("docs/configuration.md: the row of --%s: serve has no such flag", name)
-			continue
-		case env != f.env:
-			t.Errorf("docs/configuration.md: the row of --%s names the environment variable %s; serve --help names %q", name, env, f.env)
+		row := regexp.MustCompile("^\\| `--([a-z][a-z0-9-]*)` \\| `([^`]*)` \\| ([^|]*) \\|")
+		seen := map[string]bool{}
+		for _, line := range strings.Split(table, "\n") {
+			if strings.HasPrefix(line, "## ") {
+				break
+			}
+			m := row.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			name, env, def := m[1], m[2], strings.TrimSpace(m[3])
+			seen[name] = true
+			f, ok := serve[name]
+			switch {
+			case !ok:
+				t.Errorf("%s: the row of --%s: serve has no such flag", doc.name, name)
+				continue
+			case env != f.env:
+				t.Errorf("%s: the row of --%s names the environment variable %s; serve --help names %q", doc.name, name, env, f.env)
+			}
+			switch want := "`" + f.def + "`"; {
+			case f.def == "" && !strings.HasPrefix(def, "none") && !strings.HasPrefix(def, "off"):
+				t.Errorf("%s: the row of --%s gives the default %s; serve has none (write none or off)", doc.name, name, def)
+			case f.def != "" && !strings.HasPrefix(def, want):
+				t.Errorf("%s: the row of --%s gives the default %s; serve's is %s", doc.name, name, def, want)
+			}
 		}
-		switch want := "`" + f.def + "`"; {
-		case f.def == "" && def != "none" && def != "off":
-			t.Errorf("docs/configuration.md: the row of --%s gives the default %s; serve has none (write none or off)", name, def)
-		case f.def != "" && def != want:
-			t.Errorf("docs/configuration.md: the row of --%s gives the default %s; serve's is %s", name, def, want)
+		if len(seen) < 3 {
+			t.Errorf("%s: found %d rows of serve's flags in its table: the reading is wrong", doc.name, len(seen))
 		}
-	}
-	for name := range serve {
-		if !seen[name] {
-			t.Errorf("docs/configuration.md: serve's flag --%s has no row in the table Flags and environment", name)
+		for name := range serve {
+			if !seen[name] && doc.name == "docs/configuration.md" {
+				t.Errorf("%s: serve's flag --%s has no row in the table Flags and environment", doc.name, name)
+			}
 		}
 	}
 }
