@@ -1,13 +1,16 @@
 package cli_test
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/replaysafe/companion/blueprints"
 	"github.com/replaysafe/companion/cmd/companion/cli"
@@ -146,8 +149,9 @@ var shellLangs = map[string]bool{"sh": true, "bash": true, "shell": true, "conso
 // begin with a command are read ("companion templates render --url URL \ [--force]").
 var synopsisLangs = map[string]bool{"": true, "text": true}
 
-// outputLine is a line of the program's output that begins with its name: "companion acceptance, run …".
-var outputLine = regexp.MustCompile(`^companion \S+,`)
+// outputLine is a line of the program's output that begins with its name: "companion acceptance, run …",
+// the receiver's start line "companion receiver listening on http://…".
+var outputLine = regexp.MustCompile(`^companion (\S+,|receiver listening on )`)
 
 // commandStart matches an inline span that begins with a command: environment assignments, then
 // companion itself (./companion, go run ./cmd/companion) or time running it.
@@ -213,7 +217,7 @@ func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) [
 				continue
 			}
 			switch after := strings.TrimSpace(s.after); {
-			case !commandStart.MatchString(s.text), !strings.Contains(s.text, " "):
+			case !commandStart.MatchString(s.text), !strings.Contains(s.text, " "), outputLine.MatchString(s.text):
 				// Not a command, or the program's name or path alone (`./cmd/companion`,
 				// `https://ops.example.com/companion`): a name in prose.
 			case s.text == credentials.CredentialName || s.text == credentials.OperatorCredentialName:
@@ -433,29 +437,61 @@ func mapKeys[V any](m map[string]V) func(func(string) bool) {
 	}
 }
 
-// TestDocsCommandsRunAsWritten: the operator commands the docs write whole (items list|show|resolve,
-// stats, slack manifest, which only prints, and templates render, which writes into a directory of the
-// test instead of its --out; a synopsis with placeholders, KEY or '…', or the command's name alone, `items resolve`, is not run) run as written against a fresh service: a
-// value the flag parser takes but the command or the API refuses (a state that does not exist, evidence
-// too short) fails here. The items the examples name are not in the fresh ledger: show and resolve
-// answer not_found, which is fine; any other refusal is not.
+// TestDocsCommandsRunAsWritten: the commands the docs write whole (a synopsis with placeholders, KEY or
+// '…', or a command's name alone in prose, `items resolve`, is not run) run as written, so that a value
+// the flag parser takes but the command refuses after it (--mode, --dedupe, --outcome, a state that does
+// not exist) fails here. Where running them as written would reach outside the test, the test changes
+// one value, named in local: the directories they write (--out, --data-dir) are the test's, the
+// addresses they listen on (--addr, --smtp-addr, and the receiver's when it names none) free loopback
+// ports, bench's --url one where nothing listens, and --floor (bench's fsync measurement of a disk) is
+// left out. How each runs:
+//   - items list|show|resolve, stats, slack manifest, templates render: against a fresh service; the items
+//     the examples name are not in its ledger, so show and resolve answer not_found, which is fine;
+//   - bench: against an address where nothing listens, so that it stops at "cannot reach companion"
+//     after checking its flags; any usage mistake (exit 2) fails;
+//   - receiver: started until it says it listens, then stopped.
+//
+// serve, sweep and acceptance are not run: they need a configuration file, a ledger or the whole suite;
+// their flags and values are checked by TestDocsCommandsAndFlags.
 func TestDocsCommandsRunAsWritten(t *testing.T) {
 	cmds := cliCommands(t)
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(), "COMPANION_SWEEP_EVERY": "@every 1h"})
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr()}
-	n := 0
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := "http://" + l.Addr().String() // where nothing listens, once closed
+	l.Close()
+	local := map[string]func() string{
+		"--out": func() string { return t.TempDir() }, "--data-dir": func() string { return t.TempDir() },
+		"--addr": func() string { return "127.0.0.1:0" }, "--smtp-addr": func() string { return "127.0.0.1:0" },
+		"--url": func() string { return nobody }, // bench's; templates render's --url is only written into the templates
+	}
+	ran := map[string]int{}
 	for _, c := range companionCommands(t, docFiles(t), cmds) {
-		if c.mistake || len(c.args) == 0 || !slices.Contains([]string{"items", "stats", "slack", "templates"}, c.args[0]) {
+		if c.mistake || len(c.args) == 0 || !slices.Contains([]string{"items", "stats", "slack", "templates", "bench", "receiver"}, c.args[0]) {
 			continue
 		}
-		args := make([]string, len(c.args))
+		var args []string
 		whole := true
-		for i, a := range c.args {
-			args[i] = strings.Trim(a, "[]")
-			whole = whole && !placeholder(a) && !strings.Contains(a, "|")
-			if i > 0 && c.args[i-1] == "--out" {
-				args[i] = t.TempDir() // templates render writes there: into the test's directory instead
+		for i := 0; i < len(c.args); i++ {
+			a := strings.Trim(c.args[i], "[]")
+			whole = whole && !placeholder(c.args[i]) && !strings.Contains(a, "|")
+			switch name, _, _ := strings.Cut(a, "="); {
+			case name == "--floor" && c.args[0] == "bench":
+				if !strings.Contains(a, "=") {
+					i++ // and its value
+				}
+				continue
+			case local[name] != nil && (name != "--url" || c.args[0] == "bench"):
+				args = append(args, name, local[name]())
+				if !strings.Contains(a, "=") {
+					i++
+				}
+				continue
 			}
+			args = append(args, a)
 		}
 		pathLen := 1
 		if len(cmds[c.args[0]]) > 0 {
@@ -464,12 +500,60 @@ func TestDocsCommandsRunAsWritten(t *testing.T) {
 		if !whole || len(c.args) <= pathLen {
 			continue // a synopsis, or the command's name alone, in prose (`items resolve`)
 		}
-		n++
-		if _, err := run(t, env, args...); err != nil && !strings.HasPrefix(err.Error(), "not_found ") {
-			t.Errorf("%s: companion %s: %v", c.where, strings.Join(c.args, " "), err)
+		if c.args[0] == "receiver" && !slices.Contains(args, "--addr") {
+			args = append(args, "--addr", local["--addr"]()) // not its default port, which may be taken
+		}
+		ran[c.args[0]]++
+		where := fmt.Sprintf("%s: companion %s", c.where, strings.Join(c.args, " "))
+		switch c.args[0] {
+		case "bench":
+			_, err := run(t, map[string]string{"COMPANION_URL": nobody}, args...)
+			if err == nil || !strings.Contains(err.Error(), "cannot reach companion") {
+				t.Errorf("%s: it should stop at cannot reach companion once its flags are checked: %v", where, err)
+			}
+		case "receiver":
+			if err := runUntil(t, args, "companion receiver listening on"); err != nil {
+				t.Errorf("%s: %v", where, err)
+			}
+		default:
+			if _, err := run(t, env, args...); err != nil && !strings.HasPrefix(err.Error(), "not_found ") {
+				t.Errorf("%s: %v", where, err)
+			}
 		}
 	}
-	if n < 8 {
-		t.Fatalf("ran %d operator commands of the docs: the reading is wrong", n)
+	for _, name := range []string{"items", "bench", "receiver", "templates", "slack"} {
+		if ran[name] == 0 {
+			t.Errorf("ran no %s command of the docs (ran %v): the reading is wrong", name, ran)
+		}
+	}
+}
+
+// runUntil runs a long-running command until it prints ready, and stops it; it returns the error that
+// stopped it first, or that it never got ready.
+func runUntil(t *testing.T, args []string, ready string) error {
+	t.Helper()
+	p := newProgram(nil)
+	defer p.Close()
+	if err := p.Run(context.Background(), args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Wait(ctx) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if strings.Contains(p.out.String()+p.err.String(), ready) {
+			return nil
+		}
+		select {
+		case err := <-stopped:
+			if err == nil {
+				return fmt.Errorf("not %q within 10 s:\n%s%s", ready, p.out, p.err)
+			}
+			return err
+		case <-tick.C:
+		}
 	}
 }
