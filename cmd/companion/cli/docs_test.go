@@ -16,7 +16,7 @@ import (
 	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
-// The tests of docs*_test.go keep what README.md and docs/*.md tell a newcomer to type or write in step
+// The tests of docs*_test.go keep what README.md, docs/*.md and the packages' READMEs tell a newcomer to type or write in step
 // with the code: the commands and their flags (TestDocsCommandsAndFlags, TestDocsCommandsRunAsWritten;
 // docsflags_test.go: the flags named in prose and in tables), the environment variables
 // (docsenv_test.go) and the configuration files (docsconfig_test.go). They read
@@ -41,29 +41,36 @@ type docSpan struct {
 	after string
 }
 
-// docFiles returns README.md and docs/*.md but the performance log, each with its blocks and spans.
+// docFiles returns README.md, docs/*.md but the performance log, and the packages' README.md (the
+// generated ones of the templates included: their generator is then what to fix), each with its blocks
+// and spans.
 func docFiles(t *testing.T) []docFile {
 	t.Helper()
-	names, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	names := []string{filepath.Join(repoRoot, "README.md")}
+	for _, pattern := range []string{"docs/*.md", "*/README.md", "*/*/README.md"} {
+		found, err := filepath.Glob(filepath.Join(repoRoot, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, found...)
 	}
-	names = append([]string{filepath.Join(repoRoot, "README.md")}, names...)
 	var out []docFile
+	seen := map[string]bool{}
 	for _, path := range names {
 		name, _ := filepath.Rel(repoRoot, path)
 		name = filepath.ToSlash(name)
-		if name == "docs/performance-log.md" {
-			continue // a dated history: see above
+		if name == "docs/performance-log.md" || seen[name] || strings.Contains(name, "node_modules/") || strings.Contains(name, "/.") {
+			continue // a dated history (see above), docs/README.md found twice, or not ours
 		}
+		seen[name] = true
 		b, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, docFile{name: name, blocks: readmeBlocks(t, path), spans: inlineSpans(string(b))})
 	}
-	if len(out) < 8 {
-		t.Fatalf("found %d Markdown files in README.md and docs/", len(out))
+	if len(out) < 15 {
+		t.Fatalf("found %d Markdown files in README.md, docs/ and the packages", len(out))
 	}
 	return out
 }
