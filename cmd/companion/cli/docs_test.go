@@ -238,6 +238,9 @@ func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) [
 	return out
 }
 
+// envAssignment is a shell word that sets an environment variable for the command after it.
+var envAssignment = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=`)
+
 // afterCompanion returns the words of a command line after companion, when the line runs companion:
 // after environment assignments, exec, go run, or time and its options. go build/install
 // ./cmd/companion builds it and is not a run. The words end at a pipe, a redirection or a list operator.
@@ -246,7 +249,7 @@ func afterCompanion(words []string) ([]string, bool) {
 	for i < len(words) {
 		w := words[i]
 		switch {
-		case regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=`).MatchString(w), w == "exec", w == "sudo", w == "nohup":
+		case envAssignment.MatchString(w), w == "exec", w == "sudo", w == "nohup":
 			i++
 		case w == "go" && i+1 < len(words) && words[i+1] == "run":
 			i += 2
