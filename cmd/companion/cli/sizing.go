@@ -158,6 +158,15 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			return fmt.Errorf("bench: cannot reach companion at %s (--url, or COMPANION_URL): %v; start it (companion serve) "+
 				"or point --url at it", base, op)
 		}
+		if st := metricsStatus(0); errors.As(err, &st) && st == http.StatusUnauthorized {
+			// A token the service does not know (or none where it needs one): every call would be refused
+			// the same way, so none is sent.
+			why := "it knows no token with the secret in --token (COMPANION_TOKEN): check it against its COMPANION_TOKENS (or tokens: in its config file)"
+			if o.token == "" {
+				why = "it runs with tokens and none was given: set COMPANION_TOKEN (or --token) to the secret of a workflow or operator token"
+			}
+			return fmt.Errorf("bench: companion at %s answered 401 (GET /metrics): %s; no item was sent", base, why)
+		}
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
 		}

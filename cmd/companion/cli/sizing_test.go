@@ -191,11 +191,36 @@ func TestBenchOverHTTPSAndThroughAProxy(t *testing.T) {
 	}
 }
 
+// A token the service does not know, or none where it needs one, stops the bench before its first call:
+// every call would be refused alike, and the run printed a table of errors (20,000 of them for --items
+// 10000) where one line says what to fix.
+func TestBenchWithATokenTheServiceRefusesSendsNothing(t *testing.T) {
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,op:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	for _, tc := range []struct{ token, want string }{
+		{"wrong-secret-0123456789", "it knows no token with the secret in --token (COMPANION_TOKEN)"},
+		{"", "it runs with tokens and none was given: set COMPANION_TOKEN"},
+	} {
+		env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": tc.token}
+		out, err := run(t, env, "bench", "--items", "50", "--callers", "2", "--prefix", "bench-refused")
+		if err == nil || !strings.Contains(err.Error(), "answered 401 (GET /metrics): "+tc.want) || !strings.Contains(err.Error(), "no item was sent") ||
+			strings.Contains(out, "calls  items") {
+			t.Errorf("bench with token %q: %v\n%s", tc.token, err, out)
+		}
+	}
+	out, err := run(t, map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"},
+		"items", "list", "--workflow", "bench-refused", "--json")
+	if err != nil || strings.Contains(out, "bench-refused:") {
+		t.Errorf("items of a refused bench: %v\n%s", err, out)
+	}
+}
+
 // TestBenchShowsHTTPErrorAnswers: an answer other than 200 is an error of its call, shown with its
-// status and body, whether it comes with a Content-Length (401 of the service) or chunked (503).
+// status and body, whether it comes with a Content-Length (401 of the service: GET /metrics is open, so
+// the bench cannot tell the token is unknown before its calls) or chunked (503).
 func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h", "COMPANION_METRICS_OPEN": "true"})
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wrong-secret-0123456789"}
 	out, err := run(t, env, "bench", "--items", "3", "--callers", "1", "--prefix", "bench-401")
 	if err == nil || !regexp.MustCompile(`^bench: 3 calls failed; the first: before-write: HTTP 401: \{"error":\{"code":"[a-z_]+"`).MatchString(err.Error()) ||
