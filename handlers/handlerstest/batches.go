@@ -33,6 +33,28 @@ func BatchItems(keys ...string) []any {
 	return out
 }
 
+// Prepare registers keys as batch "prep" of tenant acme (POST /v1/batches/prepare) and fails the test
+// unless it is answered 200.
+func (s *Service) Prepare(keys ...string) {
+	s.t.Helper()
+	Expect(s.t, s.Post(WorkflowAcme, "/v1/batches/prepare", map[string]any{"batch_id": "prep", "items": BatchItems(keys...)}),
+		http.StatusOK, "", "")
+}
+
+// ExpectNoClaim fails the test unless tenant acme's key holds no claim after a refused before-write
+// (API.md additions, "A refused request leaves nothing behind"): a new key does not exist, a prepared one
+// is prepared again, unclaimed, at attempt 0, its history only its registration.
+func (s *Service) ExpectNoClaim(key string, prepared bool) {
+	s.t.Helper()
+	it := s.Item("acme", key)
+	switch {
+	case !prepared && it != nil:
+		s.t.Fatalf("%s exists after a refused before-write: %s attempt %d", key, it.State, it.Attempt)
+	case prepared && (it == nil || it.State != items.StatePrepared || it.Claim != "" || it.Attempt != 0 || len(it.History) != 1):
+		s.t.Fatalf("%s after a refused before-write: %+v", key, it)
+	}
+}
+
 // BatchBeforeWrite sends a batch before-write as tenant acme's workflow.
 func (s *Service) BatchBeforeWrite(batchID string, items []any) Response {
 	s.t.Helper()
