@@ -127,7 +127,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		}
 	}
 	if o.floor != "" {
-		if st, err := os.Stat(o.floor); err != nil || !st.IsDir() {
+		if st, err := os.Stat(o.floor); errors.Is(err, os.ErrNotExist) {
+			return usageErrorf("bench: --floor %q does not exist: give a directory on the disk to measure (the data dir's, e.g. /var/lib/companion)", o.floor)
+		} else if err != nil || !st.IsDir() {
 			return usageErrorf("bench: --floor %q is not a directory", o.floor)
 		}
 	}

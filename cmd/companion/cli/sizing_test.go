@@ -266,6 +266,25 @@ func TestBenchWithNoServiceSaysSo(t *testing.T) {
 	}
 }
 
+// A --floor that does not exist says so and what to give, before anything is measured; a file is not a
+// directory.
+func TestBenchFloorMustBeADirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ floor, want string }{
+		{filepath.Join(dir, "missing"), "does not exist: give a directory on the disk to measure"},
+		{file, "is not a directory"},
+	} {
+		_, err := run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "bench", "--items", "0", "--floor", tc.floor)
+		if err == nil || !strings.Contains(err.Error(), strconv.Quote(tc.floor)+" "+tc.want) {
+			t.Errorf("--floor %s: %v; want %q", tc.floor, err, tc.want)
+		}
+	}
+}
+
 // TestBenchOutputReadByTheScripts runs the awk programs of scripts/scale-run.sh and scripts/ab-rounds.sh on
 // real bench output at one caller and at 32, single and in batches of 500, and checks each finds the run's
 // items/s: the summary's "1 caller" (not "1 callers") must not leave a script reading nothing.
