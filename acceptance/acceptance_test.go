@@ -386,11 +386,18 @@ func TestSuiteAgainstCompanionServe(t *testing.T) {
 		t.Errorf("without --token: %v; want %q", err, want)
 	}
 
+	// The workflow token from COMPANION_TOKEN, as the other commands take it (out of the process list).
 	stdout.Reset()
 	run = cli.NewMain()
-	run.Stdout, run.Stderr, run.Getenv = &stdout, io.Discard, func(string) string { return "" }
+	run.Stdout, run.Stderr = &stdout, io.Discard
+	run.Getenv = func(k string) string {
+		if k == "COMPANION_TOKEN" {
+			return workflowSecret
+		}
+		return ""
+	}
 	err = run.Run(context.Background(), []string{"acceptance", "--service", "http://" + serve.Addr(), "--receiver", r.ReceiverURL,
-		"--token", workflowSecret, "--operator-token", operatorSecret})
+		"--operator-token", operatorSecret})
 	out := stdout.String()
 	t.Log("\n" + out)
 	if err != nil {

@@ -45,7 +45,8 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	service := fs.String("service", "", "URL of a deployed companion service (default: start one in-process on a temporary ledger)")
-	token := fs.String("token", "", "bearer token for --service, role workflow or operator")
+	token := fs.String("token", "", "bearer token for --service, role workflow or operator (default: COMPANION_TOKEN, as the other commands; "+
+		"a secret in the environment stays out of the process list and the shell's history)")
 	operatorToken := fs.String("operator-token", "", "bearer token of role operator for the cases where an owner resolves an item (default: --token)")
 	receiver := fs.String("receiver", "", "URL of a running sandbox receiver (default: start one in-process)")
 	store := fs.String("store", "sqlite", "store of the in-process service: sqlite (temporary file) or mongodb (MONGODB_URI)")
@@ -65,6 +66,9 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	}
 	if *service == "" && (*token != "" || *operatorToken != "") {
 		return usagef("--token and --operator-token are for --service; the in-process service runs open on loopback")
+	}
+	if *service != "" && *token == "" {
+		*token = getenv("COMPANION_TOKEN")
 	}
 	if *service != "" && *store != "sqlite" {
 		return usagef("--store chooses the in-process service's store; a deployed service (--service) uses its own")

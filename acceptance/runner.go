@@ -276,7 +276,7 @@ func checkDestinations(ctx context.Context, svc *Service, runID string) error {
 		ans, err := svc.BeforeWrite(ctx, BeforeWrite{Key: key, Payload: json.RawMessage(`{"check":"destination"}`), Destination: d.Name})
 		if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.Status == 401 {
 			return fmt.Errorf("acceptance: the service at %s refused the suite's first call: %w. Give one of its tokens with --token "+
-				"(role workflow; --operator-token with role operator for case 19)", svc.URL(), err)
+				"or COMPANION_TOKEN (role workflow; --operator-token with role operator for case 19)", svc.URL(), err)
 		}
 		if err != nil {
 			return fmt.Errorf("acceptance: checking the service's destination %s: %w", d.Name, err)

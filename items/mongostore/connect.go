@@ -151,6 +151,36 @@ func kindWords(k description.ServerKind) string {
 	return k.String()
 }
 
+// uriError says why the driver refused the URI as written (Connect's error), in its words without
+// their "error parsing uri: " and without any part of the user name or password: the driver's words for
+// a user name or password that is not percent-encoded quote the offending escape ("invalid URL escape
+// "%et""), a piece of the secret, and a URI that does not parse gives no password to scrub.
+// The caller names the URI (Redacted); the message does not repeat it.
+func uriError(err error, secret []string) error {
+	const encode = "percent-encode it (a % in it is written %25, and @ : / ? # [ ] as %40 %3A %2F %3F %23 %5B %5D)"
+	msg := strings.TrimPrefix(scrub(err.Error(), secret), "error parsing uri: ")
+	switch {
+	case strings.HasPrefix(msg, "invalid password"), strings.HasPrefix(msg, "unescaped colon in password"):
+		msg = "its password is not written as a URI needs: " + encode
+	case strings.HasPrefix(msg, "invalid username"), strings.HasPrefix(msg, "unescaped slash in username"):
+		msg = "its user name is not written as a URI needs: " + encode
+	case strings.HasPrefix(msg, "lookup _mongodb._tcp."):
+		msg = "the SRV record of its mongodb+srv host was not found (" + msg + "); check the cluster's host name " +
+			"(Atlas: Connect → Drivers) and this machine's DNS"
+	}
+	return badURI{msg: "the MongoDB URI cannot be used: " + msg + "; check MONGODB_URI (mongodb://user:password@host:port,…/?replicaSet=… " +
+		"or mongodb+srv://user:password@cluster/)", err: err}
+}
+
+// badURI is uriError's error: its own words, unwrapping to the driver's error (which may hold the secret).
+type badURI struct {
+	msg string
+	err error
+}
+
+func (e badURI) Error() string { return e.msg }
+func (e badURI) Unwrap() error { return e.err }
+
 // secrets are the strings of the URI no message may carry: its password, as given and decoded.
 func secrets(copts *options.ClientOptions) []string {
 	if copts == nil || copts.Auth == nil || copts.Auth.Password == "" {

@@ -145,7 +145,7 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	client, err := mongo.Connect(copts)
 	if err != nil {
 		// The URI itself is wrong: say so, without echoing credentials.
-		return nil, fmt.Errorf("mongostore: %s: %w", Redacted(uri), scrubbed{err, secrets(copts)})
+		return nil, uriError(err, secrets(copts))
 	}
 	db := client.Database(database)
 	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),

@@ -465,6 +465,35 @@ func TestOpenWithABadURIHidesTheCredentials(t *testing.T) {
 	}
 }
 
+// A URI the driver refuses as written gets one sentence saying what is wrong and what to check, with no
+// package prefix, no second copy of the URI (the caller names it, redacted) and no piece of the user name
+// or password: the driver's own words for a password that is not percent-encoded quote its bad escape.
+func TestOpenWithAnUnusableURISaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ uri, want string }{
+		{"mongodb://app:hun%ter2@db1/", "its password is not written as a URI needs: percent-encode it"},
+		{"mongodb://app:hun:ter2@db1/", "its password is not written as a URI needs"},
+		{"mongodb://a%zzpp:hunter2@db1/", "its user name is not written as a URI needs"},
+		{"mongodb://app:hunter2@db1/?replicaSet=rs0&tls=maybe", `invalid value for "tls": "maybe"`},
+		{"mongodb://app:hunter2@db1:notaport/", `port must be an integer`},
+		{"postgres://app:hunter2@db1/", `scheme must be "mongodb" or "mongodb+srv"`},
+	} {
+		_, err := mongostore.Open(t.Context(), tc.uri, "x", mongostore.WithTimeout(200*time.Millisecond))
+		if err == nil {
+			t.Fatalf("Open(%s) opened", mongostore.Redacted(tc.uri))
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "the MongoDB URI cannot be used: ") || !strings.Contains(msg, tc.want) || !strings.Contains(msg, "check MONGODB_URI") {
+			t.Errorf("Open(%s): %q; want it to say %q and to check MONGODB_URI", mongostore.Redacted(tc.uri), msg, tc.want)
+		}
+		for _, not := range []string{"hunter2", "hun", "ter2", "%te", "zz", "mongostore", "error parsing uri", "db1"} {
+			if strings.Contains(msg, not) {
+				t.Errorf("Open(%s): %q says %q", mongostore.Redacted(tc.uri), msg, not)
+			}
+		}
+	}
+}
+
 // A batch against a slow server answers ErrUnavailable within the store's timeout: the whole batch is
 // bounded by it, not each of its round trips (60 updates of 200 ms each took 12 s before).
 func TestSlowServerBatchAnswersWithinTheTimeout(t *testing.T) {

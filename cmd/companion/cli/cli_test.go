@@ -68,6 +68,22 @@ func call(t *testing.T, p program, method, path, token, body string) (int, map[s
 	return resp.StatusCode, m
 }
 
+// With tokens, --metrics-open leaves one endpoint open to whoever reaches --addr: the start line says so,
+// and says nothing of it without the flag.
+func TestStartLineNamesOpenMetrics(t *testing.T) {
+	for _, open := range []string{"true", ""} {
+		p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "data"),
+			"COMPANION_TOKENS": "ops:acme:operator:op-secret-0123456789", "COMPANION_METRICS_OPEN": open})
+		startLine := p.err.String()
+		said := strings.Contains(startLine, "auth on (1 token(s): ops (acme, operator)), except GET /metrics (--metrics-open: no token, every tenant);") &&
+			strings.Contains(startLine, `"metrics_open":true`)
+		status, _ := call(t, p, "GET", "/metrics", "", "")
+		if open == "true" && (!said || status != 200) || open == "" && (strings.Contains(startLine, "GET /metrics") || !strings.Contains(startLine, `"metrics_open":false`) || status != 401) {
+			t.Errorf("COMPANION_METRICS_OPEN=%q: GET /metrics without a token %d; start line:\n%s", open, status, startLine)
+		}
+	}
+}
+
 func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}

@@ -259,6 +259,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	auth := "off (open mode: tenant default, role operator, loopback only)"
 	if len(tokens) > 0 {
 		auth = fmt.Sprintf("on (%d token(s): %s)", len(tokens), tokenNames(tokens))
+		if o.metricsOpen {
+			// Whoever reaches --addr reads every tenant's measures: the start line says so.
+			auth += ", except GET /metrics (--metrics-open: no token, every tenant)"
+		}
 	}
 	storeLine := where
 	if s, ok := store.(*sqlitestore.Store); ok {
@@ -270,7 +274,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, storeLine,
 		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
 		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
-		slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
+		slog.Bool("metrics_open", o.metricsOpen || len(tokens) == 0), slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
 	return nil
 }
 

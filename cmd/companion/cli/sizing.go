@@ -127,7 +127,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		}
 	}
 	if o.floor != "" {
-		if st, err := os.Stat(o.floor); err != nil || !st.IsDir() {
+		if st, err := os.Stat(o.floor); errors.Is(err, os.ErrNotExist) {
+			return usageErrorf("bench: --floor %q does not exist: give a directory on the disk to measure (the data dir's, e.g. /var/lib/companion)", o.floor)
+		} else if err != nil || !st.IsDir() {
 			return usageErrorf("bench: --floor %q is not a directory", o.floor)
 		}
 	}
@@ -157,6 +159,15 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			// Nothing listens there: a run would only count every call as an error.
 			return fmt.Errorf("bench: cannot reach companion at %s (--url, or COMPANION_URL): %v; start it (companion serve) "+
 				"or point --url at it", base, op)
+		}
+		if st := metricsStatus(0); errors.As(err, &st) && st == http.StatusUnauthorized {
+			// A token the service does not know (or none where it needs one): every call would be refused
+			// the same way, so none is sent.
+			why := "it knows no token with the secret in --token (COMPANION_TOKEN): check it against its COMPANION_TOKENS (or tokens: in its config file)"
+			if o.token == "" {
+				why = "it runs with tokens and none was given: set COMPANION_TOKEN (or --token) to the secret of a workflow or operator token"
+			}
+			return fmt.Errorf("bench: companion at %s answered 401 (GET /metrics): %s; no item was sent", base, why)
 		}
 		if err := run.do(ctx, m.Stderr); err != nil {
 			return err
@@ -529,9 +540,31 @@ func (r *benchRun) serviceTotals(ctx context.Context) (serviceTotals, error) {
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		_, _ = io.Copy(io.Discard, resp.Body)
-		return serviceTotals{}, fmt.Errorf("GET /metrics answered %d", resp.StatusCode)
+		return serviceTotals{}, metricsStatus(resp.StatusCode)
 	}
 	return readServiceTotals(resp.Body)
+}
+
+// metricsStatus is serviceTotals' error when GET /metrics answered another status than 200.
+type metricsStatus int
+
+func (s metricsStatus) Error() string { return fmt.Sprintf("GET /metrics answered %d", int(s)) }
+
+// cpuAdvice says, after the summary's "Service CPU not measured (…)", what would let the next run measure
+// it: an operator token only where the service refused the token (403: a workflow token; 401: one it does
+// not know). A service that stopped answering (killed during the run, a 503 while it drains) needs none:
+// saying "run with an operator token" to a run that had one sent the operator after the wrong cause.
+func cpuAdvice(err error) string {
+	var st metricsStatus
+	switch {
+	case errors.As(err, &st) && st == http.StatusForbidden:
+		return ": run with an operator token to read it from GET /metrics"
+	case errors.As(err, &st) && st == http.StatusUnauthorized:
+		return ": the service does not know COMPANION_TOKEN; run with one of its operator tokens to read it from GET /metrics"
+	case errors.As(err, &st):
+		return ": the service did not answer GET /metrics after the run"
+	}
+	return ": the service could not be reached for GET /metrics after the run (stopped or restarted meanwhile?)"
 }
 
 // readServiceTotals reads serviceTotals from a GET /metrics body (Prometheus text format).
@@ -693,7 +726,7 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 	switch {
 	case run == nil:
 	case run.cpuErr != nil:
-		fmt.Fprintf(m.Stdout, "\nService CPU not measured (%v): run with an operator token to read it from GET /metrics.\n", run.cpuErr)
+		fmt.Fprintf(m.Stdout, "\nService CPU not measured (%v)%s.\n", run.cpuErr, cpuAdvice(run.cpuErr))
 	case run.done.Load() > 0:
 		fmt.Fprintf(m.Stdout, "\nService CPU: %.0f µs per item (%.2f s over the run, process_cpu_seconds_total of GET /metrics: "+
 			"the replica that answered, with whatever else it served meanwhile).\n", run.cpu*1e6/float64(run.done.Load()), run.cpu)

@@ -37,7 +37,7 @@ func TestBenchClaimsReportsAndSummarizes(t *testing.T) {
 		regexp.MustCompile(`(?m)^\s+floor \(2 fsync'd SQLite commits/item\)\s+40\s+20\s+[0-9]+`),
 		regexp.MustCompile(`× the floor \([0-9]+ items/s; [0-9]+ before the run, [0-9]+ after it\)`),
 		regexp.MustCompile(`companion items list --workflow bench-single --all`),
-		regexp.MustCompile(`Service CPU not measured \(GET /metrics answered 403\)`),
+		regexp.MustCompile(`Service CPU not measured \(GET /metrics answered 403\): run with an operator token to read it from GET /metrics\.`),
 	} {
 		if !want.MatchString(out) {
 			t.Errorf("bench single: no %s in\n%s", want, out)
@@ -191,11 +191,36 @@ func TestBenchOverHTTPSAndThroughAProxy(t *testing.T) {
 	}
 }
 
+// A token the service does not know, or none where it needs one, stops the bench before its first call:
+// every call would be refused alike, and the run printed a table of errors (20,000 of them for --items
+// 10000) where one line says what to fix.
+func TestBenchWithATokenTheServiceRefusesSendsNothing(t *testing.T) {
+	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,op:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+	for _, tc := range []struct{ token, want string }{
+		{"wrong-secret-0123456789", "it knows no token with the secret in --token (COMPANION_TOKEN)"},
+		{"", "it runs with tokens and none was given: set COMPANION_TOKEN"},
+	} {
+		env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": tc.token}
+		out, err := run(t, env, "bench", "--items", "50", "--callers", "2", "--prefix", "bench-refused")
+		if err == nil || !strings.Contains(err.Error(), "answered 401 (GET /metrics): "+tc.want) || !strings.Contains(err.Error(), "no item was sent") ||
+			strings.Contains(out, "calls  items") {
+			t.Errorf("bench with token %q: %v\n%s", tc.token, err, out)
+		}
+	}
+	out, err := run(t, map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"},
+		"items", "list", "--workflow", "bench-refused", "--json")
+	if err != nil || strings.Contains(out, "bench-refused:") {
+		t.Errorf("items of a refused bench: %v\n%s", err, out)
+	}
+}
+
 // TestBenchShowsHTTPErrorAnswers: an answer other than 200 is an error of its call, shown with its
-// status and body, whether it comes with a Content-Length (401 of the service) or chunked (503).
+// status and body, whether it comes with a Content-Length (401 of the service: GET /metrics is open, so
+// the bench cannot tell the token is unknown before its calls) or chunked (503).
 func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
-		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
+		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h", "COMPANION_METRICS_OPEN": "true"})
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "wrong-secret-0123456789"}
 	out, err := run(t, env, "bench", "--items", "3", "--callers", "1", "--prefix", "bench-401")
 	if err == nil || !regexp.MustCompile(`^bench: 3 calls failed; the first: before-write: HTTP 401: \{"error":\{"code":"[a-z_]+"`).MatchString(err.Error()) ||
@@ -215,7 +240,9 @@ func TestBenchShowsHTTPErrorAnswers(t *testing.T) {
 	out, err = run(t, env, "bench", "--mode", "batch", "--batch", "5", "--items", "12", "--callers", "2", "--prefix", "bench-503")
 	if err == nil || !strings.Contains(err.Error(), `3 calls failed; the first: batch before-write: HTTP 503: {"error":{"code":"unavailable","message":"draining"}}`) ||
 		!regexp.MustCompile(`(?m)^\s+batch of 5, 2 callers\s+0\s+0\s+3\s*$`).MatchString(out) ||
-		!strings.Contains(out, "Service CPU not measured (GET /metrics answered 503)") {
+		!strings.Contains(out, "Service CPU not measured (GET /metrics answered 503): the service did not answer GET /metrics after the run.") ||
+		strings.Contains(out, "operator token") { // it had one: the service was draining, not refusing it
+
 		t.Errorf("bench against a service that answers 503: %v\n%s", err, out)
 	}
 }
@@ -236,6 +263,25 @@ func TestBenchWithNoServiceSaysSo(t *testing.T) {
 	}
 	if strings.Contains(out, "items/s") {
 		t.Errorf("bench with no service printed a summary:\n%s", out)
+	}
+}
+
+// A --floor that does not exist says so and what to give, before anything is measured; a file is not a
+// directory.
+func TestBenchFloorMustBeADirectory(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ floor, want string }{
+		{filepath.Join(dir, "missing"), "does not exist: give a directory on the disk to measure"},
+		{file, "is not a directory"},
+	} {
+		_, err := run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "bench", "--items", "0", "--floor", tc.floor)
+		if err == nil || !strings.Contains(err.Error(), strconv.Quote(tc.floor)+" "+tc.want) {
+			t.Errorf("--floor %s: %v; want %q", tc.floor, err, tc.want)
+		}
 	}
 }
 
