@@ -124,7 +124,7 @@ func inlineSpans(text string) []docSpan {
 	inFence := false
 	for i, line := range strings.Split(text, "\n") {
 		switch {
-		case strings.HasPrefix(line, "```"):
+		case strings.HasPrefix(strings.TrimLeft(line, " "), "```"):
 			flush()
 			inFence = !inFence
 		case inFence:
