@@ -17,3 +17,9 @@ func SetSlackRecheckEvery(d time.Duration) (restore func()) {
 	slackRecheckEvery = d
 	return func() { slackRecheckEvery = old }
 }
+
+// ReadConfig reads and checks a configuration file as serve does, lookups included.
+func ReadConfig(path string, getenv func(string) string) error {
+	_, err := readConfig(path, getenv)
+	return err
+}

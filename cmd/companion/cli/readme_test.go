@@ -18,7 +18,8 @@ type readmeBlock struct {
 	text string
 }
 
-// readmeBlocks returns the fenced blocks of a Markdown file in order.
+// readmeBlocks returns the fenced blocks of a Markdown file in order, those indented in a list item too
+// (their lines without the fence's indent).
 func readmeBlocks(t *testing.T, path string) []readmeBlock {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -27,22 +28,25 @@ func readmeBlocks(t *testing.T, path string) []readmeBlock {
 	}
 	var out []readmeBlock
 	var cur *readmeBlock
+	indent := ""
 	for i, line := range strings.Split(string(b), "\n") {
+		trimmed := strings.TrimLeft(line, " ")
 		switch {
-		case cur == nil && strings.HasPrefix(line, "```"):
-			cur = &readmeBlock{lang: strings.TrimPrefix(line, "```"), line: i + 1}
+		case cur == nil && strings.HasPrefix(trimmed, "```"):
+			cur = &readmeBlock{lang: strings.TrimPrefix(trimmed, "```"), line: i + 1}
+			indent = line[:len(line)-len(trimmed)]
 		case cur != nil && strings.TrimSpace(line) == "```":
 			out = append(out, *cur)
 			cur = nil
 		case cur != nil:
-			cur.text += line + "\n"
+			cur.text += strings.TrimPrefix(line, indent) + "\n"
 		}
 	}
 	return out
 }
 
 // shellCommands splits shell text into commands of words, as sh would for the quoting the README uses:
-// single and double quotes, a backslash before a newline, comments.
+// single and double quotes, a backslash before a newline, comments, commands one a line or after a ;.
 func shellCommands(t *testing.T, text string) [][]string {
 	t.Helper()
 	var cmds [][]string
@@ -89,7 +93,7 @@ func shellCommands(t *testing.T, text string) [][]string {
 				i++
 			}
 			endCommand()
-		case ch == '\n':
+		case ch == '\n' || ch == ';':
 			endCommand()
 		case ch == ' ' || ch == '\t':
 			endWord()
