@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sort"
 	"testing"
 	"unicode/utf16"
@@ -19,7 +20,8 @@ import (
 //   - it decodes (UseNumber) to the same value as x: two payloads with one canonical form are one value;
 //   - x re-encoded with its members in another order, other whitespace and other string escapes has the
 //     same canonical form;
-//   - x with other whitespace between its tokens is refused when x is, and has the same form when not;
+//   - x with other whitespace between its tokens, or (well-formed x) with the members of its objects in
+//     another order and every string kept as written, is refused when x is and has the same form when not;
 //   - text that is not UTF-8 is refused (the decoder would turn it into U+FFFD: a payload nobody sent).
 //
 // seed drives the shuffling. Run: go test ./items -run '^$' -fuzz FuzzCanonical -fuzztime 3m
@@ -57,6 +59,16 @@ func FuzzCanonical(f *testing.F) {
 		canonSpaced, errSpaced := Canonical(spaced)
 		if (err == nil) != (errSpaced == nil) {
 			t.Fatalf("Canonical(%q): %v; with other whitespace, Canonical(%q): %v", x, err, spaced, errSpaced)
+		}
+		if json.Valid(x) {
+			// The members of every object in another order, every string and number kept as written
+			// (escapes, lone surrogates, repeated names, bytes that are not UTF-8).
+			reordered := reorderRaw(x, r)
+			canonReordered, errReordered := Canonical(reordered)
+			if (err == nil) != (errReordered == nil) || !bytes.Equal(canon, canonReordered) {
+				t.Fatalf("Canonical(%q) = %q, %v; with its members in another order, Canonical(%q) = %q, %v",
+					x, canon, err, reordered, canonReordered, errReordered)
+			}
 		}
 		if err != nil {
 			return
@@ -226,4 +238,104 @@ func reencodeString(b *bytes.Buffer, s string, r *rand.Rand) {
 		}
 	}
 	b.WriteByte('"')
+}
+
+// rawValue is a JSON value as written: a string or a scalar's text, or an object's members (rawMember) or
+// an array's elements.
+type rawValue struct {
+	text     []byte
+	members  []rawMember
+	elements []rawValue
+	object   bool
+	array    bool
+}
+
+type rawMember struct {
+	name  []byte // as written, quotes and escapes included
+	value rawValue
+}
+
+// parseRaw reads the value at b[i] of well-formed JSON (json.Valid) and returns it and the index after it.
+func parseRaw(b []byte, i int) (rawValue, int) {
+	i = plainSpace(b, i)
+	switch b[i] {
+	case '{':
+		v := rawValue{object: true}
+		i = plainSpace(b, i+1)
+		for b[i] != '}' {
+			end := rawStringEnd(b, i)
+			name := b[i:end]
+			i = plainSpace(b, end) + 1 // past ':'
+			var value rawValue
+			value, i = parseRaw(b, i)
+			v.members = append(v.members, rawMember{name: name, value: value})
+			if i = plainSpace(b, i); b[i] == ',' {
+				i = plainSpace(b, i+1)
+			}
+		}
+		return v, i + 1
+	case '[':
+		v := rawValue{array: true}
+		i = plainSpace(b, i+1)
+		for b[i] != ']' {
+			var e rawValue
+			e, i = parseRaw(b, i)
+			v.elements = append(v.elements, e)
+			if i = plainSpace(b, i); b[i] == ',' {
+				i = plainSpace(b, i+1)
+			}
+		}
+		return v, i + 1
+	case '"':
+		end := rawStringEnd(b, i)
+		return rawValue{text: b[i:end]}, end
+	}
+	end := i
+	for end < len(b) && !plainDelimiter(b[end]) {
+		end++
+	}
+	return rawValue{text: b[i:end]}, end
+}
+
+// rawStringEnd returns the index after the string that starts at b[i].
+func rawStringEnd(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+func (v rawValue) write(out []byte, r *rand.Rand) []byte {
+	switch {
+	case v.object:
+		members := slices.Clone(v.members)
+		r.Shuffle(len(members), func(i, j int) { members[i], members[j] = members[j], members[i] })
+		out = append(out, '{')
+		for i, m := range members {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(append(out, m.name...), ':')
+			out = m.value.write(out, r)
+		}
+		return append(out, '}')
+	case v.array:
+		out = append(out, '[')
+		for i, e := range v.elements {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = e.write(out, r)
+		}
+		return append(out, ']')
+	}
+	return append(out, v.text...)
+}
+
+// reorderRaw returns well-formed JSON text with the members of its objects shuffled.
+func reorderRaw(text []byte, r *rand.Rand) []byte {
+	v, _ := parseRaw(text, 0)
+	return v.write(nil, r)
 }
