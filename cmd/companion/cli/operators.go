@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -567,6 +568,12 @@ func (m *Main) resolveKeys(args []string) ([]string, error) {
 				return nil, usageErrorf("items resolve: give - (read the keys from standard input) once")
 			}
 			stdin = true
+			if f, ok := m.Stdin.(*os.File); ok {
+				if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+					// A person at a terminal, not a pipe: say what the command waits for.
+					fmt.Fprintln(m.Stderr, "items resolve: reading the keys from standard input, one a line; end with Ctrl-D")
+				}
+			}
 			var err error
 			if more, err = readKeys(m.stdin()); err != nil {
 				return nil, err
@@ -677,9 +684,19 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("items resolve: %d of %d keys not resolved (%s); the others are", len(failed), len(keys), strings.Join(failed, ", "))
+		return fmt.Errorf("items resolve: %d of %d keys not resolved (%s); the others are", len(failed), len(keys), someKeys(failed))
 	}
 	return nil
+}
+
+// someKeys names keys for an error line: all of them, or the first ten and how many more (each has its
+// own line above).
+func someKeys(keys []string) string {
+	const shown = 10
+	if len(keys) <= shown {
+		return strings.Join(keys, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(keys[:shown], ", "), len(keys)-shown)
 }
 
 // printResolved prints the answer to one resolve request in a line that begins or ends with its key.

@@ -3,6 +3,7 @@ package cli_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -131,12 +132,29 @@ func TestItemsResolveSeveralKeys(t *testing.T) {
 		t.Fatalf("items resolve --json k5 nope:\n%s", out)
 	}
 
+	// Many failures: a line each, and the error names the first ten and how many more.
+	var missing []string
+	for i := 1; i <= 12; i++ {
+		missing = append(missing, fmt.Sprintf("gone-%02d", i))
+	}
+	out, err = runWithStdin(t, env, strings.Join(missing, "\n"), "items", "resolve", "-", "--outcome", "succeeded", "--evidence", evidence)
+	if cli.ExitCode(err) != 1 || strings.Count(out, " not resolved: not_found (HTTP 404)") != 12 ||
+		!strings.Contains(err.Error(), "12 of 12 keys not resolved (gone-01, gone-02, ") || !strings.Contains(err.Error(), "gone-10 and 2 more)") {
+		t.Fatalf("items resolve - with 12 missing keys: %v\n%s", err, out)
+	}
+
 	// A refused token is every key's answer: the run stops at the first key and says how many were not tried.
 	bad := map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "wf-secret-0123456789"}
 	out, err = run(t, bad, "items", "resolve", "k6", "k7", "--outcome", "succeeded", "--evidence", evidence)
 	if cli.ExitCode(err) != 1 || !strings.HasPrefix(out, "k6 not resolved: forbidden (HTTP 403): ") || strings.Count(out, "\n") != 1 ||
 		!strings.Contains(err.Error(), "stopped at k6 (key 1 of 2)") || !strings.Contains(err.Error(), "1 not tried") {
 		t.Fatalf("items resolve with a workflow token: %v\n%s", err, out)
+	}
+	// So is a service that cannot be reached.
+	out, err = run(t, map[string]string{"COMPANION_URL": "http://127.0.0.1:1"}, "items", "resolve", "k6", "k7", "k5", "--outcome", "succeeded", "--evidence", evidence)
+	if cli.ExitCode(err) != 1 || !strings.HasPrefix(out, "k6 not resolved: cannot reach companion at http://127.0.0.1:1") || strings.Count(out, "\n") != 1 ||
+		!strings.Contains(err.Error(), "stopped at k6 (key 1 of 3)") || !strings.Contains(err.Error(), "0 resolved before it, 2 not tried") {
+		t.Fatalf("items resolve with nothing at COMPANION_URL: %v\n%s", err, out)
 	}
 	for _, k := range []string{"k6", "k7"} {
 		if s, _ := state(k); s != "unknown" {
