@@ -684,7 +684,8 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 		}
 	}
 	if len(failed) > 0 {
-		return fmt.Errorf("items resolve: %d of %d keys not resolved (%s); the others are", len(failed), len(keys), someKeys(failed))
+		return fmt.Errorf("items resolve: %d of %d keys not resolved (%s); %d resolved (or already were)",
+			len(failed), len(keys), someKeys(failed), len(keys)-len(failed))
 	}
 	return nil
 }
