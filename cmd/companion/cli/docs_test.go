@@ -75,6 +75,15 @@ func docFiles(t *testing.T) []docFile {
 	return out
 }
 
+// backticks returns the length of the run of backticks at p[i:], 0 when p[i] is not one.
+func backticks(p string, i int) int {
+	n := 0
+	for i+n < len(p) && p[i+n] == '`' {
+		n++
+	}
+	return n
+}
+
 // inlineSpans returns the inline code spans of Markdown text outside its fenced blocks. A span may run
 // over a line break within a paragraph; a run of n backticks ends at the next run of exactly n. In a
 // table a span writes | as \|, which is turned back here.
@@ -86,23 +95,17 @@ func inlineSpans(text string) []docSpan {
 		p := strings.Join(para, "\n")
 		para = nil
 		for i := 0; i < len(p); {
-			if p[i] != '`' {
+			n := backticks(p, i)
+			if n == 0 {
 				i++
 				continue
 			}
-			n := 0
-			for i+n < len(p) && p[i+n] == '`' {
-				n++
-			}
 			end := -1
 			for j := i + n; j < len(p); {
-				if p[j] != '`' {
+				m := backticks(p, j)
+				if m == 0 {
 					j++
 					continue
-				}
-				m := 0
-				for j+m < len(p) && p[j+m] == '`' {
-					m++
 				}
 				if m == n {
 					end = j
