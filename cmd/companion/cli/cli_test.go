@@ -250,6 +250,44 @@ destinations:
 	}
 }
 
+// TestStartLineNamesTheConfigByItsAbsolutePath: a config file given relative to the working directory
+// (--config companion.yaml, or COMPANION_CONFIG) is named by its absolute path in the start line's
+// message and in its config field alike.
+func TestStartLineNamesTheConfigByItsAbsolutePath(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "companion.yaml"), []byte("destinations:\n  billing:\n    dedupe: key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(wd, "companion.yaml")
+	for name, c := range map[string]struct {
+		env  map[string]string
+		args []string
+	}{
+		"--config":         {map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data-flag")}, []string{"--config", "companion.yaml"}},
+		"COMPANION_CONFIG": {map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data-env"), "COMPANION_CONFIG": "./companion.yaml"}, nil},
+	} {
+		p := start(t, c.env, append([]string{"--addr", "127.0.0.1:0"}, c.args...)...)
+		var line struct {
+			Msg    string `json:"msg"`
+			Config string `json:"config"`
+		}
+		for _, l := range strings.Split(p.err.String(), "\n") {
+			if strings.Contains(l, "serving on") && json.Unmarshal([]byte(l), &line) != nil {
+				t.Fatalf("%s: the start line is not JSON: %s", name, l)
+			}
+		}
+		if line.Config != want || !strings.Contains(line.Msg, "config "+want+" (destinations billing)") {
+			t.Errorf("%s: the start line's config field is %q and its message %q; want both to name %s", name, line.Config, line.Msg, want)
+		}
+		p.Close()
+	}
+}
+
 // startWithBadConfig writes yaml as the config file in a new directory and runs serve with it (and env);
 // the config must stop the start. It returns the directory (whose data/ is the ledger's), the config
 // file's path and the error.

@@ -29,6 +29,8 @@ const ShutdownTimeout = 20 * time.Second
 
 // Main is one run of the companion program.
 type Main struct {
+	// Stdin is what a command reads when told to (items resolve -); nil reads nothing.
+	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
 	// Getenv reads the environment. Tests give it a map instead of touching the process environment.
@@ -52,7 +54,15 @@ type daemon struct {
 
 // NewMain returns a Main on the process's standard streams and environment.
 func NewMain() *Main {
-	return &Main{Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	return &Main{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+}
+
+// stdin is Stdin, or an empty reader when there is none.
+func (m *Main) stdin() io.Reader {
+	if m.Stdin == nil {
+		return strings.NewReader("")
+	}
+	return m.Stdin
 }
 
 // command is one subcommand. run does the work of a one-shot command and returns; a long-running

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -183,13 +185,18 @@ const itemsSynopsis = `Lists, shows and resolves items through the operator API.
                        [--batch B] [--execution E] [--reference R] [--owner O] [--older-than 4h]
                        [--limit N] [--cursor C] [--all] [--json]
   companion items show KEY [--json]
-  companion items resolve KEY --outcome succeeded|not_committed|acknowledged --evidence "what you checked and found"
-                       [--external-id ID] [--json]
+  companion items resolve KEY [KEY...] --outcome succeeded|not_committed|acknowledged
+                       --evidence "what you checked and found" [--external-id ID] [--json]
+  companion items list ... --json | jq -r '.items[].key' | companion items resolve - --outcome ... --evidence ...
 
   resolve --outcome succeeded: the effect exists; not_committed: it certainly does not (one more attempt).
   Both settle an unknown item, or a failed one with no attempts left. acknowledged: you have seen an item
   that neither can settle (a duplicate effect, or a retryable failure unresolved for too long) and take it
   from here; it stops needing a person and nothing else changes (no --external-id).
+  Several KEYs (or -: read them from standard input, one a line, blank lines skipped) are resolved in
+  turn with the same outcome and evidence, one request per key, one line per key; a key that fails does
+  not stop the others (a refused token or an unreachable service does), and the exit status is then 1.
+  Mistakes in the command line resolve nothing and exit 2.
 
 ` + clientEnv
 
@@ -513,27 +520,120 @@ func parens(s string) string {
 	return " (" + s + ")"
 }
 
+// parseKeys parses the flags of a command that takes one or more KEYs, given before, between or after
+// the flags: every argument that is not a flag is a key, in the order given.
+func (m *Main) parseKeys(fs *flagSet, args []string) (keys []string, done bool, err error) {
+	for {
+		if fs.Parse(args) != nil {
+			// Help, or a mistake: parse reports it (the flags parsed before are kept).
+			done, err = m.parse(fs, args)
+			return keys, done, err
+		}
+		if fs.NArg() == 0 {
+			return keys, false, nil
+		}
+		keys, args = append(keys, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
+// maxKeyLine bounds one line of the keys read from standard input: far above any key the API accepts.
+const maxKeyLine = 1 << 20
+
+// readKeys reads keys from r, one a line: surrounding spaces (and a Windows \r) trimmed, blank lines skipped.
+func readKeys(r io.Reader) ([]string, error) {
+	var keys []string
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxKeyLine)
+	for sc.Scan() {
+		if k := strings.TrimSpace(sc.Text()); k != "" {
+			keys = append(keys, k)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("items resolve: reading the keys from standard input: %w", err)
+	}
+	return keys, nil
+}
+
+// resolveKeys is the keys to resolve: the arguments in order, "-" replaced by the keys read from standard
+// input, each key once.
+func (m *Main) resolveKeys(args []string) ([]string, error) {
+	var keys []string
+	seen := map[string]bool{}
+	stdin := false
+	for _, a := range args {
+		more := []string{a}
+		if a == "-" {
+			if stdin {
+				return nil, usageErrorf("items resolve: give - (read the keys from standard input) once")
+			}
+			stdin = true
+			if f, ok := m.Stdin.(*os.File); ok {
+				if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+					// A person at a terminal, not a pipe: say what the command waits for.
+					fmt.Fprintln(m.Stderr, "items resolve: reading the keys from standard input, one a line; end with Ctrl-D")
+				}
+			}
+			var err error
+			if more, err = readKeys(m.stdin()); err != nil {
+				return nil, err
+			}
+			if len(more) == 0 {
+				return nil, usageErrorf("items resolve: - read no keys from standard input (one a line); nothing was resolved")
+			}
+		}
+		for _, k := range more {
+			if !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// endsRun reports whether err, the answer for one key, would be the answer for every key: the service
+// cannot be reached, refuses the token, or the run was interrupted.
+func endsRun(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		return true
+	}
+	return ae.Status == http.StatusUnauthorized || ae.Status == http.StatusForbidden
+}
+
 func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	fs := m.newFlags("items resolve", itemsSynopsis)
 	outcome := fs.String("outcome", "", "`succeeded` (the effect exists), not_committed (it certainly does not) or acknowledged (seen; nothing changes)")
 	evidence := fs.String("evidence", "", "what you checked and what you found (at least 10 characters)")
 	externalID := fs.String("external-id", "", "the destination's `id` of the record, when you found it")
-	asJSON := fs.Bool("json", false, "print the API's JSON")
-	key, done, err := m.parseKeyed(fs, args)
+	asJSON := fs.Bool("json", false, "print the API's JSON (several keys: one line of JSON each, {\"key\",\"error\"} for a key that failed)")
+	args, done, err := m.parseKeys(fs, args)
 	if done {
 		return err
 	}
 	switch {
-	case key == "":
-		return usageErrorf("items resolve: give the item's KEY")
+	case len(args) == 0:
+		return usageErrorf("items resolve: give the item's KEY (several KEYs, or - to read them from standard input, one a line)")
 	case !slices.Contains([]string{"succeeded", "not_committed", "acknowledged"}, *outcome):
 		return usageErrorf("items resolve: --outcome must be succeeded, not_committed or acknowledged")
 	case strings.TrimSpace(*evidence) == "":
 		return usageErrorf("items resolve: --evidence is required: say where you looked and what you found")
+	case len(strings.TrimSpace(*evidence)) < items.MinEvidenceLength:
+		return usageErrorf("items resolve: --evidence must be at least %d characters: say where you looked and what you found", items.MinEvidenceLength)
 	case *outcome == "acknowledged" && *externalID != "":
 		return usageErrorf("items resolve: --external-id goes with --outcome succeeded only: acknowledged changes no result")
+	case *externalID != "" && len(args) > 1:
+		return usageErrorf("items resolve: --external-id names one record: give it with one KEY only")
 	}
 	c, err := m.client()
+	if err != nil {
+		return err
+	}
+	keys, err := m.resolveKeys(args)
 	if err != nil {
 		return err
 	}
@@ -541,13 +641,67 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 	if *externalID != "" {
 		body["external_id"] = *externalID
 	}
-	b, err := c.do(ctx, http.MethodPost, "/v1/items/"+url.PathEscape(key)+"/resolve", body)
-	if err != nil {
-		return err
+	if len(keys) == 1 && args[0] != "-" {
+		// One key named on the command line: its answer, or its error as the command's.
+		b, err := c.do(ctx, http.MethodPost, "/v1/items/"+url.PathEscape(keys[0])+"/resolve", body)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return m.printJSON(b)
+		}
+		return m.printResolved(b, *outcome)
 	}
-	if *asJSON {
-		return m.printJSON(b)
+	// Several keys: each its own request, one line each; a key that fails does not stop the others.
+	var failed []string
+	for i, key := range keys {
+		b, err := c.do(ctx, http.MethodPost, "/v1/items/"+url.PathEscape(key)+"/resolve", body)
+		if err == nil && *asJSON {
+			var v any
+			if err = json.Unmarshal(b, &v); err == nil {
+				err = json.NewEncoder(m.Stdout).Encode(v)
+			}
+		} else if err == nil {
+			err = m.printResolved(b, *outcome)
+		}
+		if err == nil {
+			continue
+		}
+		failed = append(failed, key)
+		words := strings.ReplaceAll(err.Error(), "\n", " ")
+		if *asJSON {
+			e := map[string]any{"code": "error", "message": words}
+			if ae := (*apiError)(nil); errors.As(err, &ae) {
+				e = map[string]any{"code": ae.Code, "message": ae.Message, "status": ae.Status}
+			}
+			_ = json.NewEncoder(m.Stdout).Encode(map[string]any{"key": key, "error": e})
+		} else {
+			fmt.Fprintf(m.Stdout, "%s not resolved: %s\n", key, words)
+		}
+		if endsRun(ctx, err) && i+1 < len(keys) {
+			return fmt.Errorf("items resolve: stopped at %s (key %d of %d), whose answer would be every key's; %d resolved before it, "+
+				"%d not tried", key, i+1, len(keys), i+1-len(failed), len(keys)-i-1)
+		}
 	}
+	if len(failed) > 0 {
+		return fmt.Errorf("items resolve: %d of %d keys not resolved (%s); %d resolved (or already were)",
+			len(failed), len(keys), someKeys(failed), len(keys)-len(failed))
+	}
+	return nil
+}
+
+// someKeys names keys for an error line: all of them, or the first ten and how many more (each has its
+// own line above).
+func someKeys(keys []string) string {
+	const shown = 10
+	if len(keys) <= shown {
+		return strings.Join(keys, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(keys[:shown], ", "), len(keys)-shown)
+}
+
+// printResolved prints the answer to one resolve request in a line that begins or ends with its key.
+func (m *Main) printResolved(b []byte, outcome string) error {
 	var it apiItem
 	if err := json.Unmarshal(b, &it); err != nil {
 		return fmt.Errorf("unexpected answer: %w", err)
@@ -557,11 +711,11 @@ func (m *Main) itemsResolve(ctx context.Context, args []string) error {
 			it.Key, r.Outcome, r.By, r.At.Format(time.RFC3339), it.State)
 		return nil
 	}
-	if *outcome == "acknowledged" {
+	if outcome == "acknowledged" {
 		fmt.Fprintf(m.Stdout, "resolved %s as acknowledged: still %s, needs no person\n", it.Key, it.State)
 		return nil
 	}
-	fmt.Fprintf(m.Stdout, "resolved %s as %s: now %s\n", it.Key, *outcome, it.State)
+	fmt.Fprintf(m.Stdout, "resolved %s as %s: now %s\n", it.Key, outcome, it.State)
 	return nil
 }
 

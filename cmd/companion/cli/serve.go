@@ -271,9 +271,12 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 			storeLine = fmt.Sprintf("%s (item cache %d items)", where, bound)
 		}
 	}
+	// The file by its absolute path, in the message and the config field alike: the one read, whatever
+	// the directory serve was started in.
+	configFile := absPath(o.configPath)
 	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, storeLine,
-		configLine(o.configPath, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
-		slog.String("addr", addr), slog.String("store", where), slog.String("config", o.configPath), slog.Bool("auth", len(tokens) > 0),
+		configLine(configFile, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
+		slog.String("addr", addr), slog.String("store", where), slog.String("config", configFile), slog.Bool("auth", len(tokens) > 0),
 		slog.Bool("metrics_open", o.metricsOpen || len(tokens) == 0), slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
 	return nil
 }
@@ -339,13 +342,21 @@ func configLine(path string, cfg items.Config) string {
 		return fmt.Sprintf("config none (every destination on the defaults: dedupe none, %d attempts, %d s leases)",
 			items.DefaultMaxAttempts, items.DefaultLeaseSeconds)
 	}
-	if abs, err := filepath.Abs(path); err == nil {
-		path = abs
-	}
 	if len(cfg.Destinations) == 0 {
 		return "config " + path + " (no destinations: the defaults for every one)"
 	}
 	return fmt.Sprintf("config %s (destinations %s)", path, strings.Join(slices.Sorted(maps.Keys(cfg.Destinations)), ", "))
+}
+
+// absPath is path made absolute ("" stays ""; a path the working directory cannot complete stays as given).
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // tokenNames lists the tokens for the start line, "ops (acme, operator), n8n (acme, workflow)": their
