@@ -25,7 +25,8 @@ import (
 //
 // The canonical form: members sorted by the UTF-8 bytes of their names; arrays in order; numbers kept as
 // their exact text (1 and 1.0 differ); strings re-encoded as UTF-8 escaping only '"', '\' and U+0000-U+001F
-// (as \u00xx); no whitespace. Duplicate member names and lone surrogates are refused.
+// (as \u00xx); no whitespace. Duplicate member names, lone surrogates and text that is not UTF-8 are
+// refused.
 func Fingerprint(payload []byte) (string, error) {
 	canon, err := Canonical(payload)
 	if err != nil {
@@ -116,6 +117,11 @@ func Canonical(payload []byte) ([]byte, error) {
 // canonicalDecoded builds the canonical form token by token: the general path, which also finds and
 // words every problem.
 func canonicalDecoded(payload []byte) ([]byte, error) {
+	// The decoder would turn every byte that is not UTF-8 into U+FFFD, as it does a lone surrogate: two
+	// different payloads would share one fingerprint, which nobody sent.
+	if !utf8.Valid(payload) {
+		return nil, errors.New("must be UTF-8")
+	}
 	if err := CheckSurrogates(payload); err != nil {
 		return nil, err
 	}

@@ -73,6 +73,9 @@ func TestCanonicalRefuses(t *testing.T) {
 		"TrailingData":          `{"a":1} {"b":2}`,
 		"Malformed":             `{"a":}`,
 		"Empty":                 ``,
+		"NotUTF8InString":       "{\"a\":\"\xff\"}",
+		"NotUTF8InName":         "{\"\xc3\":1}",
+		"NotUTF8WithEscape":     "{\"a\":\"\\n\xfe\"}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got, err := items.Canonical([]byte(in)); err == nil {
