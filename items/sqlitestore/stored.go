@@ -631,14 +631,16 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 			it.ExternalID = d.string()
 		case itemAttempts:
 			n := d.count()
-			it.Attempts = make([]items.Attempt, n)
-			for i := range it.Attempts {
+			it.Attempts = make([]items.Attempt, 0, min(n, grownOnRead))
+			for i := 0; i < n && d.err == nil; i++ {
+				it.Attempts = append(it.Attempts, items.Attempt{})
 				d.attempt(&it.Attempts[i], i)
 			}
 		case itemHistory:
 			n := d.count()
-			it.History = make([]items.Event, n)
-			for i := range it.History {
+			it.History = make([]items.Event, 0, min(n, grownOnRead))
+			for i := 0; i < n && d.err == nil; i++ {
+				it.History = append(it.History, items.Event{})
 				d.event(&it.History[i])
 			}
 		case itemLeaseExpiresAt:
@@ -717,6 +719,11 @@ func (d *decoder) varint() int64 {
 }
 
 func (d *decoder) int() int { return int(d.varint()) }
+
+// grownOnRead bounds what a list's stored length reserves before its elements are read: a corrupt
+// document's length (up to its byte count) then costs no more memory than the elements it really holds,
+// not a million items' worth of empty structs; a real item's lists are far shorter.
+const grownOnRead = 64
 
 // count reads a number of elements, each at least a byte long.
 func (d *decoder) count() int {
@@ -847,9 +854,10 @@ func (d *decoder) attempt(a *items.Attempt, i int) {
 		case attemptHTTPStatus:
 			a.HTTPStatus = d.int()
 		case attemptReports:
-			a.Reports = make([]string, d.count())
-			for j := range a.Reports {
-				a.Reports[j] = d.string()
+			n := d.count()
+			a.Reports = make([]string, 0, min(n, grownOnRead))
+			for j := 0; j < n && d.err == nil; j++ {
+				a.Reports = append(a.Reports, d.string())
 			}
 		default:
 			d.fail()

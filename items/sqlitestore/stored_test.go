@@ -3,8 +3,11 @@ package sqlitestore
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -334,6 +337,29 @@ func TestSplitKeyIsItemsSplitKey(t *testing.T) {
 		want, wantOK := items.SplitKey(k)
 		if got != want || gotOK != wantOK {
 			t.Errorf("splitKey(%q) = %+v, %v; items.SplitKey gives %+v, %v", k, got, gotOK, want, wantOK)
+		}
+	}
+}
+
+// TestCorruptListLengthReservesNoMemory: a document whose list of history events or attempts claims a
+// length as large as the document (the most count allows) but whose first element is garbage is refused
+// as corrupt without first reserving room for that many elements (about 300 MB here before grownOnRead).
+func TestCorruptListLengthReservesNoMemory(t *testing.T) {
+	for _, list := range []uint64{itemHistory, itemAttempts} {
+		doc := binary.AppendUvarint([]byte{storedFormat}, list)
+		doc = binary.AppendUvarint(doc, 1<<20)
+		doc = append(doc, bytes.Repeat([]byte{0xff}, 1<<20)...) // no element's mask ends
+		r := row{tenant: "acme", key: "k"}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err := decodeStored(doc, &r)
+		runtime.ReadMemStats(&after)
+		if !errors.Is(err, errCorrupt) {
+			t.Fatalf("list %d: %v, want corrupt", list, err)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20 {
+			t.Errorf("list %d: decoding a corrupt 1 MiB document allocated %d bytes", list, grew)
 		}
 	}
 }
