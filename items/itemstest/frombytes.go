@@ -186,3 +186,41 @@ func ItemFromBytes(data []byte, words []string) *items.Item {
 	}
 	return it
 }
+
+// WithTimes returns a copy of it with every time mapped by f (the item's own, its attempts', its events'
+// and its resolution's) and an attempt's empty list of reports made none: the item as a store that keeps
+// times its own way (to the millisecond, say) and an empty list as none reads it back. it is not changed.
+func WithTimes(it *items.Item, f func(time.Time) time.Time) *items.Item {
+	c := *it
+	ptr := func(t *time.Time) *time.Time {
+		if t == nil {
+			return nil
+		}
+		v := f(*t)
+		return &v
+	}
+	c.CreatedAt, c.UpdatedAt = f(c.CreatedAt), f(c.UpdatedAt)
+	c.LeaseExpiresAt, c.RetryAt, c.NeedsPersonSince = ptr(c.LeaseExpiresAt), ptr(c.RetryAt), ptr(c.NeedsPersonSince)
+	if c.Attempts != nil {
+		c.Attempts = append([]items.Attempt{}, c.Attempts...)
+		for i := range c.Attempts {
+			a := &c.Attempts[i]
+			a.StartedAt, a.EndedAt = f(a.StartedAt), ptr(a.EndedAt)
+			if len(a.Reports) == 0 {
+				a.Reports = nil
+			}
+		}
+	}
+	if c.History != nil {
+		c.History = append([]items.Event{}, c.History...)
+		for i := range c.History {
+			c.History[i].At = f(c.History[i].At)
+		}
+	}
+	if c.Resolution != nil {
+		r := *c.Resolution
+		r.At = f(r.At)
+		c.Resolution = &r
+	}
+	return &c
+}

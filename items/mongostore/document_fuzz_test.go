@@ -15,39 +15,7 @@ import (
 // inMongo returns it as the items collection keeps it (itemDoc's comment): every time to the millisecond
 // in UTC, and a list of reports that is empty read back as none.
 func inMongo(it *items.Item) *items.Item {
-	c := *it
-	ms := func(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() }
-	msPtr := func(t *time.Time) *time.Time {
-		if t == nil {
-			return nil
-		}
-		v := ms(*t)
-		return &v
-	}
-	c.CreatedAt, c.UpdatedAt = ms(c.CreatedAt), ms(c.UpdatedAt)
-	c.LeaseExpiresAt, c.RetryAt, c.NeedsPersonSince = msPtr(c.LeaseExpiresAt), msPtr(c.RetryAt), msPtr(c.NeedsPersonSince)
-	if c.Attempts != nil {
-		c.Attempts = append([]items.Attempt{}, c.Attempts...)
-		for i := range c.Attempts {
-			a := &c.Attempts[i]
-			a.StartedAt, a.EndedAt = ms(a.StartedAt), msPtr(a.EndedAt)
-			if len(a.Reports) == 0 {
-				a.Reports = nil
-			}
-		}
-	}
-	if c.History != nil {
-		c.History = append([]items.Event{}, c.History...)
-		for i := range c.History {
-			c.History[i].At = ms(c.History[i].At)
-		}
-	}
-	if c.Resolution != nil {
-		r := *c.Resolution
-		r.At = ms(r.At)
-		c.Resolution = &r
-	}
-	return &c
+	return itemstest.WithTimes(it, func(t time.Time) time.Time { return time.UnixMilli(t.UnixMilli()).UTC() })
 }
 
 // FuzzDocumentRoundTrip: an item built from any bytes (itemstest.ItemFromBytes), mapped to its document

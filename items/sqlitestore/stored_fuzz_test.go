@@ -16,47 +16,16 @@ import (
 // nil, and every other field equal.
 func sameStored(got, want *items.Item) bool {
 	norm := func(it *items.Item) items.Item {
-		c := *it
-		tm := func(t time.Time) time.Time {
+		c := *itemstest.WithTimes(it, func(t time.Time) time.Time {
 			_, off := t.Zone()
 			u := time.Unix(t.Unix(), int64(t.Nanosecond())).UTC()
 			if off != 0 {
 				u = u.In(time.FixedZone("", off))
 			}
 			return u
-		}
-		tp := func(t *time.Time) *time.Time {
-			if t == nil {
-				return nil
-			}
-			u := tm(*t)
-			return &u
-		}
-		c.CreatedAt, c.UpdatedAt = tm(c.CreatedAt), tm(c.UpdatedAt)
-		c.LeaseExpiresAt, c.RetryAt, c.NeedsPersonSince = tp(c.LeaseExpiresAt), tp(c.RetryAt), tp(c.NeedsPersonSince)
+		})
 		if len(c.Result) == 0 {
 			c.Result = nil
-		}
-		if c.Attempts != nil {
-			c.Attempts = append([]items.Attempt{}, c.Attempts...)
-			for i := range c.Attempts {
-				a := &c.Attempts[i]
-				a.StartedAt, a.EndedAt = tm(a.StartedAt), tp(a.EndedAt)
-				if len(a.Reports) == 0 {
-					a.Reports = nil
-				}
-			}
-		}
-		if c.History != nil {
-			c.History = append([]items.Event{}, c.History...)
-			for i := range c.History {
-				c.History[i].At = tm(c.History[i].At)
-			}
-		}
-		if c.Resolution != nil {
-			r := *c.Resolution
-			r.At = tm(r.At)
-			c.Resolution = &r
 		}
 		return c
 	}
