@@ -93,16 +93,17 @@ func (s *Store) awaitPrimary(ctx context.Context, wait time.Duration) error {
 // connectError says why Open found no primary: a ConnectError when the driver's server selection gave up,
 // else the driver's error (an authentication failure, say) with the URI's password taken out.
 func connectError(uri string, copts *options.ClientOptions, wait time.Duration, err error) error {
+	secret := secrets(copts)
 	var sel topology.ServerSelectionError
 	if !errors.As(err, &sel) {
-		return unavailable("connect to "+Redacted(uri), scrubbed{err, secrets(copts)})
+		return unavailable("connect to "+Redacted(uri), scrubbed{err, secret})
 	}
-	e := &ConnectError{Wait: wait, err: scrubbed{err, secrets(copts)}}
+	e := &ConnectError{Wait: wait, err: scrubbed{err, secret}}
 	if copts.ReplicaSet != nil {
 		e.ReplicaSet = *copts.ReplicaSet
 	}
 	for _, srv := range sel.Desc.Servers {
-		e.Hosts = append(e.Hosts, HostState{Addr: srv.Addr.String(), Said: said(srv, secrets(copts))})
+		e.Hosts = append(e.Hosts, HostState{Addr: srv.Addr.String(), Said: said(srv, secret)})
 	}
 	if len(e.Hosts) == 0 {
 		for _, h := range copts.Hosts {
