@@ -39,14 +39,14 @@ func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef
 	return out, err
 }
 
-// settledSQL selects, on a reader, the settled items of one tenant, destination and state after a
-// position, oldest change first, walking items_state_changed. Settled is items.Item.Settled in the
-// columns: not needing a person, and succeeded, or failed with nothing for the sweeper (sweep_candidate =
-// 0: not retryable, no duplicate effect). The items of other destinations it passes over are read, but
-// on a reader: no write waits for them.
+// settledSQL selects, on a reader, the settled items of one tenant, destination and state (succeeded or
+// failed) after a position, oldest change first, walking items_state_changed. Settled is
+// items.Item.Settled in the columns: not needing a person, and nothing for the sweeper (sweep_candidate =
+// 0: not retryable and no duplicate effect, or a person acknowledged them). The items of other
+// destinations it passes over are read, but on a reader: no write waits for them.
 const settledSQL = `SELECT key, version, updated_at FROM items INDEXED BY items_state_changed
 	WHERE tenant = ?1 AND state = ?2 AND (updated_at, key) > (?3, ?4) AND updated_at <= ?5 AND destination = ?6
-	AND needs_person = 0 AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at, key LIMIT ?7`
+	AND needs_person = 0 AND sweep_candidate = 0 ORDER BY updated_at, key LIMIT ?7`
 
 // removeItemSQL removes one selected item if it has not changed since.
 const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING ` + storedColumns
@@ -143,4 +143,60 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 // changed since it was selected, ErrUnavailable, or the stored document's error.
 func removeItem(ctx context.Context, remove *sql.Stmt, tenant, key string, version int64) (*items.Item, error) {
 	return oneItem(remove.QueryContext(ctx, tenant, key, version))
+}
+
+// resolvedCandidatesSQL reads, through the partial index items_sweep, the sweep candidates a person has
+// resolved at least once: the only rows an earlier build can have stored as candidates that are none now.
+const resolvedCandidatesSQL = `SELECT ` + storedColumns + `, id FROM items INDEXED BY items_sweep
+	WHERE sweep_candidate = 1 AND resolutions > 0`
+
+// refreshSweepCandidates corrects, at Open, the sweep_candidate column of the items an earlier build
+// stored as sweep candidates although a person acknowledged them (items.Facts.SweepCandidate counts an
+// acknowledgement since 2026-12-02): without it they would stay candidates, never settled, until a request
+// rewrote them. It reads only the candidates that were ever resolved (resolvedCandidatesSQL: the partial
+// index's entries, and the resolutions column of their rows) and rewrites only the column, guarded by
+// the version, of those whose facts say otherwise now. It runs at every start (before the committer and
+// its cache), so an item an earlier build wrote meanwhile is corrected by the next start; it returns how
+// many it corrected. A document that no longer decodes is left as it is (Get names it).
+func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
+	type stale struct{ id, version int64 }
+	var found []stale
+	rows, err := s.w.QueryContext(ctx, resolvedCandidatesSQL)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		it, r, decodeErr, err := scanItem(rows, &id)
+		if err != nil {
+			return 0, err
+		}
+		if decodeErr == nil && !it.Facts().SweepCandidate {
+			found = append(found, stale{id: id, version: r.version})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	rows.Close()
+	if len(found) == 0 {
+		return 0, nil
+	}
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	n := 0
+	for _, f := range found {
+		res, err := tx.ExecContext(ctx, `UPDATE items SET sweep_candidate = 0 WHERE id = ? AND version = ?`, f.id, f.version)
+		if err != nil {
+			return 0, err
+		}
+		if c, err := res.RowsAffected(); err == nil {
+			n += int(c)
+		}
+	}
+	return n, tx.Commit()
 }
