@@ -204,3 +204,80 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 		}
 	})
 }
+
+// EarlierBuild is what CheckEarlierBuildAcknowledged needs of a store's test.
+type EarlierBuild struct {
+	// Open opens a new, empty store.
+	Open func(t *testing.T) OperatorStore
+	// StoreAsEarlierBuild makes the stored items of the tenant look as a build before 2026-12-02 wrote
+	// them: sweep candidates by their fields, although a person acknowledged them.
+	StoreAsEarlierBuild func(t *testing.T, s OperatorStore, tenant string)
+	// Reopen closes s (where its ledger allows one process only) and opens its ledger again, as a
+	// restart on the new build does.
+	Reopen func(t *testing.T, s OperatorStore) OperatorStore
+}
+
+// CheckEarlierBuildAcknowledged checks that the items a person acknowledged that an earlier build stored
+// as sweep candidates become settled at the next start, without a person touching them again: after
+// the restart they are no sweep candidates, and retention removes them once their retention has passed.
+func CheckEarlierBuildAcknowledged(t *testing.T, b EarlierBuild) {
+	t.Helper()
+	h := newOpsHarness(t, b.Open)
+	h.staleFailure("acked-failure")
+	h.duplicateEffect("acked-duplicate")
+	for _, key := range []string{"acked-failure", "acked-duplicate"} {
+		if _, reason, err := h.resolve(key, items.ResolveAcknowledged, evidenceAck, ""); err != nil || reason != items.ReasonRecorded {
+			t.Fatalf("acknowledging %s: %s, %v", key, reason, err)
+		}
+	}
+	a := h.claim("retryable", payloadA)
+	h.aw("retryable", failedStatusRetryAfter(a.Claim, 429, 60))
+	a = h.claim("done", payloadA)
+	h.aw("done", succeeded(a.Claim, "x-1"))
+
+	candidates := func(s OperatorStore) []string {
+		t.Helper()
+		found, err := s.SweepCandidates(h.ctx, items.ItemRef{}, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return keysOf(found)
+	}
+	b.StoreAsEarlierBuild(t, h.ops, tenantA)
+	if got, want := candidates(h.ops), []string{"acked-duplicate", "acked-failure", "retryable"}; !slices.Equal(got, want) {
+		t.Fatalf("sweep candidates as an earlier build stored them %v, want %v", got, want)
+	}
+
+	s := b.Reopen(t, h.ops)
+	l, err := items.NewLedger(h.ctx, s, h.ledger.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = &opsHarness{harness: &harness{t: t, ctx: h.ctx, store: s, ledger: l, clock: h.clock, tenant: tenantA}, ops: s}
+	if got, want := candidates(s), []string{"retryable"}; !slices.Equal(got, want) {
+		t.Errorf("sweep candidates after the restart %v, want %v", got, want)
+	}
+	h.advance(items.DefaultRetention + time.Hour)
+	cfg := h.ledger.Config()
+	cfg.Destinations = nil
+	r, err := items.NewRetention(items.RetentionConfig{Store: s, Config: cfg, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := r.RunOnce(h.ctx); err != nil || c.Removed != 3 {
+		t.Fatalf("RunOnce = %+v, %v; want 3 removed (done and the two acknowledged)", c, err)
+	}
+	for _, key := range []string{"acked-failure", "acked-duplicate", "done"} {
+		if _, err := s.Get(h.ctx, tenantA, key); !errors.Is(err, items.ErrNotFound) {
+			t.Errorf("%s was not removed: %v", key, err)
+		}
+	}
+	st, err := s.Stats(h.ctx, tenantA, h.now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := recount([]*items.Item{h.item("retryable")}, h.now()); st.Items != want.Items ||
+		fmt.Sprint(st.States) != fmt.Sprint(want.States) || st.Removed != 3 {
+		t.Errorf("stats after retention %+v (removed %d), recount of the items left %+v", st.Measures, st.Removed, want.Measures)
+	}
+}

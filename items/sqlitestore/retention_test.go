@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -149,4 +150,30 @@ func BenchmarkRetention(b *testing.B) {
 		b.ReportMetric(float64(before), "pages-before")
 		b.ReportMetric(float64(after), "pages-after")
 	}
+}
+
+// TestEarlierBuildAcknowledgedItemsAreSettled: a ledger written by a build that kept acknowledged items
+// as sweep candidates (sweep_candidate = 1, set here by hand) is corrected at Open, so that retention
+// removes them (refreshSweepCandidates).
+func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
+	dir := t.TempDir()
+	open := func(t *testing.T) itemstest.OperatorStore {
+		s := openIn(t, dir)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	itemstest.CheckEarlierBuildAcknowledged(t, itemstest.EarlierBuild{
+		Open: open,
+		StoreAsEarlierBuild: func(t *testing.T, s itemstest.OperatorStore, tenant string) {
+			res, err := sqlDB(t, s.(*sqlitestore.Store)).Exec(`UPDATE items SET sweep_candidate = 1
+				WHERE tenant = ? AND needs_person = 0 AND (duplicate_effect = 1 OR (state = 'failed' AND resolutions > 0))`, tenant)
+			if n, _ := res.RowsAffected(); err != nil || n != 2 {
+				t.Fatalf("storing as an earlier build: %d rows, %v", n, err)
+			}
+		},
+		Reopen: func(t *testing.T, s itemstest.OperatorStore) itemstest.OperatorStore {
+			s.(*sqlitestore.Store).Close()
+			return open(t)
+		},
+	})
 }
