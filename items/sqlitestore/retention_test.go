@@ -166,13 +166,16 @@ func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
 	itemstest.CheckEarlierBuildAcknowledged(t, itemstest.EarlierBuild{
 		Open: open,
 		StoreAsEarlierBuild: func(t *testing.T, s itemstest.OperatorStore, tenant string) {
-			db := sqlDB(t, s.(*sqlitestore.Store))
-			res, err := db.Exec(`UPDATE items SET sweep_candidate = 1
+			store := s.(*sqlitestore.Store)
+			res, err := store.WriteOutside(`UPDATE items SET sweep_candidate = 1
 				WHERE tenant = ? AND needs_person = 0 AND (duplicate_effect = 1 OR (state = 'failed' AND resolutions > 0))`, tenant)
-			if n, _ := res.RowsAffected(); err != nil || n != 2 {
-				t.Fatalf("storing as an earlier build: %d rows, %v", n, err)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if _, err := db.Exec(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
+			if n, _ := res.RowsAffected(); n != 2 {
+				t.Fatalf("storing as an earlier build: %d rows, want 2", n)
+			}
+			if _, err := store.WriteOutside(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -229,13 +232,12 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 	if err := sqlDB(b, s).QueryRow(`SELECT count(*) FROM items WHERE sweep_candidate = 1`).Scan(&candidates); err != nil || candidates != n/every {
 		b.Fatalf("%d sweep candidates (%v), want %d", candidates, err, n/every)
 	}
-	db := sqlDB(b, s)
 	refresh := func(first bool) func(b *testing.B) {
 		return func(b *testing.B) {
 			for b.Loop() {
 				if first {
 					b.StopTimer()
-					if _, err := db.Exec(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
+					if _, err := s.WriteOutside(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
 						b.Fatal(err)
 					}
 					b.StartTimer()
@@ -257,7 +259,7 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 	})
 	b.Run("LaterStart", refresh(false))
 	b.Run("FirstStart", refresh(true))
-	if res, err := db.Exec(`UPDATE items SET resolutions = 1 WHERE sweep_candidate = 1`); err != nil {
+	if res, err := s.WriteOutside(`UPDATE items SET resolutions = 1 WHERE sweep_candidate = 1`); err != nil {
 		b.Fatal(err)
 	} else if m, _ := res.RowsAffected(); m != n/every {
 		b.Fatalf("%d candidates marked resolved, want %d", m, n/every)
