@@ -1,10 +1,13 @@
 package mongostore_test
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 )
@@ -30,4 +33,53 @@ func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
 		},
 		Reopen: func(*testing.T, itemstest.OperatorStore) itemstest.OperatorStore { return e.open() },
 	})
+}
+
+// TestUndoWritesAnEarlierBuildsDocumentAsThisBuild: a claim of a retryable failure stored by an earlier
+// build (no sweep_candidate) whose write is applied but answered with an error is taken back by writing
+// the document as read; it must come back a sweep candidate (sweep_candidate true), not false, the value
+// a missing field decodes to, which would hide it from the sweeper.
+func TestUndoWritesAnEarlierBuildsDocumentAsThisBuild(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	l := newLedger(t, s, nil)
+	a, err := l.BeforeWrite(t.Context(), claimParams("retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	if _, err := l.AfterWrite(t.Context(), items.AfterWriteParams{Tenant: "acme", Key: "retry", Claim: a.Claim,
+		Evidence: items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP, RetryAfter: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	coll := e.collection(mongostore.ItemsCollection)
+	if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: "key", Value: "retry"}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "sweep_candidate", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	mongostore.FailAfterWrite(s, 1, errLost)
+	_, err = l.BeforeWrite(t.Context(), claimParams("retry"))
+	mongostore.FailAfterWrite(s, 0, nil)
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("the retry's claim: err = %v, want ErrUnavailable", err)
+	}
+	var d struct {
+		State          string `bson:"state"`
+		SweepCandidate *bool  `bson:"sweep_candidate"`
+	}
+	if err := coll.FindOne(t.Context(), bson.D{{Key: "key", Value: "retry"}}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.State != string(items.StateFailed) || d.SweepCandidate == nil || !*d.SweepCandidate {
+		field := "absent"
+		if d.SweepCandidate != nil {
+			field = fmt.Sprint(*d.SweepCandidate)
+		}
+		t.Fatalf("after the undo: state %s, sweep_candidate %s; want failed, true", d.State, field)
+	}
+	found, err := s.SweepCandidates(t.Context(), items.ItemRef{}, 10)
+	if err != nil || len(found) != 1 || found[0].Key != "retry" {
+		t.Fatalf("sweep candidates after the undo: %d, %v; want the retry", len(found), err)
+	}
 }
