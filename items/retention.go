@@ -27,8 +27,10 @@ import (
 // within the retention finds the item and retries it (a new attempt, which is no longer acknowledged,
 // so not settled until it settles again). One that comes back after the retention (longer than
 // key_retention_seconds, by which the receiver may have forgotten the key anyway) gets a new item and
-// proceeds, exactly as it would with a succeeded or permanently failed item: the person who
-// acknowledged the failure had the whole retention to act.
+// proceeds: the write the retry would have made, as a retryable failure is evidence that nothing was
+// written (the destination refused it, or it never reached it). An acknowledged duplicate effect is a
+// succeeded item, and a replay after its removal writes again like that of any succeeded item. The
+// person who acknowledged either had the whole retention to act.
 
 // DefaultRetention is how long a settled item is kept after its last change when its destination names
 // no retention.
