@@ -1,15 +1,20 @@
 package mongostore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 )
 
 // TestEarlierBuildAcknowledgedItemsAreSettled: documents written by a build without the top-level
@@ -81,5 +86,71 @@ func TestUndoWritesAnEarlierBuildsDocumentAsThisBuild(t *testing.T) {
 	found, err := s.SweepCandidates(t.Context(), items.ItemRef{}, 10)
 	if err != nil || len(found) != 1 || found[0].Key != "retry" {
 		t.Fatalf("sweep candidates after the undo: %d, %v; want the retry", len(found), err)
+	}
+}
+
+// BenchmarkOpenRefreshesSweepCandidates measures what refreshSweepCandidates adds to Open on a ledger of
+// 300 items, a tenth of them retryable failures (on the in-process FerretDB, or the MongoDB of
+// COMPANION_TEST_MONGODB_URI): LaterStart is every start after the first (the marker's read), FirstStart
+// the first start of this build (the marker removed before each run: one pass over the items whose last
+// resolution is acknowledged, without an index).
+//
+//	go test ./items/mongostore -run '^$' -bench OpenRefreshesSweepCandidates -benchtime 10x
+func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
+	uri, db := realURI(), fmt.Sprintf("companion_bench_%d", time.Now().UnixNano())
+	if uri == "" {
+		uri, db = sharedSrv.URI(), sharedSrv.Database()
+	} else {
+		defer dropDatabase(uri, db)
+	}
+	open := func(b *testing.B) *mongostore.Store {
+		s, err := mongostore.Open(b.Context(), uri, db, mongostore.WithTimeout(mongotest.StoreTimeout()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	s := open(b)
+	l, err := items.NewLedger(b.Context(), s, items.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 300 {
+		a, err := l.BeforeWrite(b.Context(), claimParams(fmt.Sprintf("bench-%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev := items.Evidence{Outcome: items.OutcomeSucceeded}
+		if i%10 == 0 {
+			ev = items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP}
+		}
+		if _, err := l.AfterWrite(b.Context(), items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Close()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	meta := c.Database(db).Collection(mongostore.MetaCollection)
+	for _, first := range []bool{false, true} {
+		name := "LaterStart"
+		if first {
+			name = "FirstStart"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if first {
+					b.StopTimer()
+					if _, err := meta.DeleteOne(b.Context(), bson.D{{Key: "_id", Value: "sweep_candidates_refreshed"}}); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				open(b).Close()
+			}
+		})
 	}
 }
