@@ -20,8 +20,9 @@ const DefaultSweepPageSize = 100
 type SweepStore interface {
 	// ExpiredLeases returns items in flight whose lease ended at or before now.
 	ExpiredLeases(ctx context.Context, now time.Time, after items.ItemRef, limit int) ([]items.ItemRef, error)
-	// SweepCandidates returns items not yet needing a person that are unknown, failed and retryable, or
-	// flagged with a duplicate effect.
+	// SweepCandidates returns items not yet needing a person that are unknown, or failed and retryable, or
+	// flagged with a duplicate effect, and that nobody acknowledged in their current attempt
+	// (items.Facts.SweepCandidate).
 	SweepCandidates(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error)
 }
 

@@ -22,7 +22,8 @@ type Facts struct {
 	// NeedsPersonSince is when the item started needing a person; nil when it does not.
 	NeedsPersonSince *time.Time
 	// SweepCandidate: the sweeper must look at the item, as it may newly need a person: it does not need
-	// one yet, and it is unknown, failed and retryable, or flagged with a duplicate effect.
+	// one yet, and it is unknown, or it is failed and retryable, or flagged with a duplicate effect, and no
+	// person acknowledged it in its current attempt (sweepCandidate).
 	SweepCandidate bool
 	// AlertPending: the item needs a person and its alert has not gone out yet.
 	AlertPending bool
@@ -33,9 +34,8 @@ func (it *Item) Facts() Facts {
 	f := Facts{
 		Attempt:         it.Attempt,
 		DuplicateEffect: it.DuplicateEffect,
-		SweepCandidate: !it.NeedsPerson && (it.State == StateUnknown || (it.State == StateFailed && it.Retryable) ||
-			it.DuplicateEffect),
-		AlertPending: it.NeedsPerson && it.AlertStatus == AlertPending,
+		SweepCandidate:  it.sweepCandidate(),
+		AlertPending:    it.NeedsPerson && it.AlertStatus == AlertPending,
 	}
 	if it.NeedsPerson {
 		f.NeedsPersonSince = it.NeedsPersonSince
@@ -51,4 +51,27 @@ func (it *Item) Facts() Facts {
 	}
 	f.SameKeyRecovered = sameKey && it.State == StateSucceeded
 	return f
+}
+
+// sweepCandidate reports whether a rule of NeedsPersonCause may still fire for the item without a new
+// request (before-write, after-write, reconcile, resolve): it does not need a person yet, and
+//
+//   - it is unknown (every rule of an unknown item is the sweeper's, and awaiting_owner and
+//     unresolved_too_long come with time alone); or
+//   - it is failed and retryable, or flagged with a duplicate effect, and no person acknowledged it in its
+//     current attempt. An acknowledgement silences every rule of a failed or succeeded item for the
+//     attempt (acknowledged): only a before-write (a new attempt) or another resolution (a new last
+//     resolution) ends it.
+//
+// Everything else (succeeded, failed for good, in flight, prepared) is never flagged by the sweeper.
+// Only a new request makes an item a candidate again, and every request rewrites the item and so its
+// facts.
+func (it *Item) sweepCandidate() bool {
+	if it.NeedsPerson {
+		return false
+	}
+	if it.State == StateUnknown {
+		return true
+	}
+	return ((it.State == StateFailed && it.Retryable) || it.DuplicateEffect) && !it.acknowledged()
 }

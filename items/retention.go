@@ -10,26 +10,38 @@ import (
 
 // Retention: settled items are removed once their destination's retention has passed since their last
 // change, so that a ledger of a million items a day does not grow for ever. An item is settled when
-// nothing can happen to it any more without a new request: it succeeded, or it failed for good (no
-// attempts left, not retryable), or a person settled it, and it does not need a person. Items that are in
-// flight, unknown, prepared, failed and retryable, or that need a person are never removed, however old.
+// nothing can happen to it any more without a new request: it succeeded or failed, it does not need a
+// person, and no rule of the sweeper can ever flag it again without a new request (it is no sweep
+// candidate: Facts.SweepCandidate). That is: it succeeded (without a duplicate effect, or with one a person
+// acknowledged), or it failed for good (not retryable), or it failed and is retryable but a person
+// acknowledged it (resolve outcome acknowledged) in its current attempt. Items that are in flight,
+// unknown, prepared, failed and retryable with nobody's acknowledgement, or that need a person are never
+// removed, however old.
 //
 // A removed item is forgotten: a before-write for its key afterwards is a new item (proceed, reason new),
 // so retention must outlast any replay a workflow could still make. Config refuses a retention shorter
 // than the destination's key_retention_seconds.
+//
+// That is also why removing an acknowledged retryable failure is safe. A person took it over: the
+// service has no more to say about it unless the workflow comes back, and a workflow that comes back
+// within the retention finds the item and retries it (a new attempt, which is no longer acknowledged,
+// so not settled until it settles again). One that comes back after the retention (longer than
+// key_retention_seconds, by which the receiver may have forgotten the key anyway) gets a new item and
+// proceeds: the write the retry would have made, as a retryable failure is evidence that nothing was
+// written (the destination refused it, or it never reached it). An acknowledged duplicate effect is a
+// succeeded item, and a replay after its removal writes again like that of any succeeded item. The
+// person who acknowledged either had the whole retention to act.
 
 // DefaultRetention is how long a settled item is kept after its last change when its destination names
 // no retention.
 const DefaultRetention = 30 * 24 * time.Hour
 
-// Settled reports whether the item may be removed by retention: it does not need a person, and it
-// succeeded, or it failed and the sweeper has nothing left to look at (not retryable, no duplicate
-// effect).
+// Settled reports whether the item may be removed by retention: it succeeded or failed, it does not need
+// a person, and the sweeper has nothing left to look at without a new request (not a sweep candidate:
+// not retryable and no duplicate effect, or a person acknowledged them in the current attempt). An
+// unknown item is never settled.
 func (it *Item) Settled() bool {
-	if it.NeedsPerson {
-		return false
-	}
-	return it.State == StateSucceeded || (it.State == StateFailed && !it.Facts().SweepCandidate)
+	return (it.State == StateSucceeded || it.State == StateFailed) && !it.NeedsPerson && !it.sweepCandidate()
 }
 
 // StateRemoved is the state of the kept counts' group of removed items (CountGroup): its Items are the

@@ -13,11 +13,16 @@ import (
 //   - unknown, and its destination can neither dedupe nor be searched (unknown_no_dedupe);
 //   - unknown with dedupe key, and no same-key retry is possible any more: no attempts left, or the
 //     receiver may have forgotten the key (awaiting_owner, as before-write row 11 would say);
-//   - failed and retryable with no attempts left (attempts_exhausted);
+//   - failed and retryable with no attempts left, and nobody acknowledged it in this attempt
+//     (attempts_exhausted);
 //   - unknown, or failed and retryable, unchanged for the destination's escalate_after: nobody is acting
 //     on it, and nobody acknowledged it in this attempt (unresolved_too_long).
 //
 // A permanent failure is settled knowledge (the destination refused the write) and never needs a person here.
+// Nor does a failed or succeeded item a person acknowledged in its current attempt: they took it over
+// (only a new attempt asks again), so it is no sweep candidate (Facts.SweepCandidate) and retention may
+// remove it (Item.Settled). attempts_exhausted could otherwise reach an acknowledged item only by a
+// lowered max_attempts, as the acknowledged unresolved_too_long fires only while attempts are left.
 func (l *Ledger) NeedsPersonCause(it *Item, now time.Time) string {
 	if it == nil || it.NeedsPerson {
 		return ""
@@ -32,7 +37,7 @@ func (l *Ledger) NeedsPersonCause(it *Item, now time.Time) string {
 		return CauseNoDedupe
 	case it.State == StateUnknown && it.Dedupe == DedupeKey && !l.sameKeyRetryPossible(it, dest, now):
 		return CauseAwaitingOwner
-	case it.State == StateFailed && it.Retryable && !l.attemptsLeft(it, dest):
+	case it.State == StateFailed && it.Retryable && !l.attemptsLeft(it, dest) && !it.acknowledged():
 		return CauseAttemptsExhausted
 	}
 	stale := (it.State == StateUnknown || (it.State == StateFailed && it.Retryable)) && !it.acknowledged()

@@ -2,6 +2,7 @@ package itemstest
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -142,6 +143,26 @@ func exerciseAcknowledge(t *testing.T, open func(t *testing.T) items.Store) {
 		h.advance(3 * time.Hour)
 		if cause := h.markNeedsPerson("k"); cause != "" {
 			t.Errorf("the sweeper flags an acknowledged failure again in the same attempt: %s", cause)
+		}
+		// Nor when max_attempts is lowered under it (the person took it over), which flags a failure nobody
+		// acknowledged.
+		cfg := h.ledger.Config()
+		cfg.Destinations = maps.Clone(cfg.Destinations)
+		d := cfg.Destinations[destEscalating]
+		d.MaxAttempts = 1
+		cfg.Destinations[destEscalating] = d
+		lowered, err := items.NewLedger(h.ctx, h.store, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cause := lowered.NeedsPersonCause(h.item("k"), h.now()); cause != "" {
+			t.Errorf("with max_attempts lowered, the sweeper flags an acknowledged failure: %s", cause)
+		}
+		h.staleFailure("other")
+		other := h.item("other")
+		other.NeedsPerson = false
+		if cause := lowered.NeedsPersonCause(other, h.now()); cause != items.CauseAttemptsExhausted {
+			t.Errorf("with max_attempts lowered, a failure nobody acknowledged: %q, want %s", cause, items.CauseAttemptsExhausted)
 		}
 		// The retry is still there: the next before-write proceeds; a new attempt left alone is flagged again.
 		a := h.bw("k", payloadA, dest(destEscalating))

@@ -3,6 +3,7 @@ package itemstest
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -10,9 +11,10 @@ import (
 )
 
 // exerciseKeptCounts drives a random sequence of transitions (claims single and in batches, reports of
-// every outcome, reconciles, resolutions, needs-person marks, expired leases) over a few tenants,
-// destinations and keys, and checks after every round that Stats, which stores answer from counts they
-// keep as items change, equals a recount of every item read back from the store.
+// every outcome, reconciles, resolutions, acknowledgements, needs-person marks, expired leases) over a
+// few tenants, destinations and keys, and checks after every round that Stats, which stores answer from
+// counts they keep as items change, equals a recount of every item read back from the store, and that
+// SweepCandidates returns exactly the items whose facts say so (items.Facts.SweepCandidate).
 func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 	t.Run("CountsEqualARecount", func(t *testing.T) {
 		t.Parallel()
@@ -21,7 +23,7 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 		t.Logf("seed %d", seed)
 		rng := rand.New(rand.NewPCG(seed, 13))
 		tenants := []string{tenantA, tenantB}
-		dests := []string{destDefault, destKeyed, destSearchable}
+		dests := []string{destDefault, destKeyed, destSearchable, destEscalating}
 		type ref struct{ tenant, key string }
 		var known []ref
 		seen := map[ref]bool{}
@@ -67,12 +69,24 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 					if !ok {
 						continue
 					}
-					reports := []items.AfterWriteParams{succeeded(c, "x-"+r.key), failedClass(c, items.ClassTimeout),
+					reports := []items.AfterWriteParams{succeeded(c, "x-"+r.key), succeeded(c, "y-"+r.key), failedClass(c, items.ClassTimeout),
 						failedClass(c, items.ClassDNS), failedStatus(c, 422), failedStatus(c, 503), unknownOutcome(c)}
 					_, _ = hh.awErr(r.key, reports[rng.IntN(len(reports))])
 				case op == 7:
-					outcomes := []string{items.ResolveNotCommitted, items.ResolveSucceeded}
-					_, _, _ = hh.resolve(r.key, outcomes[rng.IntN(len(outcomes))], "looked in the log", "x-"+r.key)
+					outcomes := []string{items.ResolveNotCommitted, items.ResolveSucceeded, items.ResolveAcknowledged}
+					outcome, id := outcomes[rng.IntN(len(outcomes))], "x-"+r.key
+					if rng.IntN(2) == 0 { // half of them acknowledge one of the tenant's items that can be
+						for _, k := range known {
+							if it, err := h.store.Get(h.ctx, k.tenant, k.key); err == nil && k.tenant == tenant && it.Acknowledgeable() {
+								r, outcome = k, items.ResolveAcknowledged
+								break
+							}
+						}
+					}
+					if outcome == items.ResolveAcknowledged {
+						id = ""
+					}
+					_, _, _ = hh.resolve(r.key, outcome, "looked in the log", id)
 				case op == 8:
 					_, _ = hh.ledger.MarkNeedsPerson(hh.ctx, tenant, r.key)
 				default:
@@ -81,8 +95,34 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 				if rng.IntN(4) == 0 {
 					h.advance(time.Duration(rng.IntN(90)) * time.Second)
 				}
+				if rng.IntN(20) == 0 {
+					h.advance(time.Hour) // past destEscalating's escalate_after: unresolved_too_long, to acknowledge
+				}
 			}
 			now := h.now()
+			var candidates, want []string
+			for after := (items.ItemRef{}); ; {
+				page, err := h.ops.SweepCandidates(h.ctx, after, 7)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, it := range page {
+					candidates = append(candidates, it.Tenant+"/"+it.Key)
+				}
+				if len(page) < 7 {
+					break
+				}
+				after = items.ItemRef{Tenant: page[len(page)-1].Tenant, Key: page[len(page)-1].Key}
+			}
+			for _, r := range known {
+				if it, err := h.store.Get(h.ctx, r.tenant, r.key); err == nil && it.Facts().SweepCandidate {
+					want = append(want, r.tenant+"/"+r.key)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(candidates, want) {
+				t.Fatalf("round %d: sweep candidates %v, by the items' facts %v", round, candidates, want)
+			}
 			for _, tenant := range append(tenants, "") {
 				got, err := h.ops.Stats(h.ctx, tenant, now)
 				if err != nil {

@@ -32,7 +32,7 @@ func checkID(tenant, key string) error {
 // Every field is written on every change (no omitempty): a transition is a $set of the whole document, and
 // a field left out of a $set would keep its old value. Fields the operator and sweeper queries filter on
 // (tenant, key, state, lease_expires_at, updated_at, batch_id, batch_index, execution_id, needs_person,
-// reference) are
+// reference, sweep_candidate) are
 // top level, where the indexes of ensureIndexes can cover them.
 //
 // MongoDB keeps times to the millisecond; toDoc truncates every time to the millisecond so that the item a
@@ -74,6 +74,7 @@ type itemDoc struct {
 	NeedsPersonCause  string           `bson:"needs_person_cause"`
 	NeedsPersonSince  *time.Time       `bson:"needs_person_since"`
 	DuplicateEffect   bool             `bson:"duplicate_effect"`
+	SweepCandidate    bool             `bson:"sweep_candidate"` // items.Facts.SweepCandidate; absent on documents of an earlier build (refreshSweepCandidates)
 	AlertStatus       string           `bson:"alert_status"`
 	Attempts          []attemptDoc     `bson:"attempts"`
 	History           []eventDoc       `bson:"history"`
@@ -170,6 +171,7 @@ func toDoc(it *items.Item) itemDoc {
 		NeedsPersonCause:  it.NeedsPersonCause,
 		NeedsPersonSince:  msTimePtr(it.NeedsPersonSince),
 		DuplicateEffect:   it.DuplicateEffect,
+		SweepCandidate:    it.Facts().SweepCandidate,
 		AlertStatus:       it.AlertStatus,
 		Version:           it.Version,
 		CreatedAt:         msTime(it.CreatedAt),

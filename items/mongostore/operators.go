@@ -136,15 +136,20 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, ref items.Item
 	return refs, nil
 }
 
-// SweepCandidates returns up to limit items that may newly need a person (not yet needing one, and
-// unknown, failed and retryable, or flagged with a duplicate effect), ordered by tenant and key after the
-// given reference. Returns ErrUnavailable.
+// SweepCandidates returns up to limit items that may newly need a person (items.Facts.SweepCandidate: not
+// yet needing one, and unknown, or failed and retryable, or flagged with a duplicate effect, and not
+// acknowledged by a person in their current attempt), ordered by tenant and key after the given
+// reference. Returns ErrUnavailable.
+//
+// The document's sweep_candidate says it; the fields of the $or say it for the documents of an earlier
+// build, which lack it (those a person acknowledged get it at the first start of this build:
+// refreshSweepCandidates).
 func (s *Store) SweepCandidates(ctx context.Context, ref items.ItemRef, limit int) ([]*items.Item, error) {
 	filter := and(bson.D{{Key: "needs_person", Value: false}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "state", Value: items.StateUnknown}},
 		bson.D{{Key: "state", Value: items.StateFailed}, {Key: "retryable", Value: true}},
 		bson.D{{Key: "duplicate_effect", Value: true}},
-	}}}, after(ref))
+	}}, {Key: "sweep_candidate", Value: bson.D{{Key: "$ne", Value: false}}}}, after(ref))
 	return s.findItems(ctx, filter, byTenantKey, limit)
 }
 

@@ -177,6 +177,13 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
+	if n, err := s.refreshSweepCandidates(ctx); err != nil {
+		s.Close()
+		return nil, err
+	} else if n > 0 {
+		s.log.Info("items a person acknowledged are no sweep candidates any more, and settled (once, for the items an earlier build wrote)",
+			"items", n)
+	}
 	return s, nil
 }
 

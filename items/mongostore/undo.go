@@ -94,6 +94,9 @@ func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
 		} else {
 			back := *e.base
 			back.ID = ""
+			// The base as read may be a document of an earlier build, without sweep_candidate (read as
+			// false): write it as this build would.
+			back.SweepCandidate = back.item().Facts().SweepCandidate
 			back.Version = e.last.Version + 1
 			back.UpdatedAt = msTime(time.Now())
 			if !back.UpdatedAt.After(e.last.UpdatedAt) {

@@ -141,8 +141,9 @@ const (
 )
 
 // SweepCandidates returns up to limit items that may newly need a person, ordered by tenant and key after
-// the given reference: items not yet needing a person that are unknown, failed and retryable, or flagged
-// with a duplicate effect (items.Facts.SweepCandidate). Returns ErrUnavailable.
+// the given reference: items not yet needing a person that are unknown, or failed and retryable, or
+// flagged with a duplicate effect, and not acknowledged by a person in their current attempt
+// (items.Facts.SweepCandidate). Returns ErrUnavailable.
 func (s *Store) SweepCandidates(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
 	return s.itemsWhere(ctx, sweepCandidatesWhere, after.Tenant, after.Key, limit)
 }

@@ -39,14 +39,14 @@ func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef
 	return out, err
 }
 
-// settledSQL selects, on a reader, the settled items of one tenant, destination and state after a
-// position, oldest change first, walking items_state_changed. Settled is items.Item.Settled in the
-// columns: not needing a person, and succeeded, or failed with nothing for the sweeper (sweep_candidate =
-// 0: not retryable, no duplicate effect). The items of other destinations it passes over are read, but
-// on a reader: no write waits for them.
+// settledSQL selects, on a reader, the settled items of one tenant, destination and state (succeeded or
+// failed) after a position, oldest change first, walking items_state_changed. Settled is
+// items.Item.Settled in the columns: not needing a person, and nothing for the sweeper (sweep_candidate =
+// 0: not retryable and no duplicate effect, or a person acknowledged them). The items of other
+// destinations it passes over are read, but on a reader: no write waits for them.
 const settledSQL = `SELECT key, version, updated_at FROM items INDEXED BY items_state_changed
 	WHERE tenant = ?1 AND state = ?2 AND (updated_at, key) > (?3, ?4) AND updated_at <= ?5 AND destination = ?6
-	AND needs_person = 0 AND (state = 'succeeded' OR sweep_candidate = 0) ORDER BY updated_at, key LIMIT ?7`
+	AND needs_person = 0 AND sweep_candidate = 0 ORDER BY updated_at, key LIMIT ?7`
 
 // removeItemSQL removes one selected item if it has not changed since.
 const removeItemSQL = `DELETE FROM items WHERE tenant = ? AND key = ? AND version = ? RETURNING ` + storedColumns
@@ -143,4 +143,74 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 // changed since it was selected, ErrUnavailable, or the stored document's error.
 func removeItem(ctx context.Context, remove *sql.Stmt, tenant, key string, version int64) (*items.Item, error) {
 	return oneItem(remove.QueryContext(ctx, tenant, key, version))
+}
+
+// resolvedCandidatesSQL reads, through the partial index items_sweep, the sweep candidates a person has
+// resolved at least once: the only rows an earlier build can have stored as candidates that are none now.
+const resolvedCandidatesSQL = `SELECT ` + storedColumns + `, id FROM items INDEXED BY items_sweep
+	WHERE sweep_candidate = 1 AND resolutions > 0`
+
+// sweepCandidatesRefreshed marks, in meta, a ledger whose sweep_candidate columns count a person's
+// acknowledgement (refreshSweepCandidates).
+const sweepCandidatesRefreshed = "sweep_candidates_refreshed"
+
+// refreshSweepCandidates corrects, once per ledger (a marker in meta), the sweep_candidate column of the
+// items an earlier build stored as sweep candidates although a person acknowledged them
+// (items.Facts.SweepCandidate counts an acknowledgement since 2026-12-02): without it they would stay
+// candidates, never settled, until a request rewrote them. It reads only the candidates that were ever
+// resolved (resolvedCandidatesSQL: the partial index's entries, and the resolutions column of their
+// rows), and rewrites only the column, guarded by the version, of those whose facts say otherwise now;
+// it returns how many it corrected. It runs at Open, before the committer and its cache. A document that
+// no longer decodes is left as it is (Get names it).
+//
+// Once, not at every start: the pass costs 2.4–4 µs per candidate even when none was resolved (12–21 ms
+// for 5,000 on the 2-core development VM, as much as the rest of that ledger's Open), 20–25 µs per
+// resolved one; a later start reads the marker, 0.05 ms (BenchmarkOpenRefreshesSweepCandidates). An earlier build run again on the ledger afterwards would
+// store an item it acknowledged as a candidate again; that item is not removed until its next write, as
+// that build would not have removed it either.
+func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
+	var done int
+	if err := s.w.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE name = ?`, sweepCandidatesRefreshed).Scan(&done); err != nil || done > 0 {
+		return 0, err
+	}
+	type stale struct{ id, version int64 }
+	var found []stale
+	rows, err := s.w.QueryContext(ctx, resolvedCandidatesSQL)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		it, r, decodeErr, err := scanItem(rows, &id)
+		if err != nil {
+			return 0, err
+		}
+		if decodeErr == nil && !it.Facts().SweepCandidate {
+			found = append(found, stale{id: id, version: r.version})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	rows.Close()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	n := 0
+	for _, f := range found {
+		res, err := tx.ExecContext(ctx, `UPDATE items SET sweep_candidate = 0 WHERE id = ? AND version = ?`, f.id, f.version)
+		if err != nil {
+			return 0, err
+		}
+		if c, err := res.RowsAffected(); err == nil {
+			n += int(c)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT DO NOTHING`, sweepCandidatesRefreshed); err != nil {
+		return 0, err
+	}
+	return n, tx.Commit()
 }

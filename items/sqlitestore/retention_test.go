@@ -7,11 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -149,4 +151,119 @@ func BenchmarkRetention(b *testing.B) {
 		b.ReportMetric(float64(before), "pages-before")
 		b.ReportMetric(float64(after), "pages-after")
 	}
+}
+
+// TestEarlierBuildAcknowledgedItemsAreSettled: a ledger written by a build that kept acknowledged items
+// as sweep candidates (sweep_candidate = 1, set here by hand, and no marker of the correction) is
+// corrected at Open, so that retention removes them (refreshSweepCandidates).
+func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
+	dir := t.TempDir()
+	open := func(t *testing.T) itemstest.OperatorStore {
+		s := openIn(t, dir)
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	itemstest.CheckEarlierBuildAcknowledged(t, itemstest.EarlierBuild{
+		Open: open,
+		StoreAsEarlierBuild: func(t *testing.T, s itemstest.OperatorStore, tenant string) {
+			store := s.(*sqlitestore.Store)
+			res, err := store.WriteOutside(`UPDATE items SET sweep_candidate = 1
+				WHERE tenant = ? AND needs_person = 0 AND (duplicate_effect = 1 OR (state = 'failed' AND resolutions > 0))`, tenant)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := res.RowsAffected(); n != 2 {
+				t.Fatalf("storing as an earlier build: %d rows, want 2", n)
+			}
+			if _, err := store.WriteOutside(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Reopen: func(t *testing.T, s itemstest.OperatorStore) itemstest.OperatorStore {
+			s.(*sqlitestore.Store).Close()
+			return open(t)
+		},
+	})
+}
+
+// BenchmarkOpenRefreshesSweepCandidates measures what refreshSweepCandidates adds to Open: a ledger of
+// 50,000 items of which 5,000 are sweep candidates (retryable failures), against the whole Open of the
+// same ledger. FirstStart is the pass of the first start of this build (the marker removed before each
+// run): few candidates were ever resolved, so only the partial index and the rows' columns are read;
+// FirstStartAllResolved: every candidate was (resolutions > 0, set by hand), so every one is decoded.
+// LaterStart is every later start: the marker's read.
+//
+//	go test ./items/sqlitestore -run '^$' -bench OpenRefreshesSweepCandidates -benchtime 20x
+func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
+	const n, every = 50000, 10
+	ctx := context.Background()
+	s, err := sqlitestore.Open(ctx, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := filepath.Dir(s.Path())
+	l, err := items.NewLedger(ctx, s, items.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	for start := 0; start < n; start += 500 {
+		var ps []items.BeforeWriteParams
+		for i := start; i < start+500; i++ {
+			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp})
+		}
+		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reports := make([]items.AfterWriteParams, len(answers))
+		for i, a := range answers {
+			ev := items.Evidence{Outcome: items.OutcomeSucceeded}
+			if (start+i)%every == 0 {
+				ev = items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP}
+			}
+			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}
+		}
+		if _, _, err := l.AfterWriteMany(ctx, "acme", reports); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var candidates int
+	if err := sqlDB(b, s).QueryRow(`SELECT count(*) FROM items WHERE sweep_candidate = 1`).Scan(&candidates); err != nil || candidates != n/every {
+		b.Fatalf("%d sweep candidates (%v), want %d", candidates, err, n/every)
+	}
+	refresh := func(first bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				if first {
+					b.StopTimer()
+					if _, err := s.WriteOutside(`DELETE FROM meta WHERE name = 'sweep_candidates_refreshed'`); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				if n, err := s.RefreshSweepCandidates(ctx); err != nil || n != 0 {
+					b.Fatalf("refresh: %d, %v", n, err)
+				}
+			}
+		}
+	}
+	b.Run("Open", func(b *testing.B) {
+		for b.Loop() {
+			s.Close()
+			var err error
+			if s, err = sqlitestore.Open(ctx, dir); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("LaterStart", refresh(false))
+	b.Run("FirstStart", refresh(true))
+	if res, err := s.WriteOutside(`UPDATE items SET resolutions = 1 WHERE sweep_candidate = 1`); err != nil {
+		b.Fatal(err)
+	} else if m, _ := res.RowsAffected(); m != n/every {
+		b.Fatalf("%d candidates marked resolved, want %d", m, n/every)
+	}
+	b.Run("FirstStartAllResolved", refresh(true))
+	b.Cleanup(func() { s.Close() })
 }

@@ -352,7 +352,19 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := s.migrateOperators(ctx); err != nil {
 		return err
 	}
-	return s.migrateCounts(ctx)
+	if err := s.migrateCounts(ctx); err != nil {
+		return err
+	}
+	start = time.Now()
+	refreshed, err := s.refreshSweepCandidates(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: refresh the sweep candidates of %s: %w", s.path, err)
+	}
+	if refreshed > 0 {
+		s.log.Info("items a person acknowledged are no sweep candidates any more, and settled (once, for the items an earlier build wrote)",
+			"items", refreshed, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	return nil
 }
 
 // hasColumn reports whether the ledger's table has the column: the migrations of earlier layouts ask it.

@@ -1,0 +1,156 @@
+package mongostore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
+)
+
+// TestEarlierBuildAcknowledgedItemsAreSettled: documents written by a build without the top-level
+// sweep_candidate (unset here, and the start's marker removed) that a person acknowledged get the field
+// at the next start, so that they are no sweep candidates and retention removes them
+// (refreshSweepCandidates).
+func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	itemstest.CheckEarlierBuildAcknowledged(t, itemstest.EarlierBuild{
+		Open: func(*testing.T) itemstest.OperatorStore { return e.open() },
+		StoreAsEarlierBuild: func(t *testing.T, _ itemstest.OperatorStore, tenant string) {
+			res, err := e.collection(mongostore.ItemsCollection).UpdateMany(t.Context(), bson.D{{Key: "tenant", Value: tenant}},
+				bson.D{{Key: "$unset", Value: bson.D{{Key: "sweep_candidate", Value: ""}}}})
+			if err != nil || res.ModifiedCount != 4 {
+				t.Fatalf("storing as an earlier build: %+v, %v", res, err)
+			}
+			if _, err := e.collection(mongostore.MetaCollection).DeleteOne(t.Context(), bson.D{{Key: "_id", Value: "sweep_candidates_refreshed"}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		Reopen: func(*testing.T, itemstest.OperatorStore) itemstest.OperatorStore { return e.open() },
+	})
+}
+
+// TestUndoWritesAnEarlierBuildsDocumentAsThisBuild: a claim of a retryable failure stored by an earlier
+// build (no sweep_candidate) whose write is applied but answered with an error is taken back by writing
+// the document as read; it must come back a sweep candidate (sweep_candidate true), not false, the value
+// a missing field decodes to, which would hide it from the sweeper.
+func TestUndoWritesAnEarlierBuildsDocumentAsThisBuild(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	l := newLedger(t, s, nil)
+	a, err := l.BeforeWrite(t.Context(), claimParams("retry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	if _, err := l.AfterWrite(t.Context(), items.AfterWriteParams{Tenant: "acme", Key: "retry", Claim: a.Claim,
+		Evidence: items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP, RetryAfter: &zero}}); err != nil {
+		t.Fatal(err)
+	}
+	coll := e.collection(mongostore.ItemsCollection)
+	if _, err := coll.UpdateOne(t.Context(), bson.D{{Key: "key", Value: "retry"}},
+		bson.D{{Key: "$unset", Value: bson.D{{Key: "sweep_candidate", Value: ""}}}}); err != nil {
+		t.Fatal(err)
+	}
+	mongostore.FailAfterWrite(s, 1, errLost)
+	_, err = l.BeforeWrite(t.Context(), claimParams("retry"))
+	mongostore.FailAfterWrite(s, 0, nil)
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("the retry's claim: err = %v, want ErrUnavailable", err)
+	}
+	var d struct {
+		State          string `bson:"state"`
+		SweepCandidate *bool  `bson:"sweep_candidate"`
+	}
+	if err := coll.FindOne(t.Context(), bson.D{{Key: "key", Value: "retry"}}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.State != string(items.StateFailed) || d.SweepCandidate == nil || !*d.SweepCandidate {
+		field := "absent"
+		if d.SweepCandidate != nil {
+			field = fmt.Sprint(*d.SweepCandidate)
+		}
+		t.Fatalf("after the undo: state %s, sweep_candidate %s; want failed, true", d.State, field)
+	}
+	found, err := s.SweepCandidates(t.Context(), items.ItemRef{}, 10)
+	if err != nil || len(found) != 1 || found[0].Key != "retry" {
+		t.Fatalf("sweep candidates after the undo: %d, %v; want the retry", len(found), err)
+	}
+}
+
+// BenchmarkOpenRefreshesSweepCandidates measures what refreshSweepCandidates adds to Open on a ledger of
+// 300 items, a tenth of them retryable failures (on the in-process FerretDB, or the MongoDB of
+// COMPANION_TEST_MONGODB_URI): LaterStart is every start after the first (the marker's read), FirstStart
+// the first start of this build (the marker removed before each run: one pass over the items whose last
+// resolution is acknowledged, without an index).
+//
+//	go test ./items/mongostore -run '^$' -bench OpenRefreshesSweepCandidates -benchtime 10x
+func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
+	uri, db := realURI(), fmt.Sprintf("companion_bench_%d", time.Now().UnixNano())
+	if uri == "" {
+		uri, db = sharedSrv.URI(), sharedSrv.Database()
+	} else {
+		defer dropDatabase(uri, db)
+	}
+	open := func(b *testing.B) *mongostore.Store {
+		s, err := mongostore.Open(b.Context(), uri, db, mongostore.WithTimeout(mongotest.StoreTimeout()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	s := open(b)
+	l, err := items.NewLedger(b.Context(), s, items.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 300 {
+		a, err := l.BeforeWrite(b.Context(), claimParams(fmt.Sprintf("bench-%d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ev := items.Evidence{Outcome: items.OutcomeSucceeded}
+		if i%10 == 0 {
+			ev = items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP}
+		}
+		if _, err := l.AfterWrite(b.Context(), items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	s.Close()
+	c, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	meta := c.Database(db).Collection(mongostore.MetaCollection)
+	for _, first := range []bool{false, true} {
+		name := "LaterStart"
+		if first {
+			name = "FirstStart"
+		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				if first {
+					b.StopTimer()
+					if _, err := meta.DeleteOne(b.Context(), bson.D{{Key: "_id", Value: "sweep_candidates_refreshed"}}); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				open(b).Close()
+			}
+		})
+	}
+}
