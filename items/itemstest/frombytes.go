@@ -184,6 +184,9 @@ func ItemFromBytes(data []byte, words []string) *items.Item {
 		it.Resolution = &items.Resolution{Outcome: f.string(), Evidence: f.string(), ExternalID: f.string(), By: f.string(),
 			At: f.time(c, u)}
 	}
+	if f.n(2) == 0 {
+		it.HistoryDropped = f.int() // last: the bytes of earlier seeds build the items they built
+	}
 	return it
 }
 
