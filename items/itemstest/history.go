@@ -67,7 +67,7 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		h.advance(5 * time.Second)
 		a2 := h.claim("k", payloadA, dest(destKeyed))
 		h.aw("k", succeeded(a2.Claim, "r-1"))
-		const n = 2000
+		const n = 1000
 		early := 0
 		var last items.AfterWriteParams
 		for i := range n {
