@@ -121,6 +121,10 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		if strings.Join(got, ",") != "needs_person,after_write,resolve" || it.NeedsPerson || it.Resolution == nil {
 			t.Errorf("after the duplicate and its acknowledgement: last events %v, needs_person %v, resolution %+v", got, it.NeedsPerson, it.Resolution)
 		}
+		// The facts the stores index, derived from the history, read the same from the bounded one.
+		if f := it.Facts(); f.Resolutions != 1 || f.EnteredUnknown || !f.DuplicateEffect || f.Attempt != 2 {
+			t.Errorf("facts after the loop: %+v", f)
+		}
 	})
 
 	// An unknown attempt whose workflow reports unknown outcomes in a loop, each another: recorded, and the
@@ -165,6 +169,9 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		}
 		if e := it.History[1]; e.Kind != items.EventAfterWrite || e.From != items.StateInFlight || e.To != items.StateUnknown {
 			t.Errorf("the report that made the item unknown is gone: history[1] = %+v", e)
+		}
+		if f := it.Facts(); !f.EnteredUnknown || f.Resolutions != 0 {
+			t.Errorf("facts after the loop: %+v", f)
 		}
 	})
 
