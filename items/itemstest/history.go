@@ -127,6 +127,39 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		}
 	})
 
+	// The loop in its plainest form: the very same late report of an older attempt, replayed every
+	// few seconds. An older attempt's repeat goes to the history (history_only), never unchanged, so each
+	// one is recorded, and the bound holds it.
+	t.Run("IdenticalLateReportReplayed", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, open)
+		a1 := h.claim("k", payloadA, dest(destKeyed))
+		late := failedClass(a1.Claim, items.ClassTimeout)
+		h.aw("k", late)
+		a2 := h.claim("k", payloadA, dest(destKeyed))
+		h.aw("k", succeeded(a2.Claim, "r-1"))
+		const n = 600
+		early := 0
+		for i := range n {
+			h.advance(5 * time.Second)
+			if r := h.aw("k", late); r.Reason != items.ReasonHistoryOnly || r.State != items.StateSucceeded || r.Attempt != 1 {
+				t.Fatalf("replay #%d answered %s, %s, attempt %d; want history_only, succeeded, attempt 1", i, r.Reason, r.State, r.Attempt)
+			}
+			if i == 2*bound {
+				early = docBytes(h, "k")
+			}
+		}
+		// claimed, the timeout (in_flight to unknown), claimed (same key), succeeded, the first replay.
+		it := checkBounded(h, "k", 4+n, 5)
+		checkSize(h, "k", early)
+		if d := it.Attempts[0].Reports; len(d) != 1 {
+			t.Errorf("attempt 1 keeps %d digests of one report replayed", len(d))
+		}
+		if it.State != items.StateSucceeded || it.ExternalID != "r-1" || it.Attempt != 2 {
+			t.Errorf("the item is %s at attempt %d with external id %q, want succeeded r-1 at 2", it.State, it.Attempt, it.ExternalID)
+		}
+	})
+
 	// An unknown attempt whose workflow reports unknown outcomes in a loop, each another: recorded, and the
 	// item stays unknown; before-write asks for a lookup each time and writes nothing; the lookup's finding
 	// still settles the item.
