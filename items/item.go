@@ -351,6 +351,17 @@ type reportKey struct {
 // reason. Which events repeat depends only on the events before them, and the first of each attempt and
 // reason is never dropped, so an event once a repeat stays one.
 func (it *Item) dropRepeats() {
+	// Repeats are among the after-write events that left the state as it was: while those are few, so
+	// are the repeats, and nearly every item ends here without allocating.
+	same := 0
+	for i := range it.History {
+		if e := &it.History[i]; e.Kind == EventAfterWrite && e.From == e.To {
+			same++
+		}
+	}
+	if same <= KeptFirstRepeats+KeptLatestRepeats {
+		return
+	}
 	var seen map[reportKey]bool
 	var at []int
 	for i := range it.History {
