@@ -689,3 +689,30 @@ func BenchmarkQueue(b *testing.B) {
 		})
 	}
 }
+
+// TestItemPageSaysHowManyRepeatsTheHistoryDropped: a workflow that reported the same unknown attempt in a
+// loop leaves a bounded history; the item page says how many reports it no longer shows, and an item
+// with its whole history says nothing of the kind.
+func TestItemPageSaysHowManyRepeatsTheHistoryDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("inv-7", "QT-7", "", 0)
+	e.unknownItem("inv-8", "QT-8", "", 0)
+	claim := e.get("inv-7").Claim
+	for i := range 30 {
+		e.clock.Advance(time.Second)
+		if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: "inv-7", Claim: claim,
+			ErrorMessage: fmt.Sprintf("socket hang up, try %d", i), Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := e.client()
+	status, body, _ := e.page(c, "/console/item?key=inv-7")
+	if status != http.StatusOK || !strings.Contains(body, `id="history-dropped">15 repeated reports are not shown`) ||
+		!strings.Contains(body, "socket hang up, try 29") || strings.Contains(body, "socket hang up, try 10<") {
+		t.Errorf("the item page of a looped item answered %d:\n%s", status, body)
+	}
+	if _, body, _ := e.page(c, "/console/item?key=inv-8"); strings.Contains(body, "history-dropped") {
+		t.Errorf("the item page of an item with its whole history speaks of dropped reports:\n%s", body)
+	}
+}

@@ -329,7 +329,9 @@ type itemView struct {
 	Situation string
 	CauseText string
 	Events    []event
-	Attempts  []attemptView
+	// Dropped says how many repeated reports the history no longer holds (Item.HistoryDropped); "" when none.
+	Dropped  string
+	Attempts []attemptView
 	// Alerts are the item's alert outbox records in words, newest first; Posting is set while a post of
 	// one is under way (its landing not recorded yet).
 	Alerts  []alertView
@@ -414,6 +416,11 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	}
 	for i := len(it.History) - 1; i >= 0; i-- {
 		v.Events = append(v.Events, c.timelineEvent(it.History[i]))
+	}
+	if it.HistoryDropped > 0 {
+		v.Dropped = fmt.Sprintf("%d repeated reports are not shown: of the reports after the write that changed nothing "+
+			"(the same attempt and reason again), the ledger keeps the first %d and the latest %d, and counts the others.",
+			it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats)
 	}
 	as, err := c.cfg.Store.ItemAlerts(r.Context(), s.who.Tenant, key)
 	if err != nil {

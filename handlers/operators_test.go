@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -359,4 +360,35 @@ func TestAcknowledgedCountsInStatsAndMetrics(t *testing.T) {
 		"evidence": "x-4 voided in billing by hand"})
 	handlerstest.Expect(t, r, http.StatusOK, "", "")
 	measures("after acknowledged", 0, 0, 1)
+}
+
+// TestItemShowsHowManyRepeatsItsHistoryDropped: a workflow that replays a late report in a loop (each
+// answered history_only) leaves a bounded history, and GET /v1/items/{key} says how many it dropped.
+func TestItemShowsHowManyRepeatsItsHistoryDropped(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	first := svc.Claim("inv-1", nil).Str("claim")
+	svc.AfterWrite(map[string]any{"key": "inv-1", "claim": first, "outcome": "failed", "http_status": 429, "retry_after": 1})
+	svc.Clock.Advance(2 * time.Second)
+	second := svc.Claim("inv-1", nil).Str("claim")
+	svc.AfterWrite(map[string]any{"key": "inv-1", "claim": second, "outcome": "succeeded", "external_id": "r-1"})
+	for i := range 40 {
+		svc.Clock.Advance(3 * time.Second)
+		r := svc.AfterWrite(map[string]any{"key": "inv-1", "claim": first, "outcome": "failed", "http_status": 503,
+			"error": map[string]any{"message": fmt.Sprintf("late #%d", i)}})
+		if r.Status != http.StatusOK || r.Str("reason") != "history_only" || r.Str("state") != "succeeded" {
+			t.Fatalf("late report #%d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	r := svc.Get(handlerstest.OperatorAcme, "/v1/items/inv-1")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	history, _ := r.At("history").([]any)
+	// claimed, failed, claimed, succeeded, the first late report, 5 + 10 repeats of it; 39 - 15 dropped.
+	if r.Num("history_dropped") != 24 || len(history) != 20 || r.Str("state") != "succeeded" {
+		t.Fatalf("history_dropped %v, %d events, state %s:\n%s", r.Num("history_dropped"), len(history), r.Str("state"), r.Body)
+	}
+	svc.Claim("inv-2", nil)
+	if r := svc.Get(handlerstest.OperatorAcme, "/v1/items/inv-2"); !bytes.Contains(r.Body, []byte(`"history_dropped":0`)) {
+		t.Errorf("an item with its whole history does not say history_dropped 0:\n%s", r.Body)
+	}
 }

@@ -111,6 +111,7 @@ func (it *Item) AppendJSON(dst []byte) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	b = strconv.AppendInt(append(b, `,"history_dropped":`...), int64(it.HistoryDropped), 10)
 	if it.Resolution != nil {
 		if b, err = it.Resolution.appendJSON(append(b, `,"resolution":`...)); err != nil {
 			return dst, err

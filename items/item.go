@@ -163,10 +163,13 @@ type Item struct {
 	NeedsPersonSince *time.Time `json:"needs_person_since,omitempty"`
 	DuplicateEffect  bool       `json:"duplicate_effect,omitempty"`
 	// AlertStatus is the state of the item's alert (pending, sent, escalated); empty when none is due.
-	AlertStatus string      `json:"alert_status,omitempty"`
-	Attempts    []Attempt   `json:"attempts"`
-	History     []Event     `json:"history"`
-	Resolution  *Resolution `json:"resolution,omitempty"`
+	AlertStatus string    `json:"alert_status,omitempty"`
+	Attempts    []Attempt `json:"attempts"`
+	History     []Event   `json:"history"`
+	// HistoryDropped counts the repeated events the history no longer holds: it keeps the first
+	// KeptFirstRepeats and the latest KeptLatestRepeats of them (see KeptFirstRepeats), and every other event.
+	HistoryDropped int         `json:"history_dropped"`
+	Resolution     *Resolution `json:"resolution,omitempty"`
 	// Version increases with every change; stores use it as the compare-and-set guard.
 	Version   int64     `json:"version"`
 	CreatedAt time.Time `json:"created_at"`
@@ -309,12 +312,96 @@ func (it *Item) LeaseExpired(now time.Time) bool {
 }
 
 // record appends e to the history. Every change of an item records an event, so the event's time is
-// also the item's updated_at (the operator's list sorts and filters by it).
+// also the item's updated_at (the operator's list sorts and filters by it). A repeated event (see
+// dropRepeats) may drop an earlier one, so that the history of an item a workflow reports on in a loop
+// stays bounded.
 func (it *Item) record(e Event) {
 	it.History = append(it.History, e)
 	if e.At.After(it.UpdatedAt) {
 		it.UpdatedAt = e.At
 	}
+	if e.Kind == EventAfterWrite && e.From == e.To {
+		it.dropRepeats()
+	}
+}
+
+// An item's history keeps every event that changes something a person or a rule reads: claims (the
+// attempt), state changes, results, needs-a-person marks, alerts, lookups, probe reads and resolutions.
+// Each of those is bounded by the attempts, by a person's actions or by a probe's schedule. What is not
+// bounded are after-write reports that change no state, for an attempt and with a reason the history
+// already has a report of: an older attempt's failure reported again and again (history_only), a report
+// after succeeded, another external id of a duplicate effect, another unknown outcome of an unknown
+// attempt. Of those repeats the history keeps the first KeptFirstRepeats and the latest
+// KeptLatestRepeats; the ones between are dropped and counted in HistoryDropped. The first report of each
+// attempt and reason is never a repeat, so the evidence of every kind stays.
+const (
+	KeptFirstRepeats  = 5
+	KeptLatestRepeats = 10
+)
+
+// reportKey names an after-write event's attempt and reason: the second event with the same key repeats.
+type reportKey struct {
+	attempt int
+	reason  Reason
+}
+
+// dropRepeats drops the repeated events between the first KeptFirstRepeats and the latest
+// KeptLatestRepeats, and counts them in HistoryDropped. A repeated event is an after-write report that
+// left the state as it was (from = to), after an earlier after-write report of the same attempt and
+// reason. Which events repeat depends only on the events before them, and the first of each attempt and
+// reason is never dropped, so an event once a repeat stays one.
+func (it *Item) dropRepeats() {
+	// Repeats are among the after-write events that left the state as it was: while those are few, so
+	// are the repeats, and nearly every item ends here without allocating.
+	same := 0
+	for i := range it.History {
+		if e := &it.History[i]; e.Kind == EventAfterWrite && e.From == e.To {
+			same++
+		}
+	}
+	if same <= KeptFirstRepeats+KeptLatestRepeats {
+		return
+	}
+	var seen map[reportKey]bool
+	var at []int
+	for i := range it.History {
+		e := &it.History[i]
+		if e.Kind != EventAfterWrite {
+			continue
+		}
+		k := reportKey{e.Attempt, e.Reason}
+		if seen[k] && e.From == e.To {
+			at = append(at, i)
+		}
+		if seen == nil {
+			seen = make(map[reportKey]bool)
+		}
+		seen[k] = true
+	}
+	if len(at) <= KeptFirstRepeats+KeptLatestRepeats {
+		return
+	}
+	drop := at[KeptFirstRepeats : len(at)-KeptLatestRepeats]
+	kept := it.History[:drop[0]]
+	for i, d := drop[0], 0; i < len(it.History); i++ {
+		if d < len(drop) && drop[d] == i {
+			d++
+			continue
+		}
+		kept = append(kept, it.History[i])
+	}
+	clear(it.History[len(kept):])
+	it.History = kept
+	it.HistoryDropped += len(drop)
+}
+
+// keepEnds bounds an attempt's report digests as the history bounds repeated reports: the first
+// KeptFirstRepeats and the latest KeptLatestRepeats.
+func keepEnds(digests []string) []string {
+	if len(digests) <= KeptFirstRepeats+KeptLatestRepeats {
+		return digests
+	}
+	return append(digests[:KeptFirstRepeats], digests[len(digests)-KeptLatestRepeats:]...)
 }
 
 func (it *Item) markNeedsPerson(cause string, now time.Time) {

@@ -583,7 +583,10 @@ func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item
 	finish := func(reason Reason, msg string) (*Item, Report, error) {
 		rep.Reason, rep.Message = reason, msg
 		ev.Reason, ev.To = reason, it.State
-		att.Reports = append(att.Reports, digest)
+		if !repeat {
+			// An older attempt's report replayed is recorded again (history_only), its digest is kept once.
+			att.Reports = keepEnds(append(att.Reports, digest))
+		}
 		it.record(ev)
 		return it, rep, nil
 	}

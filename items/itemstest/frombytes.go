@@ -1,6 +1,7 @@
 package itemstest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"strings"
@@ -184,6 +185,9 @@ func ItemFromBytes(data []byte, words []string) *items.Item {
 		it.Resolution = &items.Resolution{Outcome: f.string(), Evidence: f.string(), ExternalID: f.string(), By: f.string(),
 			At: f.time(c, u)}
 	}
+	if f.n(2) == 0 {
+		it.HistoryDropped = f.int() // last: the bytes of earlier seeds build the items they built
+	}
 	return it
 }
 
@@ -224,3 +228,7 @@ func WithTimes(it *items.Item, f func(time.Time) time.Time) *items.Item {
 	}
 	return &c
 }
+
+// HistoryDroppedSeed is a fuzz seed from which ItemFromBytes builds an item with a non-zero HistoryDropped
+// (and attempts): the stores' fuzz targets start from it, so that their seeds cover the field.
+var HistoryDroppedSeed = bytes.Repeat([]byte("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"), 30)

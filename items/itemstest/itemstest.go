@@ -27,6 +27,10 @@ type Options struct {
 	// SkipConcurrency, when not empty, is the reason the concurrency subtests are skipped (for example a
 	// test server that is known not to give single-document atomicity).
 	SkipConcurrency string
+	// DocumentBytes, when set, returns the size in bytes of the item's document as the store holds it (for
+	// SQLite length(doc), for MongoDB the BSON document's): the history bound's subtests check that a
+	// loop of repeated reports does not grow it.
+	DocumentBytes func(t *testing.T, s items.Store, tenant, key string) int
 }
 
 // Exercise runs the conformance suite against the stores open returns. open must return a new, empty
@@ -44,6 +48,7 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 	t.Run("Store", func(t *testing.T) { exerciseStore(t, open) })
 	t.Run("Leases", func(t *testing.T) { exerciseLeases(t, open) })
 	t.Run("Fingerprints", func(t *testing.T) { exerciseFingerprints(t, open) })
+	t.Run("HistoryBound", func(t *testing.T) { exerciseHistoryBound(t, open, opts) })
 	t.Run("Concurrency", func(t *testing.T) {
 		if opts.SkipConcurrency != "" {
 			t.Skip(opts.SkipConcurrency)

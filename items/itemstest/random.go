@@ -249,5 +249,8 @@ func RandomItem(r *rand.Rand) *items.Item {
 		it.Resolution = &items.Resolution{Outcome: randomString(r), Evidence: randomString(r),
 			ExternalID: randomString(r), By: randomString(r), At: randomTime(r)}
 	}
+	if r.IntN(3) == 0 {
+		it.HistoryDropped = randomInt(r)
+	}
 	return it
 }

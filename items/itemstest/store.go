@@ -277,7 +277,7 @@ func exerciseStore(t *testing.T, open func(t *testing.T) items.Store) {
 			if !grew && (len(cur.History) != len(prev.History) || !cur.UpdatedAt.Equal(prev.UpdatedAt)) {
 				t.Errorf("%s wrote history without a change", s.name)
 			}
-			// The history is append-only.
+			// The history is append-only (short of the bound on repeated reports, HistoryBound, which these steps stay under).
 			for i := range prev.History {
 				if i >= len(cur.History) || !reflectEqualEvent(t, prev.History[i], cur.History[i]) {
 					t.Errorf("%s rewrote history event %d", s.name, i)

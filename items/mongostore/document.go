@@ -78,10 +78,13 @@ type itemDoc struct {
 	AlertStatus       string           `bson:"alert_status"`
 	Attempts          []attemptDoc     `bson:"attempts"`
 	History           []eventDoc       `bson:"history"`
-	Resolution        *resolutionDoc   `bson:"resolution"`
-	Version           int64            `bson:"version"`
-	CreatedAt         time.Time        `bson:"created_at"`
-	UpdatedAt         time.Time        `bson:"updated_at"`
+	// HistoryDropped is written whatever its value (no omitempty): an update is a $set of every field,
+	// and an undo's $set of the document it replaced must put a 0 back.
+	HistoryDropped int            `bson:"history_dropped"`
+	Resolution     *resolutionDoc `bson:"resolution"`
+	Version        int64          `bson:"version"`
+	CreatedAt      time.Time      `bson:"created_at"`
+	UpdatedAt      time.Time      `bson:"updated_at"`
 }
 
 type attemptDoc struct {
@@ -173,6 +176,7 @@ func toDoc(it *items.Item) itemDoc {
 		DuplicateEffect:   it.DuplicateEffect,
 		SweepCandidate:    it.Facts().SweepCandidate,
 		AlertStatus:       it.AlertStatus,
+		HistoryDropped:    it.HistoryDropped,
 		Version:           it.Version,
 		CreatedAt:         msTime(it.CreatedAt),
 		UpdatedAt:         msTime(it.UpdatedAt),
@@ -268,6 +272,7 @@ func (d *itemDoc) item() *items.Item {
 		NeedsPersonSince:  msTimePtr(d.NeedsPersonSince),
 		DuplicateEffect:   d.DuplicateEffect,
 		AlertStatus:       d.AlertStatus,
+		HistoryDropped:    d.HistoryDropped,
 		Version:           d.Version,
 		CreatedAt:         msTime(d.CreatedAt),
 		UpdatedAt:         msTime(d.UpdatedAt),

@@ -3,11 +3,13 @@ package sqlitestore_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/replaysafe/companion/items"
@@ -25,11 +27,32 @@ func openIn(t *testing.T, dir string) *sqlitestore.Store {
 }
 
 func TestConformance(t *testing.T) {
+	var dirs sync.Map // *sqlitestore.Store → its directory
 	itemstest.Exercise(t, func(t *testing.T) items.Store {
-		s := openIn(t, t.TempDir())
+		dir := t.TempDir()
+		s := openIn(t, dir)
+		dirs.Store(s, dir)
 		t.Cleanup(func() { s.Close() })
 		return s
-	}, itemstest.Options{})
+	}, itemstest.Options{DocumentBytes: func(t *testing.T, s items.Store, tenant, key string) int {
+		dir, _ := dirs.Load(s)
+		return docLength(t, dir.(string), tenant, key)
+	}})
+}
+
+// docLength returns length(doc) of the item's row in the ledger in dir, read on a connection of its own.
+func docLength(t *testing.T, dir, tenant, key string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, sqlitestore.FileName)+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var n int
+	if err := db.QueryRow(`SELECT length(doc) FROM items WHERE tenant = ? AND key = ?`, tenant, key).Scan(&n); err != nil {
+		t.Fatalf("length(doc) of %s/%s: %v", tenant, key, err)
+	}
+	return n
 }
 
 // markerPayload is the payload claim fingerprints: its recipient is a marker to look for in the files.

@@ -110,6 +110,7 @@ const (
 	itemSequence
 	itemCreatedAt // the created_at column cannot hold it exactly
 	itemUpdatedAt // the updated_at column cannot hold it exactly
+	itemHistoryDropped
 )
 
 // Attempt fields present.
@@ -231,6 +232,7 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 	set(itemSequence, !derived && it.Sequence != "")
 	set(itemCreatedAt, !exactInColumn(it.CreatedAt))
 	set(itemUpdatedAt, !exactInColumn(it.UpdatedAt))
+	set(itemHistoryDropped, it.HistoryDropped != 0)
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.checkTime(it.CreatedAt)
 	e.checkTime(it.UpdatedAt)
@@ -300,6 +302,8 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 			e.string(it.Action)
 		case itemSequence:
 			e.string(it.Sequence)
+		case itemHistoryDropped:
+			e.int(int64(it.HistoryDropped))
 		case itemCreatedAt, itemUpdatedAt:
 		}
 	}
@@ -676,6 +680,8 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 			it.Action = d.string()
 		case itemSequence:
 			it.Sequence = d.string()
+		case itemHistoryDropped:
+			it.HistoryDropped = d.int()
 		case itemCreatedAt, itemUpdatedAt:
 		default:
 			d.fail() // a field of a later format

@@ -40,7 +40,7 @@ func FuzzStoredRoundTrip(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("\x05\x06acme\x00\x01\x02invoice-742\x03\x04\x05\x06\x07\x03\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09"))
 	f.Add(bytes.Repeat([]byte{3, 2, 1, 7, 255, 'a', 0xc3, 0xa9, 5}, 40))
-	f.Add(bytes.Repeat([]byte("\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"), 30))
+	f.Add(itemstest.HistoryDroppedSeed) // an item with history_dropped
 	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05\x05\x05\x05\x05"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		it := itemstest.ItemFromBytes(data, storedWords)

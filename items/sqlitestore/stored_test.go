@@ -363,3 +363,41 @@ func TestCorruptListLengthReservesNoMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestStoredHistoryDropped: the count of dropped history events is stored (its own bit of the item's
+// mask) and read back, and an item with none dropped (nearly all) stores no byte for it.
+func TestStoredHistoryDropped(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(20261202, 11))
+	for range 200 {
+		it := storedSample(r)
+		it.HistoryDropped = 0
+		none, _, err := document(nil, it)
+		if err != nil {
+			continue
+		}
+		for _, n := range []int{1, 63, 64, 4985, 1 << 40} {
+			it.HistoryDropped = n
+			doc, _, err := document(nil, it)
+			if err != nil {
+				t.Fatalf("encode with %d dropped: %v", n, err)
+			}
+			row := rowOf(it)
+			got, err := decodeStored(doc, &row)
+			if err != nil || got.HistoryDropped != n {
+				t.Fatalf("%d dropped read back as %v (%v)", n, got, err)
+			}
+			if len(doc) <= len(none) {
+				t.Fatalf("%d dropped stored in %d bytes, none in %d", n, len(doc), len(none))
+			}
+		}
+		it.HistoryDropped = 0
+		row := rowOf(it)
+		if got, err := decodeStored(none, &row); err != nil || got.HistoryDropped != 0 {
+			t.Fatalf("none dropped read back as %v (%v)", got, err)
+		}
+		if bits, _ := binary.Uvarint(none[1:]); bits&itemHistoryDropped != 0 {
+			t.Fatalf("an item with none dropped sets the bit of the count")
+		}
+	}
+}

@@ -170,7 +170,8 @@ type apiItem struct {
 		By      string    `json:"by"`
 		Note    string    `json:"note"`
 	} `json:"history"`
-	Resolution *struct {
+	HistoryDropped int `json:"history_dropped"`
+	Resolution     *struct {
 		Outcome    string    `json:"outcome"`
 		Evidence   string    `json:"evidence"`
 		ExternalID string    `json:"external_id"`
@@ -491,6 +492,10 @@ func (m *Main) printItem(b []byte) error {
 	}
 	if len(it.History) > 0 {
 		fmt.Fprintln(m.Stdout, "\nhistory:")
+		if it.HistoryDropped > 0 {
+			fmt.Fprintf(m.Stdout, "  (%d repeated reports not kept: of reports that changed nothing, the history keeps the first %d and the latest %d)\n",
+				it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats)
+		}
 		for _, h := range it.History {
 			line := fmt.Sprintf("  %s  %s", h.At.Format(time.RFC3339), h.Kind)
 			if h.From != "" || h.To != "" {

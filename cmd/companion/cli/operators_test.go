@@ -42,6 +42,12 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	for _, key := range []string{"inv-1", "inv-2"} {
 		_, a := call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"`+key+`","payload":{"n":1},"reference":"QT-`+key+`","batch_id":"exec-7"}`)
 		call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", `{"key":"`+key+`","claim":"`+a["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
+		if key == "inv-2" {
+			// A workflow reporting in a loop: 20 more unknown outcomes, 5 beyond what the history keeps.
+			for i := range 20 {
+				call(t, svc, "POST", "/v1/after-write", "wf-secret-0123456789", fmt.Sprintf(`{"key":"inv-2","claim":"%s","outcome":"unknown","error":{"class":"timeout","message":"try %d"}}`, a["claim"], i))
+			}
+		}
 	}
 	call(t, svc, "POST", "/v1/before-write", "wf-secret-0123456789", `{"key":"inv-3","payload":{"n":1},"execution_id":"exec-8"}`)
 	env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": "op-secret-0123456789"}
@@ -91,6 +97,14 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("items show lacks %q:\n%s", want, out)
 		}
+	}
+
+	if out, err = run(t, env, "items", "show", "inv-2"); err != nil || !strings.Contains(out, "history:\n  (5 repeated reports not kept: ") ||
+		!strings.Contains(out, "try 19") || strings.Contains(out, "try 5\n") {
+		t.Errorf("items show of an item with dropped history: %v\n%s", err, out)
+	}
+	if out, err = run(t, env, "items", "show", "inv-1"); err != nil || strings.Contains(out, "not kept") {
+		t.Errorf("items show of an item with its whole history speaks of repeats not kept: %v\n%s", err, out)
 	}
 
 	out, err = run(t, env, "items", "resolve", "inv-1", "--outcome", "succeeded", "--evidence", "found invoice INV-88 in billing", "--external-id", "INV-88")
