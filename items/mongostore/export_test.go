@@ -36,3 +36,7 @@ func FailAfterWrite(s *Store, k int, err error) func() int {
 // SetFault makes every write of s that the server applies answer what f returns (nil: the write's own
 // answer); nil turns it off.
 func SetFault(s *Store, f func(op string) error) { s.fault = f }
+
+// WaitSweepCandidatesRefreshed waits for the start's background pass over the documents of an earlier
+// build (refreshSweepCandidates) to end.
+func WaitSweepCandidatesRefreshed(s *Store) { <-s.refreshed }

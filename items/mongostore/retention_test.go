@@ -36,7 +36,11 @@ func TestEarlierBuildAcknowledgedItemsAreSettled(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
-		Reopen: func(*testing.T, itemstest.OperatorStore) itemstest.OperatorStore { return e.open() },
+		Reopen: func(*testing.T, itemstest.OperatorStore) itemstest.OperatorStore {
+			s := e.open()
+			mongostore.WaitSweepCandidatesRefreshed(s)
+			return s
+		},
 	})
 }
 
@@ -89,9 +93,9 @@ func TestUndoWritesAnEarlierBuildsDocumentAsThisBuild(t *testing.T) {
 	}
 }
 
-// BenchmarkOpenRefreshesSweepCandidates measures what refreshSweepCandidates adds to Open on a ledger of
-// 300 items, a tenth of them retryable failures (on the in-process FerretDB, or the MongoDB of
-// COMPANION_TEST_MONGODB_URI): LaterStart is every start after the first (the marker's read), FirstStart
+// BenchmarkOpenRefreshesSweepCandidates measures Open and the background pass it starts
+// (refreshSweepCandidates, waited for) on a ledger of 300 items, a tenth of them retryable failures (on
+// the in-process FerretDB, or the MongoDB of COMPANION_TEST_MONGODB_URI): LaterStart is every start after the first (the marker's read), FirstStart
 // the first start of this build (the marker removed before each run: one pass over the items whose last
 // resolution is acknowledged, without an index).
 //
@@ -149,7 +153,9 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 					}
 					b.StartTimer()
 				}
-				open(b).Close()
+				s := open(b)
+				mongostore.WaitSweepCandidatesRefreshed(s)
+				s.Close()
 			}
 		})
 	}

@@ -72,6 +72,10 @@ type Store struct {
 	timeout time.Duration
 	// log is where Open says what it changed in the ledger's indexes (WithLogger).
 	log *slog.Logger
+	// stopRefresh cancels the start's background pass over the documents of an earlier build
+	// (refreshSweepCandidates), and refreshed is closed when that pass has ended: Close waits for it.
+	stopRefresh context.CancelFunc
+	refreshed   chan struct{}
 }
 
 var _ items.SharedStore = (*Store)(nil)
@@ -177,14 +181,30 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
-	if n, err := s.refreshSweepCandidates(ctx); err != nil {
-		s.Close()
-		return nil, err
-	} else if n > 0 {
-		s.log.Info("items a person acknowledged are no sweep candidates any more, and settled (once, for the items an earlier build wrote)",
-			"items", n)
-	}
+	s.refreshInBackground(ctx)
 	return s, nil
+}
+
+// refreshInBackground runs refreshSweepCandidates beside the service rather than before it: on a ledger
+// of an earlier build its first run reads every item whose last resolution was acknowledged, with no
+// index to find them (one pass over the collection, once), and a start must not wait for that. Until it
+// has run, those items are read by the sweeper as before (it finds nothing to flag on them), and retention
+// removes them once the pass has marked them (its next run, every 10 minutes). A pass cut short (Close, the server
+// gone) leaves no marker, and the next start goes on where it is still needed.
+func (s *Store) refreshInBackground(ctx context.Context) {
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopRefresh, s.refreshed = stop, make(chan struct{})
+	go func() {
+		defer close(s.refreshed)
+		n, err := s.refreshSweepCandidates(bg)
+		switch {
+		case err != nil && bg.Err() == nil:
+			s.log.Warn("could not mark the items a person acknowledged as settled; the next start tries again", "error", err)
+		case n > 0:
+			s.log.Info("items a person acknowledged are no sweep candidates any more, and settled (once, for the items an earlier build wrote)",
+				"items", n)
+		}
+	}()
 }
 
 // indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
@@ -777,6 +797,10 @@ func (s *Store) Ping(ctx context.Context) error {
 
 // Close implements items.Store: it closes the client's connections.
 func (s *Store) Close() error {
+	if s.stopRefresh != nil {
+		s.stopRefresh()
+		<-s.refreshed
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
 	return s.client.Disconnect(ctx)
