@@ -43,11 +43,27 @@ func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick tim
 		b.Fatal(err)
 	}
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	fillBatches(b, l, n, func(i int) items.BeforeWriteParams {
+		return items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
+			Destination: fmt.Sprintf("dest-%d", i%4), BatchID: fmt.Sprintf("exec-%d", i/500), ExecutionID: fmt.Sprintf("run-%d", i/1000)}
+	}, func(i int) items.Evidence {
+		if unknown(i) {
+			return items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}
+		}
+		return items.Evidence{Outcome: items.OutcomeSucceeded}
+	})
+	return s, now
+}
+
+// fillBatches claims and reports n items through the ledger, 500 at a time (tenant acme): item i is
+// claimed with params(i) and reported with evidence(i).
+func fillBatches(b testing.TB, l *items.Ledger, n int, params func(i int) items.BeforeWriteParams, evidence func(i int) items.Evidence) {
+	b.Helper()
+	ctx := context.Background()
 	for start := 0; start < n; start += 500 {
 		var ps []items.BeforeWriteParams
 		for i := start; i < min(start+500, n); i++ {
-			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
-				Destination: fmt.Sprintf("dest-%d", i%4), BatchID: fmt.Sprintf("exec-%d", i/500), ExecutionID: fmt.Sprintf("run-%d", i/1000)})
+			ps = append(ps, params(i))
 		}
 		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
 		if err != nil {
@@ -55,17 +71,12 @@ func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick tim
 		}
 		reports := make([]items.AfterWriteParams, len(answers))
 		for i, a := range answers {
-			ev := items.Evidence{Outcome: items.OutcomeSucceeded}
-			if unknown(start + i) {
-				ev = items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}
-			}
-			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}
+			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: evidence(start + i)}
 		}
 		if _, _, err := l.AfterWriteMany(ctx, "acme", reports); err != nil {
 			b.Fatal(err)
 		}
 	}
-	return s, now
 }
 
 // BenchmarkStatsAtSize measures GET /v1/stats's store read at 2k and at 300k items (COMPANION_BENCH_ITEMS

@@ -207,27 +207,14 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 		b.Fatal(err)
 	}
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
-	for start := 0; start < n; start += 500 {
-		var ps []items.BeforeWriteParams
-		for i := start; i < start+500; i++ {
-			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp})
+	fillBatches(b, l, n, func(i int) items.BeforeWriteParams {
+		return items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp}
+	}, func(i int) items.Evidence {
+		if i%every == 0 {
+			return items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP}
 		}
-		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		reports := make([]items.AfterWriteParams, len(answers))
-		for i, a := range answers {
-			ev := items.Evidence{Outcome: items.OutcomeSucceeded}
-			if (start+i)%every == 0 {
-				ev = items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP}
-			}
-			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}
-		}
-		if _, _, err := l.AfterWriteMany(ctx, "acme", reports); err != nil {
-			b.Fatal(err)
-		}
-	}
+		return items.Evidence{Outcome: items.OutcomeSucceeded}
+	})
 	var candidates int
 	if err := sqlDB(b, s).QueryRow(`SELECT count(*) FROM items WHERE sweep_candidate = 1`).Scan(&candidates); err != nil || candidates != n/every {
 		b.Fatalf("%d sweep candidates (%v), want %d", candidates, err, n/every)
