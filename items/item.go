@@ -396,12 +396,26 @@ func (it *Item) dropRepeats() {
 }
 
 // keepEnds bounds an attempt's report digests as the history bounds repeated reports: the first
-// KeptFirstRepeats and the latest KeptLatestRepeats.
+// KeptFirstRepeats and the latest KeptLatestRepeats different ones. This build stores each digest once;
+// a build without the bound stored one per replay of an older attempt's report, and only the first copy
+// of each is kept, so that none of the different ones is lost to copies of another.
 func keepEnds(digests []string) []string {
 	if len(digests) <= KeptFirstRepeats+KeptLatestRepeats {
 		return digests
 	}
-	return append(digests[:KeptFirstRepeats], digests[len(digests)-KeptLatestRepeats:]...)
+	seen := make(map[string]bool, KeptFirstRepeats+KeptLatestRepeats)
+	kept := digests[:0]
+	for _, d := range digests {
+		if !seen[d] {
+			seen[d] = true
+			kept = append(kept, d)
+		}
+	}
+	clear(digests[len(kept):])
+	if len(kept) <= KeptFirstRepeats+KeptLatestRepeats {
+		return kept
+	}
+	return append(kept[:KeptFirstRepeats], kept[len(kept)-KeptLatestRepeats:]...)
 }
 
 func (it *Item) markNeedsPerson(cause string, now time.Time) {

@@ -584,8 +584,11 @@ func (l *Ledger) applyReport(it *Item, p AfterWriteParams, now time.Time) (*Item
 		rep.Reason, rep.Message = reason, msg
 		ev.Reason, ev.To = reason, it.State
 		if !repeat {
-			// An older attempt's report replayed is recorded again (history_only), its digest is kept once.
 			att.Reports = keepEnds(append(att.Reports, digest))
+		} else if len(att.Reports) > KeptFirstRepeats+KeptLatestRepeats {
+			// An older attempt's report replayed is recorded again (history_only), its digest is kept once.
+			// A build without the bound kept it once per replay: those copies go now.
+			att.Reports = keepEnds(att.Reports)
 		}
 		it.record(ev)
 		return it, rep, nil

@@ -243,6 +243,93 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		}
 	})
 
+	// The one case the bound changes an answer (api.md): an attempt with more than 15 different reports,
+	// and a report older than the latest 10 of them sent again. For a duplicate effect a person already
+	// acknowledged that is the conservative answer: the report is a duplicate again (duplicate_effect, as
+	// its identical repeat answered), and the item needs a person again. A duplicate whose digest is kept
+	// (among the first 5 or the latest 10) stays an identical repeat: nothing written, still acknowledged.
+	t.Run("OldDuplicateReplayedAfterMoreThanBoundReports", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, open)
+		a := h.claim("k", payloadA, dest(destKeyed))
+		h.aw("k", succeeded(a.Claim, "r-1"))
+		late := func(i int) items.AfterWriteParams {
+			p := failedStatus(a.Claim, 500)
+			p.ErrorMessage = fmt.Sprintf("late report #%02d", i)
+			return p
+		}
+		for i := range 4 { // with the success, the first 5 digests
+			h.advance(time.Second)
+			h.checkReport("k", h.aw("k", late(i)), wantReport{State: items.StateSucceeded, Reason: items.ReasonHistoryOnly, Attempt: 1})
+		}
+		h.advance(time.Second)
+		dup := succeeded(a.Claim, "r-dup")
+		h.checkReport("k", h.aw("k", dup), wantReport{State: items.StateSucceeded, Reason: items.ReasonDuplicateEffect, Attempt: 1})
+		if _, reason, err := h.resolve("k", items.ResolveAcknowledged, "r-dup credited by hand", ""); err != nil || reason != items.ReasonRecorded {
+			t.Fatalf("acknowledge: %s, %v", reason, err)
+		}
+		// While its digest is kept, the duplicate sent again is an identical repeat.
+		before := h.item("k")
+		h.checkReport("k", h.aw("k", dup), wantReport{State: items.StateSucceeded, Reason: items.ReasonDuplicateEffect, Attempt: 1})
+		h.checkUnchanged("k", before)
+		for i := 4; i < 4+items.KeptLatestRepeats; i++ {
+			h.advance(time.Second)
+			h.checkReport("k", h.aw("k", late(i)), wantReport{State: items.StateSucceeded, Reason: items.ReasonHistoryOnly, Attempt: 1})
+		}
+		if it := h.item("k"); it.NeedsPerson || !it.Settled() || len(it.Attempts[0].Reports) != bound {
+			t.Fatalf("after %d different reports: needs_person %v, settled %v, %d digests", bound+1, it.NeedsPerson, it.Settled(), len(it.Attempts[0].Reports))
+		}
+		// The latest 10 are kept: the latest late report is still an identical repeat.
+		before = h.item("k")
+		h.checkReport("k", h.aw("k", late(4+items.KeptLatestRepeats-1)), wantReport{State: items.StateSucceeded, Reason: items.ReasonUnchanged, Attempt: 1})
+		h.checkUnchanged("k", before)
+		// The duplicate's digest is gone: it is a duplicate effect again, for a person.
+		h.advance(time.Second)
+		h.checkReport("k", h.aw("k", dup), wantReport{State: items.StateSucceeded, Reason: items.ReasonDuplicateEffect, Attempt: 1})
+		if it := h.item("k"); !it.NeedsPerson || it.NeedsPersonCause != items.CauseDuplicateEffect || it.Settled() || it.State != items.StateSucceeded || it.ExternalID != "r-1" {
+			t.Errorf("the old duplicate sent again: needs_person %v (%s), settled %v, %s %q; want a person asked again, still succeeded r-1",
+				it.NeedsPerson, it.NeedsPersonCause, it.Settled(), it.State, it.ExternalID)
+		}
+	})
+
+	// A build without the bound also kept a digest of each replay of an older attempt's report: the item's
+	// next report of that attempt trims those too, and keeps every different digest.
+	t.Run("UnboundedStoredDigestsAreTrimmedOnNextRepeat", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, open)
+		a1 := h.claim("k", payloadA, dest(destKeyed))
+		first := failedStatusRetryAfter(a1.Claim, 429, 5)
+		h.aw("k", first)
+		h.advance(5 * time.Second)
+		h.claim("k", payloadA, dest(destKeyed))
+		other := failedStatus(a1.Claim, 503)
+		h.aw("k", other)
+		it := h.item("k")
+		d := it.Attempts[0].Reports
+		if len(d) != 2 {
+			t.Fatalf("attempt 1 holds %d digests, want 2", len(d))
+		}
+		next := it.Clone()
+		const n = 3000
+		next.Attempts[0].Reports = nil
+		for i := range n {
+			next.Attempts[0].Reports = append(next.Attempts[0].Reports, d[i%2])
+		}
+		if _, err := h.store.Transition(h.ctx, h.tenant, "k", func(cur *items.Item) (*items.Item, error) { return next, nil }); err != nil {
+			t.Fatal(err)
+		}
+		big := docBytes(h, "k")
+		h.advance(time.Second)
+		h.checkReport("k", h.aw("k", first), wantReport{State: items.StateInFlight, Reason: items.ReasonHistoryOnly, Attempt: 1})
+		it = h.item("k")
+		if got := it.Attempts[0].Reports; len(got) != 2 || got[0] != d[0] || got[1] != d[1] {
+			t.Errorf("attempt 1 holds %d digests after the next report, want its 2 different ones", len(got))
+		}
+		if small := docBytes(h, "k"); big >= 0 && small > big {
+			t.Errorf("the stored document went from %d to %d bytes", big, small)
+		}
+	})
+
 	// An item stored by a build without the bound, with thousands of repeats: its next repeat trims it.
 	t.Run("UnboundedStoredHistoryIsTrimmedOnNextRepeat", func(t *testing.T) {
 		t.Parallel()

@@ -125,6 +125,13 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 				h.aw(key, succeeded(a.Claim, "x-9"))
 			}
 		}
+		// Acknowledged, then another duplicate (a third external id): it needs a person again, and is
+		// not settled however long it waits.
+		dup := h.duplicateEffect("acked-then-duplicate")
+		ack("acked-then-duplicate")
+		if r := h.aw("acked-then-duplicate", succeeded(dup.Claim, "r-3")); r.Reason != items.ReasonDuplicateEffect {
+			t.Fatalf("another duplicate after the acknowledgement: %s", r.Reason)
+		}
 		// Not acknowledged: a retryable failure, a duplicate effect waiting for a person, an unknown item
 		// that waits for nobody yet.
 		a := h.claim("retryable", payloadA, dest(destEscalating))
@@ -133,7 +140,7 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 		h.unknownAfterTimeout("unknown", dest(destKeyed))
 
 		settled := map[string]bool{"acked-failure": true, "acked-duplicate": true, "retried-failing": false, "retried-succeeding": true,
-			"retryable": false, "duplicate": false, "unknown": false}
+			"retryable": false, "duplicate": false, "unknown": false, "acked-then-duplicate": false}
 		candidates := func() []string {
 			t.Helper()
 			found, err := h.ops.SweepCandidates(h.ctx, items.ItemRef{}, 100)

@@ -141,16 +141,31 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, ref items.Item
 // acknowledged by a person in their current attempt), ordered by tenant and key after the given
 // reference. Returns ErrUnavailable.
 //
-// The document's sweep_candidate says it; the fields of the $or say it for the documents of an earlier
-// build, which lack it (those a person acknowledged get it at the first start of this build:
-// refreshSweepCandidates).
+// The fields of the $or say it, and sweep_candidate false leaves out the failed and duplicate items a
+// person acknowledged in their current attempt (the documents of an earlier build lack the field; those a
+// person acknowledged get it at the first start of this build: refreshSweepCandidates). sweep_candidate
+// false is trusted only where it can be this build's word, on an item whose last resolution is an
+// acknowledgement, and never for an unknown item, which is always a candidate: an earlier build run again
+// on the ledger (a rollback) changes documents with a $set of the fields it knows and leaves the
+// sweep_candidate this build wrote, so an item stored in flight (false) that it then recorded as unknown
+// or failed would otherwise be hidden from the sweeper when this build runs again
+// (TestEarlierBuildsWriteAfterThisBuildStaysASweepCandidate). The sweeper checks every rule on the item it
+// reads (items.Ledger.NeedsPersonCause), so an item read needlessly is only read.
 func (s *Store) SweepCandidates(ctx context.Context, ref items.ItemRef, limit int) ([]*items.Item, error) {
 	filter := and(bson.D{{Key: "needs_person", Value: false}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "state", Value: items.StateUnknown}},
-		bson.D{{Key: "state", Value: items.StateFailed}, {Key: "retryable", Value: true}},
-		bson.D{{Key: "duplicate_effect", Value: true}},
-	}}, {Key: "sweep_candidate", Value: bson.D{{Key: "$ne", Value: false}}}}, after(ref))
+		bson.D{{Key: "state", Value: items.StateFailed}, {Key: "retryable", Value: true}, {Key: "$or", Value: unacknowledged}},
+		bson.D{{Key: "duplicate_effect", Value: true}, {Key: "$or", Value: unacknowledged}},
+	}}}, after(ref))
 	return s.findItems(ctx, filter, byTenantKey, limit)
+}
+
+// unacknowledged is the part of the sweep candidates' filter a person's acknowledgement ends: the
+// document's sweep_candidate is not false, or its last resolution is no acknowledgement (then false was
+// not written by this build for this item's present fields).
+var unacknowledged = bson.A{
+	bson.D{{Key: "sweep_candidate", Value: bson.D{{Key: "$ne", Value: false}}}},
+	bson.D{{Key: "resolution.outcome", Value: bson.D{{Key: "$ne", Value: items.ResolveAcknowledged}}}},
 }
 
 // PendingAlertItems returns up to limit items that need a person and whose alert has not gone out yet,

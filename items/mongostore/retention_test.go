@@ -160,3 +160,43 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 		})
 	}
 }
+
+// TestEarlierBuildsWriteAfterThisBuildStaysASweepCandidate: an earlier build run again on the ledger (a
+// rollback) writes documents with a $set of the fields it knows, which leaves the sweep_candidate this
+// build wrote as it was. An item this build stored in flight (sweep_candidate false) that the earlier
+// build then recorded as unknown, or as a retryable failure, must still be read by this build's sweeper
+// when it runs again: an unknown item nobody is told about is what the ledger exists to prevent. Only an
+// item a person acknowledged is left out by its sweep_candidate false.
+func TestEarlierBuildsWriteAfterThisBuildStaysASweepCandidate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	l := newLedger(t, s, nil)
+	coll := e.collection(mongostore.ItemsCollection)
+	for key, set := range map[string]bson.D{
+		"unknown": {{Key: "state", Value: items.StateUnknown}},
+		"failed":  {{Key: "state", Value: items.StateFailed}, {Key: "retryable", Value: true}},
+		"acked": {{Key: "state", Value: items.StateFailed}, {Key: "retryable", Value: true},
+			{Key: "resolution", Value: bson.D{{Key: "outcome", Value: items.ResolveAcknowledged}, {Key: "evidence", Value: "checked by hand"},
+				{Key: "by", Value: "ops"}, {Key: "at", Value: time.Now().UTC()}}}},
+	} {
+		if _, err := l.BeforeWrite(t.Context(), claimParams(key)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := coll.UpdateOne(t.Context(), bson.D{{Key: "key", Value: key}, {Key: "sweep_candidate", Value: false}}, bson.D{{Key: "$set", Value: set}})
+		if err != nil || res.ModifiedCount != 1 {
+			t.Fatalf("the earlier build's write of %s: %+v, %v", key, res, err)
+		}
+	}
+	found, err := s.SweepCandidates(t.Context(), items.ItemRef{}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, it := range found {
+		keys = append(keys, it.Key)
+	}
+	if fmt.Sprint(keys) != "[failed unknown]" {
+		t.Fatalf("sweep candidates %v, want [failed unknown]: the items the earlier build changed, not the acknowledged one", keys)
+	}
+}
