@@ -419,8 +419,9 @@ func (c *Console) itemView(r *http.Request, s *session, key string) (*itemView, 
 	}
 	if it.HistoryDropped > 0 {
 		v.Dropped = fmt.Sprintf("%d repeated reports are not shown: of the reports after the write that changed nothing "+
-			"(the same attempt and reason again), the ledger keeps the first %d and the latest %d, and counts the others.",
-			it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats)
+			"(the same attempt and reason again), the ledger keeps the first %d and the latest %d (of duplicate effects, %d and %d), "+
+			"and counts the others.",
+			it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats, items.KeptFirstDuplicates, items.KeptLatestDuplicates)
 	}
 	as, err := c.cfg.Store.ItemAlerts(r.Context(), s.who.Tenant, key)
 	if err != nil {

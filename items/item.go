@@ -12,6 +12,7 @@ package items
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -334,9 +335,14 @@ func (it *Item) record(e Event) {
 // attempt. Of those repeats the history keeps the first KeptFirstRepeats and the latest
 // KeptLatestRepeats; the ones between are dropped and counted in HistoryDropped. The first report of each
 // attempt and reason is never a repeat, so the evidence of every kind stays.
+//
+// A duplicate effect's report is kept longer (KeptFirstDuplicates and KeptLatestDuplicates): each one with
+// another external id names a record the destination really holds, which a person may have to void.
 const (
-	KeptFirstRepeats  = 5
-	KeptLatestRepeats = 10
+	KeptFirstRepeats     = 5
+	KeptLatestRepeats    = 10
+	KeptFirstDuplicates  = 50
+	KeptLatestDuplicates = 50
 )
 
 // reportKey names an after-write event's attempt and reason: the second event with the same key repeats.
@@ -346,7 +352,8 @@ type reportKey struct {
 }
 
 // dropRepeats drops the repeated events between the first KeptFirstRepeats and the latest
-// KeptLatestRepeats, and counts them in HistoryDropped. A repeated event is an after-write report that
+// KeptLatestRepeats (of duplicate effects, KeptFirstDuplicates and KeptLatestDuplicates), and counts them
+// in HistoryDropped. A repeated event is an after-write report that
 // left the state as it was (from = to), after an earlier after-write report of the same attempt and
 // reason. Which events repeat depends only on the events before them, and the first of each attempt and
 // reason is never dropped, so an event once a repeat stays one.
@@ -363,14 +370,18 @@ func (it *Item) dropRepeats() {
 		return
 	}
 	var seen map[reportKey]bool
-	var at []int
+	var at, duplicates []int
 	for i := range it.History {
 		e := &it.History[i]
 		if e.Kind != EventAfterWrite {
 			continue
 		}
 		k := reportKey{e.Attempt, e.Reason}
-		if seen[k] && e.From == e.To {
+		switch {
+		case !seen[k] || e.From != e.To:
+		case e.Reason == ReasonDuplicateEffect:
+			duplicates = append(duplicates, i)
+		default:
 			at = append(at, i)
 		}
 		if seen == nil {
@@ -378,10 +389,11 @@ func (it *Item) dropRepeats() {
 		}
 		seen[k] = true
 	}
-	if len(at) <= KeptFirstRepeats+KeptLatestRepeats {
+	drop := slices.Concat(middle(at, KeptFirstRepeats, KeptLatestRepeats), middle(duplicates, KeptFirstDuplicates, KeptLatestDuplicates))
+	if len(drop) == 0 {
 		return
 	}
-	drop := at[KeptFirstRepeats : len(at)-KeptLatestRepeats]
+	slices.Sort(drop)
 	kept := it.History[:drop[0]]
 	for i, d := drop[0], 0; i < len(it.History); i++ {
 		if d < len(drop) && drop[d] == i {
@@ -393,6 +405,14 @@ func (it *Item) dropRepeats() {
 	clear(it.History[len(kept):])
 	it.History = kept
 	it.HistoryDropped += len(drop)
+}
+
+// middle returns the indexes of at between its first and its latest ones: those a bound drops.
+func middle(at []int, first, latest int) []int {
+	if len(at) <= first+latest {
+		return nil
+	}
+	return at[first : len(at)-latest]
 }
 
 // keepEnds bounds an attempt's report digests as the history bounds repeated reports: the first

@@ -47,12 +47,12 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 	}
 	// checkSize checks that the stored document did not grow between a size taken early (once the bound
 	// was reached) and now, beyond what longer numbers take (the counter, the kept events' times from the
-	// item's creation): 64 bytes, where each repeat kept would add tens.
-	checkSize := func(h *harness, key string, early int) {
+	// item's creation): 64 bytes, where each repeat kept would add tens; and that it is at most limit.
+	checkSize := func(h *harness, key string, early, limit int) {
 		h.t.Helper()
 		late := docBytes(h, key)
 		h.t.Logf("stored document of %s: %d bytes once the bound was reached, %d at the end", key, early, late)
-		if late > early+64 || late > 16<<10 {
+		if late > early+64 || late > limit {
 			h.t.Errorf("stored document grew from %d to %d bytes", early, late)
 		}
 	}
@@ -88,7 +88,7 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		}
 		// claimed, failed, claimed, succeeded, and the first history_only of each attempt.
 		it := checkBounded(h, "k", 4+n, 6)
-		checkSize(h, "k", early)
+		checkSize(h, "k", early, 16<<10)
 		for i, w := range []struct {
 			kind string
 			to   items.State
@@ -151,7 +151,7 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		}
 		// claimed, the timeout (in_flight to unknown), claimed (same key), succeeded, the first replay.
 		it := checkBounded(h, "k", 4+n, 5)
-		checkSize(h, "k", early)
+		checkSize(h, "k", early, 16<<10)
 		if d := it.Attempts[0].Reports; len(d) != 1 {
 			t.Errorf("attempt 1 keeps %d digests of one report replayed", len(d))
 		}
@@ -190,7 +190,7 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		h.checkUnchanged("k", before)
 		// claimed and the timeout (in_flight to unknown): each unknown outcome after it repeats its reason.
 		checkBounded(h, "k", 2+n, 2)
-		checkSize(h, "k", early)
+		checkSize(h, "k", early, 16<<10)
 		r, err := h.reconcile("k", items.FindingFound, "INV-7", "billing lists QT-7 as INV-7")
 		if err != nil {
 			t.Fatal(err)
@@ -209,28 +209,40 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 	})
 
 	// A succeeded item reported again and again with other external ids: each answers duplicate_effect; the
-	// first duplicate (its external id is the evidence) and the need for a person stay.
+	// first duplicate (its external id is the evidence) and the need for a person stay, and of the others
+	// the first 50 and the latest 50 (items.KeptFirstDuplicates).
 	t.Run("DuplicateEffectReportsLoop", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, open)
 		a := h.claim("k", payloadA, dest(destKeyed))
 		h.aw("k", succeeded(a.Claim, "r-1"))
 		const n = 300
+		const kept = items.KeptFirstDuplicates + items.KeptLatestDuplicates
 		early := 0
 		for i := range n {
 			h.advance(time.Second)
 			if r := h.aw("k", succeeded(a.Claim, fmt.Sprintf("r-dup-%05d", i))); r.Reason != items.ReasonDuplicateEffect {
 				t.Fatalf("report #%d answered %s, want duplicate_effect", i, r.Reason)
 			}
-			if i == 2*bound {
+			if i == kept+50 {
 				early = docBytes(h, "k")
 			}
 		}
-		// claimed, succeeded, needs_person, the first duplicate.
-		it := checkBounded(h, "k", 3+n, 4)
-		checkSize(h, "k", early)
+		// claimed, succeeded, needs_person, the first duplicate; then the first and latest duplicates of the
+		// repeats, a longer bound than other repeats': each names a record a person may have to void.
+		it := h.item("k")
+		if len(it.History) != 4+kept || it.HistoryDropped != n-1-kept {
+			t.Errorf("history holds %d events and counts %d dropped, want %d and %d", len(it.History), it.HistoryDropped, 4+kept, n-1-kept)
+		}
+		checkSize(h, "k", early, 48<<10) // 100 duplicates kept: about 33 KB in BSON
 		if e := it.History[3]; e.Kind != items.EventAfterWrite || e.ExternalID != "r-dup-00000" {
 			t.Errorf("the first duplicate's report is gone: history[3] = %+v", e)
+		}
+		for i, want := range map[int]string{4: "r-dup-00001", 3 + items.KeptFirstDuplicates: "r-dup-00050",
+			4 + items.KeptFirstDuplicates: fmt.Sprintf("r-dup-%05d", n-items.KeptLatestDuplicates), 3 + kept: fmt.Sprintf("r-dup-%05d", n-1)} {
+			if e := it.History[i]; e.ExternalID != want {
+				t.Errorf("history[%d] names %q, want %q", i, e.ExternalID, want)
+			}
 		}
 		if !it.NeedsPerson || it.NeedsPersonCause != items.CauseDuplicateEffect || countEvents(it, items.EventNeedsPerson, items.CauseDuplicateEffect) != 1 {
 			t.Errorf("needs_person %v (%s), %d needs_person events", it.NeedsPerson, it.NeedsPersonCause, countEvents(it, items.EventNeedsPerson, items.CauseDuplicateEffect))
@@ -238,7 +250,7 @@ func exerciseHistoryBound(t *testing.T, open func(t *testing.T) items.Store, opt
 		if _, reason, err := h.resolve("k", items.ResolveAcknowledged, "r-dup-* credited by hand", ""); err != nil || reason != items.ReasonRecorded {
 			t.Fatalf("acknowledge after the loop: %s, %v", reason, err)
 		}
-		if it := h.item("k"); it.NeedsPerson || lastEvent(it).Kind != items.EventResolve || it.HistoryDropped != n-1-bound {
+		if it := h.item("k"); it.NeedsPerson || lastEvent(it).Kind != items.EventResolve || it.HistoryDropped != n-1-kept {
 			t.Errorf("after the acknowledgement: needs_person %v, last event %+v, dropped %d", it.NeedsPerson, lastEvent(it), it.HistoryDropped)
 		}
 	})

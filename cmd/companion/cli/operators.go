@@ -493,8 +493,8 @@ func (m *Main) printItem(b []byte) error {
 	if len(it.History) > 0 {
 		fmt.Fprintln(m.Stdout, "\nhistory:")
 		if it.HistoryDropped > 0 {
-			fmt.Fprintf(m.Stdout, "  (%d repeated reports not kept: of reports that changed nothing, the history keeps the first %d and the latest %d)\n",
-				it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats)
+			fmt.Fprintf(m.Stdout, "  (%d repeated reports not kept: of reports that changed nothing, the history keeps the first %d and the latest %d; of duplicate effects, %d and %d)\n",
+				it.HistoryDropped, items.KeptFirstRepeats, items.KeptLatestRepeats, items.KeptFirstDuplicates, items.KeptLatestDuplicates)
 		}
 		for _, h := range it.History {
 			line := fmt.Sprintf("  %s  %s", h.At.Format(time.RFC3339), h.Kind)
