@@ -75,8 +75,10 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 						failedClass(c, items.ClassDNS), failedStatus(c, 422), failedStatus(c, 503), unknownOutcome(c)}
 					report := reports[rng.IntN(len(reports))]
 					n := 1
-					if rng.IntN(3) == 0 { // a workflow replaying its report in a loop: past what the history keeps
-						n = items.KeptFirstRepeats + items.KeptLatestRepeats + 1 + rng.IntN(20)
+					// A workflow replaying its report in a loop, past what the history keeps: every report until a
+					// round ends with a dropped one, then one in five.
+					if dropped == 0 || rng.IntN(5) == 0 {
+						n = items.KeptFirstRepeats + items.KeptLatestRepeats + 1 + rng.IntN(10)
 					}
 					for i := range n {
 						if n > 1 { // each with another message, so that none is an identical repeat (unchanged)
