@@ -32,6 +32,7 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 		payloads := []string{payloadA, payloadA, payloadA, `{"other":true}`}
 		dropped := 0 // the largest history_dropped sum a recount found: the walk must make it non-zero
 		for round := 0; round < 6; round++ {
+			looped := false
 			for step := 0; step < 40; step++ {
 				tenant := tenants[rng.IntN(len(tenants))]
 				hh := h.as(tenant)
@@ -75,10 +76,10 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 						failedClass(c, items.ClassDNS), failedStatus(c, 422), failedStatus(c, 503), unknownOutcome(c)}
 					report := reports[rng.IntN(len(reports))]
 					n := 1
-					// A workflow replaying its report in a loop, past what the history keeps: every report until a
-					// round ends with a dropped one, then one in five.
-					if dropped == 0 || rng.IntN(5) == 0 {
-						n = items.KeptFirstRepeats + items.KeptLatestRepeats + 1 + rng.IntN(10)
+					// A workflow replaying its report in a loop, past what the history keeps: one in eight, and
+					// the first report of each round until a round ends with a dropped one.
+					if (dropped == 0 && !looped) || rng.IntN(8) == 0 {
+						n, looped = items.KeptFirstRepeats+items.KeptLatestRepeats+1+rng.IntN(6), true
 					}
 					for i := range n {
 						if n > 1 { // each with another message, so that none is an identical repeat (unchanged)
