@@ -716,3 +716,31 @@ func TestItemPageSaysHowManyRepeatsTheHistoryDropped(t *testing.T) {
 		t.Errorf("the item page of an item with its whole history speaks of dropped reports:\n%s", body)
 	}
 }
+
+// TestOverviewCountsTheRepeatsTheHistoriesDropped: a workflow's loop of reports shows on the overview, in
+// its destination's row and in the total, as many as the item dropped.
+func TestOverviewCountsTheRepeatsTheHistoriesDropped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	e.unknownItem("inv-7", "QT-7", "", 0)
+	e.unknownItem("inv-8", "QT-8", "", 0)
+	c := e.client()
+	if _, body, _ := e.page(c, "/console/overview"); !strings.Contains(body, "Dropped repeats</th>") || !strings.Contains(body, "<td>0</td></tr>") {
+		t.Fatalf("the overview before a loop:\n%s", body)
+	}
+	claim := e.get("inv-7").Claim
+	for i := range 30 {
+		e.clock.Advance(time.Second)
+		if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: "inv-7", Claim: claim,
+			ErrorMessage: fmt.Sprintf("socket hang up, try %d", i), Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.get("inv-7").HistoryDropped; n != 15 {
+		t.Fatalf("inv-7 dropped %d repeats, want 15", n)
+	}
+	status, body, _ := e.page(c, "/console/overview")
+	if status != http.StatusOK || strings.Count(body, `<td class="warn">15</td></tr>`) != 2 || strings.Contains(body, "<td>0</td></tr>") {
+		t.Errorf("the overview after a loop of 30 reports answered %d (want 15 dropped in the destination's row and the total):\n%s", status, body)
+	}
+}

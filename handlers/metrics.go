@@ -13,7 +13,8 @@ import (
 // Metrics are the Prometheus measures served at GET /metrics. Two kinds live here:
 //
 //   - measures of the ledger (items per state, needs_person, the oldest unresolved age, retries,
-//     fingerprint conflicts, same-key recoveries, manual resolutions, duplicate effects), read from the
+//     fingerprint conflicts, same-key recoveries, manual resolutions, duplicate effects, repeated reports
+//     dropped from the histories), read from the
 //     store at every scrape for the caller's tenant, so they agree with GET /v1/stats and with every
 //     replica;
 //   - measures of this process (before-write decisions, HTTP request durations, the Go runtime), counted
@@ -99,12 +100,16 @@ var (
 	descResolutions = prometheus.NewDesc("companion_manual_resolutions_total", "Resolutions by a person (operator API or Slack), acknowledgements included.", nil, nil)
 	descDuplicates  = prometheus.NewDesc("companion_duplicate_effects_total", "Items flagged with a duplicate effect.", nil, nil)
 	descRemoved     = prometheus.NewDesc("companion_items_removed_total", "Settled items removed by retention.", nil, nil)
+	descDropped     = prometheus.NewDesc("companion_history_repeats_dropped_total",
+		"Repeated after-write reports the items' histories no longer hold (their history_dropped): not 0, a workflow replays its reports in a loop.", nil, nil)
+	descDroppedItems = prometheus.NewDesc("companion_history_dropped_items_total",
+		"Items whose history dropped repeated after-write reports: the items a workflow reported on in a loop.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descItems, descNeeds, descAge, descEnteredUnknown, descRetries, descConflicts,
-		descRecoveries, descResolutions, descDuplicates, descRemoved} {
+		descRecoveries, descResolutions, descDuplicates, descRemoved, descDropped, descDroppedItems} {
 		ch <- d
 	}
 }
@@ -122,7 +127,7 @@ func (c ledgerCollector) Collect(ch chan<- prometheus.Metric) {
 		n int
 	}{{descEnteredUnknown, m.EnteredUnknown}, {descRetries, m.Retries}, {descConflicts, m.FingerprintConflicts},
 		{descRecoveries, m.SameKeyRecoveries}, {descResolutions, m.ManualResolutions}, {descDuplicates, m.DuplicateEffects},
-		{descRemoved, m.Removed}} {
+		{descRemoved, m.Removed}, {descDropped, m.HistoryDropped}, {descDroppedItems, m.HistoryDroppedItems}} {
 		ch <- prometheus.MustNewConstMetric(v.d, prometheus.CounterValue, float64(v.n))
 	}
 }

@@ -392,3 +392,58 @@ func TestItemShowsHowManyRepeatsItsHistoryDropped(t *testing.T) {
 		t.Errorf("an item with its whole history does not say history_dropped 0:\n%s", r.Body)
 	}
 }
+
+// TestLoopsOfReportsShowInStatsAndMetrics: two workflows replaying late reports in a loop, on two
+// destinations, show in GET /v1/stats (history_dropped, history_dropped_items, in total and per
+// destination) and in /metrics, as many as the items themselves say they dropped.
+func TestLoopsOfReportsShowInStatsAndMetrics(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	loop := func(key, dest string, n int) {
+		t.Helper()
+		c := svc.Claim(key, map[string]any{"destination": dest}).Str("claim")
+		svc.AfterWrite(map[string]any{"key": key, "claim": c, "outcome": "succeeded", "external_id": "r-" + key})
+		for i := range n {
+			svc.Clock.Advance(3 * time.Second)
+			r := svc.AfterWrite(map[string]any{"key": key, "claim": c, "outcome": "failed", "http_status": 503,
+				"error": map[string]any{"message": fmt.Sprintf("late #%d", i)}})
+			if r.Status != http.StatusOK || r.Str("reason") != "history_only" {
+				t.Fatalf("late report #%d on %s: %d %s", i, key, r.Status, r.Body)
+			}
+		}
+	}
+	loop("inv-1", "billing", 40) // the first late report and 15 repeats kept: 24 dropped
+	loop("inv-2", "crm", 20)     // 4 dropped
+	svc.Claim("inv-3", map[string]any{"destination": "crm"})
+	dropped := 0.0
+	for _, key := range []string{"inv-1", "inv-2", "inv-3"} {
+		dropped += svc.Get(handlerstest.OperatorAcme, "/v1/items/"+key).Num("history_dropped")
+	}
+	if dropped != 28 {
+		t.Fatalf("the items dropped %v repeats in all, want 28", dropped)
+	}
+	stats := svc.Get(handlerstest.OperatorAcme, "/v1/stats")
+	handlerstest.Expect(t, stats, http.StatusOK, "", "")
+	for path, want := range map[string]float64{
+		"history_dropped": 28, "history_dropped_items": 2,
+		"destinations.billing.history_dropped": 24, "destinations.billing.history_dropped_items": 1,
+		"destinations.crm.history_dropped": 4, "destinations.crm.history_dropped_items": 1,
+	} {
+		if got := stats.Num(path); got != want {
+			t.Errorf("stats %s = %v, want %v", path, got, want)
+		}
+	}
+	mr := svc.Get(handlerstest.OperatorAcme, "/metrics")
+	m := metricValues(t, mr.Body)
+	for name, want := range map[string]float64{"companion_history_repeats_dropped_total": 28, "companion_history_dropped_items_total": 2} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("metric %s = %v (present %v), want %v", name, got, ok, want)
+		}
+		if !strings.Contains(string(mr.Body), "# TYPE "+name+" counter") {
+			t.Errorf("metric %s is not a counter", name)
+		}
+	}
+	if other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body); other["companion_history_repeats_dropped_total"] != 0 {
+		t.Errorf("globex's metrics show acme's dropped repeats: %v", other["companion_history_repeats_dropped_total"])
+	}
+}

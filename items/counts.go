@@ -25,19 +25,26 @@ type Counts struct {
 	ManualResolutions int
 	DuplicateEffects  int
 	EnteredUnknown    int
+	// HistoryDropped sums the items' Item.HistoryDropped: the repeated reports their histories no longer
+	// hold. HistoryDroppedItems counts the items with HistoryDropped > 0. Both are cumulative, like
+	// Retries: a removed item keeps counting in the removed group.
+	HistoryDropped      int
+	HistoryDroppedItems int
 }
 
 // CountsOf returns the group an item is counted in and its contribution to the group's counts.
 func CountsOf(it *Item) (CountGroup, Counts) {
 	f := it.Facts()
 	return CountGroup{Tenant: it.Tenant, Destination: it.Destination, State: it.State, NeedsPerson: it.NeedsPerson}, Counts{
-		Items:             1,
-		Retries:           max(f.Attempt-1, 0),
-		Attempted:         boolCount(f.Attempt >= 1),
-		SameKeyRecoveries: boolCount(f.SameKeyRecovered),
-		ManualResolutions: f.Resolutions,
-		DuplicateEffects:  boolCount(f.DuplicateEffect),
-		EnteredUnknown:    boolCount(f.EnteredUnknown),
+		Items:               1,
+		Retries:             max(f.Attempt-1, 0),
+		Attempted:           boolCount(f.Attempt >= 1),
+		SameKeyRecoveries:   boolCount(f.SameKeyRecovered),
+		ManualResolutions:   f.Resolutions,
+		DuplicateEffects:    boolCount(f.DuplicateEffect),
+		EnteredUnknown:      boolCount(f.EnteredUnknown),
+		HistoryDropped:      it.HistoryDropped,
+		HistoryDroppedItems: boolCount(it.HistoryDropped > 0),
 	}
 }
 
@@ -51,12 +58,14 @@ func boolCount(b bool) int {
 // Add returns the sums of c and o.
 func (c Counts) Add(o Counts) Counts {
 	return Counts{c.Items + o.Items, c.Retries + o.Retries, c.Attempted + o.Attempted, c.SameKeyRecoveries + o.SameKeyRecoveries,
-		c.ManualResolutions + o.ManualResolutions, c.DuplicateEffects + o.DuplicateEffects, c.EnteredUnknown + o.EnteredUnknown}
+		c.ManualResolutions + o.ManualResolutions, c.DuplicateEffects + o.DuplicateEffects, c.EnteredUnknown + o.EnteredUnknown,
+		c.HistoryDropped + o.HistoryDropped, c.HistoryDroppedItems + o.HistoryDroppedItems}
 }
 
 // Neg returns c with every sum negated: the change of a group that an item leaves.
 func (c Counts) Neg() Counts {
-	return Counts{-c.Items, -c.Retries, -c.Attempted, -c.SameKeyRecoveries, -c.ManualResolutions, -c.DuplicateEffects, -c.EnteredUnknown}
+	return Counts{-c.Items, -c.Retries, -c.Attempted, -c.SameKeyRecoveries, -c.ManualResolutions, -c.DuplicateEffects, -c.EnteredUnknown,
+		-c.HistoryDropped, -c.HistoryDroppedItems}
 }
 
 // IsZero reports whether c changes nothing.
@@ -122,6 +131,8 @@ func StatsOf(tenant string, now time.Time, groups map[CountGroup]Counts, unresol
 			m.ManualResolutions += c.ManualResolutions
 			m.DuplicateEffects += c.DuplicateEffects
 			m.EnteredUnknown += c.EnteredUnknown
+			m.HistoryDropped += c.HistoryDropped
+			m.HistoryDroppedItems += c.HistoryDroppedItems
 		})
 	}
 	for d, since := range unresolvedSince {

@@ -202,9 +202,14 @@ type Measures struct {
 	ManualResolutions int `json:"manual_resolutions"`
 	// DuplicateEffects counts items flagged with a duplicate effect.
 	DuplicateEffects int `json:"duplicate_effects"`
+	// HistoryDropped sums the items' history_dropped: the repeated after-write reports their histories no
+	// longer hold (see Item.HistoryDropped). Not 0: a workflow replays its reports in a loop.
+	// HistoryDroppedItems counts the items with a history_dropped above 0.
+	HistoryDropped      int `json:"history_dropped"`
+	HistoryDroppedItems int `json:"history_dropped_items"`
 	// Removed counts the settled items retention removed. The other counts are of the items in the ledger,
 	// except the cumulative ones (EnteredUnknown, Retries, SameKeyRecoveries, ManualResolutions,
-	// DuplicateEffects), which keep counting the removed items.
+	// DuplicateEffects, HistoryDropped, HistoryDroppedItems), which keep counting the removed items.
 	Removed int `json:"removed"`
 }
 

@@ -12,7 +12,8 @@ import (
 
 // exerciseKeptCounts drives a random sequence of transitions (claims single and in batches, reports of
 // every outcome, reconciles, resolutions, acknowledgements, needs-person marks, expired leases) over a
-// few tenants, destinations and keys, and checks after every round that Stats, which stores answer from
+// few tenants, destinations and keys, reports replayed in a loop (more than an item's history keeps, so
+// that history_dropped sums are not 0), and checks after every round that Stats, which stores answer from
 // counts they keep as items change, equals a recount of every item read back from the store, and that
 // SweepCandidates returns exactly the items whose facts say so (items.Facts.SweepCandidate).
 func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
@@ -29,7 +30,9 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 		seen := map[ref]bool{}
 		claims := map[ref]string{}
 		payloads := []string{payloadA, payloadA, payloadA, `{"other":true}`}
+		dropped := 0 // the largest history_dropped sum a recount found: the walk must make it non-zero
 		for round := 0; round < 6; round++ {
+			looped := false
 			for step := 0; step < 40; step++ {
 				tenant := tenants[rng.IntN(len(tenants))]
 				hh := h.as(tenant)
@@ -71,7 +74,19 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 					}
 					reports := []items.AfterWriteParams{succeeded(c, "x-"+r.key), succeeded(c, "y-"+r.key), failedClass(c, items.ClassTimeout),
 						failedClass(c, items.ClassDNS), failedStatus(c, 422), failedStatus(c, 503), unknownOutcome(c)}
-					_, _ = hh.awErr(r.key, reports[rng.IntN(len(reports))])
+					report := reports[rng.IntN(len(reports))]
+					n := 1
+					// A workflow replaying its report in a loop, past what the history keeps: one in eight, and
+					// the first report of each round until a round ends with a dropped one.
+					if (dropped == 0 && !looped) || rng.IntN(8) == 0 {
+						n, looped = items.KeptFirstRepeats+items.KeptLatestRepeats+1+rng.IntN(6), true
+					}
+					for i := range n {
+						if n > 1 { // each with another message, so that none is an identical repeat (unchanged)
+							report.ErrorMessage = fmt.Sprintf("late report #%d", i)
+						}
+						_, _ = hh.awErr(r.key, report)
+					}
 				case op == 7:
 					outcomes := []string{items.ResolveNotCommitted, items.ResolveSucceeded, items.ResolveAcknowledged}
 					outcome, id := outcomes[rng.IntN(len(outcomes))], "x-"+r.key
@@ -139,6 +154,7 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 					}
 				}
 				want := recount(its, now)
+				dropped = max(dropped, want.HistoryDropped)
 				if g, w := fmt.Sprintf("%+v", got.Measures), fmt.Sprintf("%+v", want.Measures); g != w {
 					t.Fatalf("round %d, tenant %q: kept counts\n%s\nrecount\n%s", round, tenant, g, w)
 				}
@@ -151,6 +167,10 @@ func exerciseKeptCounts(t *testing.T, open func(t *testing.T) OperatorStore) {
 					t.Fatalf("round %d, tenant %q: destinations %v, recount %v", round, tenant, got.Destinations, want.Destinations)
 				}
 			}
+		}
+		t.Logf("at most %d repeated reports dropped from the histories at once", dropped)
+		if dropped == 0 {
+			t.Fatalf("seed %d: no item's history dropped a report: the walk did not test the history_dropped sums", seed)
 		}
 	})
 }
@@ -192,6 +212,10 @@ func recount(its []*items.Item, now time.Time) items.Stats {
 			m.ManualResolutions += f.Resolutions
 			if f.DuplicateEffect {
 				m.DuplicateEffects++
+			}
+			m.HistoryDropped += it.HistoryDropped
+			if it.HistoryDropped > 0 {
+				m.HistoryDroppedItems++
 			}
 			if since, ok := it.UnresolvedSince(now); ok {
 				m.OldestUnresolvedAgeSeconds = max(m.OldestUnresolvedAgeSeconds, int64(max(now.Sub(since), 0)/time.Second))

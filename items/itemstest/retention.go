@@ -19,6 +19,14 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 		// Settled, and old: removed.
 		a := h.claim("done", payloadA)
 		h.aw("done", succeeded(a.Claim, "x-1"))
+		for i := range 30 { // a workflow's loop of late reports: its history drops 14 of them
+			late := failedStatus(a.Claim, 503)
+			late.ErrorMessage = fmt.Sprintf("late report #%d", i)
+			h.aw("done", late)
+		}
+		if n := h.item("done").HistoryDropped; n != 14 {
+			t.Fatalf("done dropped %d repeated reports, want 14", n)
+		}
 		a = h.claim("gave-up", payloadA, dest(destOneShot))
 		h.aw("gave-up", failedStatus(a.Claim, 422))
 		h.unknownAfterTimeout("resolved")
@@ -82,9 +90,10 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 		if st.Removed != 3 || st.Destinations[destDefault].Removed != 2 || st.Destinations[destOneShot].Removed != 1 {
 			t.Errorf("removed %d (per destination %+v)", st.Removed, st.Destinations)
 		}
-		if st.ManualResolutions != 1 || st.EnteredUnknown != want.EnteredUnknown+1 {
-			t.Errorf("cumulative measures after retention: manual_resolutions %d, entered_unknown %d (items left: %d)",
-				st.ManualResolutions, st.EnteredUnknown, want.EnteredUnknown)
+		if st.ManualResolutions != 1 || st.EnteredUnknown != want.EnteredUnknown+1 || want.HistoryDropped != 0 ||
+			st.HistoryDropped != 14 || st.HistoryDroppedItems != 1 || st.Destinations[destDefault].HistoryDropped != 14 {
+			t.Errorf("cumulative measures after retention: manual_resolutions %d, entered_unknown %d (items left: %d), history_dropped %d in %d items (want 14 in 1)",
+				st.ManualResolutions, st.EnteredUnknown, want.EnteredUnknown, st.HistoryDropped, st.HistoryDroppedItems)
 		}
 		// A replay after retention is a new item.
 		if a := h.bw("done", payloadA); a.Decision != items.Proceed || a.Reason != items.ReasonNew || a.Attempt != 1 {

@@ -47,6 +47,11 @@ type countsDoc struct {
 	Resolutions    int    `bson:"resolutions"`
 	Duplicates     int    `bson:"duplicates"`
 	EnteredUnknown int    `bson:"entered_unknown"`
+	// HistoryDropped and HistoryDroppedItems came later than the collection: a document an earlier build
+	// wrote lacks them and reads 0, which is exact (no build before them wrote an item's history_dropped),
+	// and the first $inc of this build creates them.
+	HistoryDropped      int `bson:"history_dropped"`
+	HistoryDroppedItems int `bson:"history_dropped_items"`
 }
 
 // addCounts adds changes to the kept counts, one upsert per group that changed. Returns ErrUnavailable.
@@ -65,7 +70,8 @@ func (s *Store) addCounts(ctx context.Context, changes items.CountChanges) error
 			{Key: "$inc", Value: bson.D{{Key: "items", Value: c.Items}, {Key: "retries", Value: c.Retries},
 				{Key: "attempted", Value: c.Attempted}, {Key: "recoveries", Value: c.SameKeyRecoveries},
 				{Key: "resolutions", Value: c.ManualResolutions}, {Key: "duplicates", Value: c.DuplicateEffects},
-				{Key: "entered_unknown", Value: c.EnteredUnknown}}},
+				{Key: "entered_unknown", Value: c.EnteredUnknown}, {Key: "history_dropped", Value: c.HistoryDropped},
+				{Key: "history_dropped_items", Value: c.HistoryDroppedItems}}},
 			{Key: "$setOnInsert", Value: bson.D{{Key: "tenant", Value: g.Tenant}, {Key: "destination", Value: g.Destination},
 				{Key: "state", Value: string(g.State)}, {Key: "needs_person", Value: g.NeedsPerson}}},
 		}
@@ -166,7 +172,8 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 	for _, d := range docs {
 		g := items.CountGroup{Tenant: d.Tenant, Destination: d.Destination, State: items.State(d.State), NeedsPerson: d.NeedsPerson}
 		groups[g] = groups[g].Add(items.Counts{Items: d.Items, Retries: d.Retries, Attempted: d.Attempted, SameKeyRecoveries: d.Recoveries,
-			ManualResolutions: d.Resolutions, DuplicateEffects: d.Duplicates, EnteredUnknown: d.EnteredUnknown})
+			ManualResolutions: d.Resolutions, DuplicateEffects: d.Duplicates, EnteredUnknown: d.EnteredUnknown,
+			HistoryDropped: d.HistoryDropped, HistoryDroppedItems: d.HistoryDroppedItems})
 	}
 	since := map[string]time.Time{}
 	for _, f := range []bson.D{

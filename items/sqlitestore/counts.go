@@ -13,6 +13,15 @@ import (
 // per tenant, destination, state and needs_person, instead of the items. write changes it in the
 // transaction that writes the items, so a count is never off by an item, even after a crash; a ledger of
 // an earlier build gets its counts from one scan of the items the first time it opens.
+//
+// history_dropped and history_dropped_items (items.Counts.HistoryDropped, HistoryDroppedItems) came
+// later than the table: migrateCounts adds them to an existing item_counts with a default of 0. That is
+// exact for the ledger of an earlier release: no build before these columns wrote an item's
+// history_dropped, so every item it counted contributes 0 to both. (A ledger written only by a
+// development build of main between the two changes could hold items whose history_dropped is not
+// 0; their drops stay uncounted in these sums, the items themselves still show them.) For the same
+// reason recountSQL, which counts a ledger whose item_counts never existed, leaves both at 0: the
+// count is in each item's encoded document, not in a column a scan could sum.
 
 const countsSchema = `
 CREATE TABLE IF NOT EXISTS item_counts (
@@ -27,6 +36,8 @@ CREATE TABLE IF NOT EXISTS item_counts (
 	resolutions       INTEGER NOT NULL,
 	duplicates        INTEGER NOT NULL,
 	entered_unknown   INTEGER NOT NULL,
+	history_dropped       INTEGER NOT NULL DEFAULT 0,
+	history_dropped_items INTEGER NOT NULL DEFAULT 0,
 	PRIMARY KEY (tenant, destination, state, needs_person)
 ) WITHOUT ROWID;
 `
@@ -34,20 +45,28 @@ CREATE TABLE IF NOT EXISTS item_counts (
 // countsBuilt marks, in meta, a ledger whose item_counts hold every item.
 const countsBuilt = "item_counts_built"
 
-// recountSQL counts the items as write keeps them counted, in one scan of the table.
+// recountSQL counts the items as write keeps them counted, in one scan of the table: every column of
+// item_counts but history_dropped and history_dropped_items (see above), in recountColumns' order.
 const recountSQL = `SELECT tenant, destination, state, needs_person, count(*), sum(max(attempt - 1, 0)), sum(attempt >= 1),
 	sum(same_key_recovered), sum(resolutions), sum(duplicate_effect), sum(entered_unknown)
 	FROM items GROUP BY tenant, destination, state, needs_person`
 
+// recountColumns are the columns of item_counts recountSQL fills.
+const recountColumns = `(tenant, destination, state, needs_person, items, retries, attempted, recoveries, resolutions, duplicates,
+	entered_unknown)`
+
 // addCountsSQL adds a change to a group's counts.
 const addCountsSQL = `INSERT INTO item_counts (tenant, destination, state, needs_person, items, retries, attempted, recoveries,
-	resolutions, duplicates, entered_unknown) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	resolutions, duplicates, entered_unknown, history_dropped, history_dropped_items) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (tenant, destination, state, needs_person) DO UPDATE SET items = items + excluded.items,
 	retries = retries + excluded.retries, attempted = attempted + excluded.attempted,
 	recoveries = recoveries + excluded.recoveries, resolutions = resolutions + excluded.resolutions,
-	duplicates = duplicates + excluded.duplicates, entered_unknown = entered_unknown + excluded.entered_unknown`
+	duplicates = duplicates + excluded.duplicates, entered_unknown = entered_unknown + excluded.entered_unknown,
+	history_dropped = history_dropped + excluded.history_dropped,
+	history_dropped_items = history_dropped_items + excluded.history_dropped_items`
 
-// migrateCounts creates item_counts and, the first time, fills it from the items, in one transaction.
+// migrateCounts creates item_counts and, the first time, fills it from the items, in one transaction; it
+// adds the columns an item_counts of an earlier build lacks (see above: their 0 is exact).
 func (s *Store) migrateCounts(ctx context.Context) error {
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
@@ -56,6 +75,17 @@ func (s *Store) migrateCounts(ctx context.Context) error {
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	if _, err := tx.ExecContext(ctx, countsSchema); err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	for _, col := range []string{"history_dropped", "history_dropped_items"} {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('item_counts') WHERE name = ?`, col).Scan(&n); err != nil {
+			return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+		}
+		if n == 0 {
+			if _, err := tx.ExecContext(ctx, `ALTER TABLE item_counts ADD COLUMN `+col+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+			}
+		}
 	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT DO NOTHING`, countsBuilt)
 	if err != nil {
@@ -66,7 +96,7 @@ func (s *Store) migrateCounts(ctx context.Context) error {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	if n == 1 { // not built before
-		if _, err := tx.ExecContext(ctx, `DELETE FROM item_counts; INSERT INTO item_counts `+recountSQL); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM item_counts; INSERT INTO item_counts `+recountColumns+` `+recountSQL); err != nil {
 			return fmt.Errorf("sqlitestore: count the items of %s: %w", s.path, err)
 		}
 	}
@@ -88,7 +118,7 @@ func (s *Store) writeCounts(ctx context.Context, tx *sql.Tx, changes items.Count
 			add = tx.StmtContext(ctx, s.addCounts)
 		}
 		if _, err := add.ExecContext(ctx, g.Tenant, g.Destination, string(g.State), boolInt(g.NeedsPerson), c.Items, c.Retries,
-			c.Attempted, c.SameKeyRecoveries, c.ManualResolutions, c.DuplicateEffects, c.EnteredUnknown); err != nil {
+			c.Attempted, c.SameKeyRecoveries, c.ManualResolutions, c.DuplicateEffects, c.EnteredUnknown, c.HistoryDropped, c.HistoryDroppedItems); err != nil {
 			return unavailable(err)
 		}
 	}
@@ -97,7 +127,7 @@ func (s *Store) writeCounts(ctx context.Context, tx *sql.Tx, changes items.Count
 
 // countsSQL reads the kept counts of one tenant (a range of the primary key), or of every tenant.
 const countsSQL = `SELECT tenant, destination, state, needs_person, items, retries, attempted, recoveries, resolutions, duplicates,
-	entered_unknown FROM item_counts WHERE (?1 = '' OR tenant = ?1) AND items != 0`
+	entered_unknown, history_dropped, history_dropped_items FROM item_counts WHERE (?1 = '' OR tenant = ?1) AND items != 0`
 
 // unresolvedSQL finds, per destination, since when its oldest unresolved item is unresolved (see
 // items.Item.UnresolvedSince), reading only the partial indexes of the unresolved items: those needing a
@@ -124,7 +154,7 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 		var c items.Counts
 		var state string
 		if err := rows.Scan(&g.Tenant, &g.Destination, &state, &g.NeedsPerson, &c.Items, &c.Retries, &c.Attempted,
-			&c.SameKeyRecoveries, &c.ManualResolutions, &c.DuplicateEffects, &c.EnteredUnknown); err != nil {
+			&c.SameKeyRecoveries, &c.ManualResolutions, &c.DuplicateEffects, &c.EnteredUnknown, &c.HistoryDropped, &c.HistoryDroppedItems); err != nil {
 			return err
 		}
 		g.State = items.State(state)

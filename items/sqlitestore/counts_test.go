@@ -137,3 +137,85 @@ func TestReadManyAtEverySize(t *testing.T) {
 		}
 	}
 }
+
+// TestCountsOfALedgerWithoutHistoryDropped opens a ledger whose item_counts an earlier build made, without
+// the history_dropped columns: the open adds them, the stats read 0 for them and the same other counts,
+// and a workflow's loop of reports afterwards is counted from there.
+func TestCountsOfALedgerWithoutHistoryDropped(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
+	var claim string
+	for i := range 12 {
+		l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := l.BeforeWrite(ctx, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("k%d", i), Fingerprint: fp, Destination: "crm"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim,
+			Evidence: items.Evidence{Outcome: items.OutcomeSucceeded}}); err != nil {
+			t.Fatal(err)
+		}
+		claim = a.Claim
+	}
+	want, err := s.Stats(ctx, "acme", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What an earlier build left: item_counts without the columns.
+	if _, err := s.w.ExecContext(ctx, `ALTER TABLE item_counts DROP COLUMN history_dropped;
+		ALTER TABLE item_counts DROP COLUMN history_dropped_items`); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	s, err = Open(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, col := range []string{"history_dropped", "history_dropped_items"} {
+		if ok, err := s.hasColumn(ctx, "item_counts", col); err != nil || !ok {
+			t.Fatalf("item_counts has no %s after the open (%v)", col, err)
+		}
+	}
+	got, err := s.Stats(ctx, "acme", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, w := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); g != w || got.Items != 12 || got.HistoryDropped != 0 {
+		t.Fatalf("stats after the open\n%s\nwant\n%s", g, w)
+	}
+	// A workflow replays a late failure of k11's attempt after its success, each with another message.
+	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		now = now.Add(3 * time.Second)
+		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: "acme", Key: "k11", Claim: claim, ErrorMessage: fmt.Sprintf("late report #%d", i),
+			Evidence: items.Evidence{Outcome: items.OutcomeFailed, Class: items.ClassHTTP, HTTPStatus: 503}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	it, err := s.Get(ctx, "acme", "k11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Stats(ctx, "acme", now); err != nil {
+		t.Fatal(err)
+	}
+	if it.HistoryDropped != 40-items.KeptFirstRepeats-items.KeptLatestRepeats-1 || got.HistoryDropped != it.HistoryDropped ||
+		got.HistoryDroppedItems != 1 || got.Destinations["crm"].HistoryDropped != it.HistoryDropped {
+		t.Fatalf("after a loop of 40 reports: the item dropped %d, the stats count %d in %d items (crm: %d)",
+			it.HistoryDropped, got.HistoryDropped, got.HistoryDroppedItems, got.Destinations["crm"].HistoryDropped)
+	}
+}

@@ -726,7 +726,8 @@ func (m *Main) printResolved(b []byte, outcome string) error {
 
 const statsSynopsis = `Shows the post-release measures of the token's tenant, in total and per destination: items per
 state, items needing a person, the oldest unresolved age, retries, fingerprint conflicts, same-key
-recoveries, manual resolutions and duplicate effects.
+recoveries, manual resolutions, duplicate effects, removed items, and the repeated reports the
+items' histories dropped (not 0: a workflow replays its reports in a loop; docs/operators.md).
 
 ` + clientEnv
 
@@ -744,6 +745,7 @@ type apiMeasures struct {
 	ManualResolutions          int            `json:"manual_resolutions"`
 	DuplicateEffects           int            `json:"duplicate_effects"`
 	Removed                    int            `json:"removed"`
+	HistoryDropped             int            `json:"history_dropped"`
 }
 
 func (m *Main) stats(ctx context.Context, args []string) error {
@@ -774,15 +776,15 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(m.Stdout, "tenant %s at %s\n\n", st.Tenant, st.At.Format(time.RFC3339))
 	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\tREMOVED\t")
+	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\tREMOVED\tDROPPED REPEATS\t")
 	line := func(name string, m apiMeasures) {
 		oldest := "-"
 		if m.OldestUnresolvedAgeSeconds > 0 {
 			oldest = items.Age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
 			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
-			m.ManualResolutions, m.DuplicateEffects, m.Removed)
+			m.ManualResolutions, m.DuplicateEffects, m.Removed, m.HistoryDropped)
 	}
 	for _, name := range slices.Sorted(maps.Keys(st.Destinations)) {
 		line(name, st.Destinations[name])

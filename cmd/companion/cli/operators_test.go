@@ -183,6 +183,11 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 		t.Fatalf("stats with a whole token line in COMPANION_TOKEN: %v", err)
 	}
 
+	// inv-2's loop of reports above dropped 5 from its history: the stats count them.
+	_, looped := call(t, svc, "GET", "/v1/items/inv-2", "op-secret-0123456789", "")
+	if looped["history_dropped"] != 5.0 {
+		t.Fatalf("inv-2's history dropped %v reports, want 5", looped["history_dropped"])
+	}
 	out, err = run(t, env, "stats")
 	if err != nil {
 		t.Fatal(err)
@@ -193,13 +198,14 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 			all = strings.Join(strings.Fields(l), " ")
 		}
 	}
-	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed
-	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0") {
+	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed,
+	// dropped repeats
+	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0 5") {
 		t.Fatalf("stats total line %q:\n%s", all, out)
 	}
 	out, err = run(t, env, "stats", "--json")
 	var st map[string]any
-	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["manual_resolutions"] != 2.0 {
+	if err != nil || json.Unmarshal([]byte(out), &st) != nil || st["manual_resolutions"] != 2.0 || st["history_dropped"] != 5.0 {
 		t.Fatalf("stats --json: %v\n%s", err, out)
 	}
 
