@@ -698,14 +698,7 @@ func TestItemPageSaysHowManyRepeatsTheHistoryDropped(t *testing.T) {
 	e := newEnv(t, envOptions{open: true})
 	e.unknownItem("inv-7", "QT-7", "", 0)
 	e.unknownItem("inv-8", "QT-8", "", 0)
-	claim := e.get("inv-7").Claim
-	for i := range 30 {
-		e.clock.Advance(time.Second)
-		if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: "inv-7", Claim: claim,
-			ErrorMessage: fmt.Sprintf("socket hang up, try %d", i), Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.reportInALoop(t, "inv-7", 30)
 	c := e.client()
 	status, body, _ := e.page(c, "/console/item?key=inv-7")
 	if status != http.StatusOK || !strings.Contains(body, `id="history-dropped">15 repeated reports are not shown`) ||
@@ -728,19 +721,26 @@ func TestOverviewCountsTheRepeatsTheHistoriesDropped(t *testing.T) {
 	if _, body, _ := e.page(c, "/console/overview"); !strings.Contains(body, "Dropped repeats</th>") || !strings.Contains(body, "<td>0</td></tr>") {
 		t.Fatalf("the overview before a loop:\n%s", body)
 	}
-	claim := e.get("inv-7").Claim
-	for i := range 30 {
-		e.clock.Advance(time.Second)
-		if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: "inv-7", Claim: claim,
-			ErrorMessage: fmt.Sprintf("socket hang up, try %d", i), Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.reportInALoop(t, "inv-7", 30)
 	if n := e.get("inv-7").HistoryDropped; n != 15 {
 		t.Fatalf("inv-7 dropped %d repeats, want 15", n)
 	}
 	status, body, _ := e.page(c, "/console/overview")
 	if status != http.StatusOK || strings.Count(body, `<td class="warn">15</td></tr>`) != 2 || strings.Contains(body, "<td>0</td></tr>") {
 		t.Errorf("the overview after a loop of 30 reports answered %d (want 15 dropped in the destination's row and the total):\n%s", status, body)
+	}
+}
+
+// reportInALoop reports the unknown item key's claim unknown n times, a second apart, each with another
+// message (socket hang up, try i), as a workflow stuck in a loop does.
+func (e *env) reportInALoop(t *testing.T, key string, n int) {
+	t.Helper()
+	claim := e.get(key).Claim
+	for i := range n {
+		e.clock.Advance(time.Second)
+		if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: key, Claim: claim,
+			ErrorMessage: fmt.Sprintf("socket hang up, try %d", i), Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

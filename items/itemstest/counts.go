@@ -1,6 +1,7 @@
 package itemstest
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -229,4 +230,33 @@ func recount(its []*items.Item, now time.Time) items.Stats {
 		}
 	}
 	return st
+}
+
+// CheckReportLoopCounted replays, as a workflow stuck in a loop does, 40 late failures of key's claim
+// after its success (each with another message, so none is an identical repeat), and checks that the
+// store's kept counts hold what the item's history dropped: in total, in one item, and in its
+// destination. now is the ledger's clock: each report moves it 3 s.
+func CheckReportLoopCounted(t *testing.T, l *items.Ledger, s OperatorStore, tenant, key, claim, destination string, now *time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for i := range 40 {
+		*now = now.Add(3 * time.Second)
+		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: tenant, Key: key, Claim: claim, ErrorMessage: fmt.Sprintf("late report #%d", i),
+			Evidence: items.Evidence{Outcome: items.OutcomeFailed, Class: items.ClassHTTP, HTTPStatus: 503}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	it, err := s.Get(ctx, tenant, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Stats(ctx, tenant, *now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it.HistoryDropped != 40-items.KeptFirstRepeats-items.KeptLatestRepeats-1 || got.HistoryDropped != it.HistoryDropped ||
+		got.HistoryDroppedItems != 1 || got.Destinations[destination].HistoryDropped != it.HistoryDropped {
+		t.Fatalf("after a loop of 40 reports: the item dropped %d, the stats count %d in %d items (%s: %d)",
+			it.HistoryDropped, got.HistoryDropped, got.HistoryDroppedItems, destination, got.Destinations[destination].HistoryDropped)
+	}
 }

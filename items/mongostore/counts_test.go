@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 )
 
@@ -49,24 +50,5 @@ func TestCountsWithoutHistoryDropped(t *testing.T) {
 	if g, w := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); g != w || got.Items != 3 || got.HistoryDropped != 0 {
 		t.Fatalf("stats without the fields\n%s\nwant\n%s", g, w)
 	}
-	// A workflow replays a late failure of k2's attempt after its success, each with another message.
-	for i := range 40 {
-		now = now.Add(3 * time.Second)
-		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: "acme", Key: "k2", Claim: claim, ErrorMessage: fmt.Sprintf("late report #%d", i),
-			Evidence: items.Evidence{Outcome: items.OutcomeFailed, Class: items.ClassHTTP, HTTPStatus: 503}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	it, err := s.Get(ctx, "acme", "k2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err = s.Stats(ctx, "acme", now); err != nil {
-		t.Fatal(err)
-	}
-	if it.HistoryDropped != 40-items.KeptFirstRepeats-items.KeptLatestRepeats-1 || got.HistoryDropped != it.HistoryDropped ||
-		got.HistoryDroppedItems != 1 || got.Destinations["billing"].HistoryDropped != it.HistoryDropped {
-		t.Fatalf("after a loop of 40 reports: the item dropped %d, the stats count %d in %d items (billing: %d)",
-			it.HistoryDropped, got.HistoryDropped, got.HistoryDroppedItems, got.Destinations["billing"].HistoryDropped)
-	}
+	itemstest.CheckReportLoopCounted(t, l, s, "acme", "k2", claim, "billing", &now)
 }

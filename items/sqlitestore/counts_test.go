@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 )
 
 // TestCountsOfAnEarlierLedger opens a ledger as an earlier build left it (items, no item_counts) and
@@ -194,28 +195,9 @@ func TestCountsOfALedgerWithoutHistoryDropped(t *testing.T) {
 	if g, w := fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", want); g != w || got.Items != 12 || got.HistoryDropped != 0 {
 		t.Fatalf("stats after the open\n%s\nwant\n%s", g, w)
 	}
-	// A workflow replays a late failure of k11's attempt after its success, each with another message.
 	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 40 {
-		now = now.Add(3 * time.Second)
-		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: "acme", Key: "k11", Claim: claim, ErrorMessage: fmt.Sprintf("late report #%d", i),
-			Evidence: items.Evidence{Outcome: items.OutcomeFailed, Class: items.ClassHTTP, HTTPStatus: 503}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	it, err := s.Get(ctx, "acme", "k11")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err = s.Stats(ctx, "acme", now); err != nil {
-		t.Fatal(err)
-	}
-	if it.HistoryDropped != 40-items.KeptFirstRepeats-items.KeptLatestRepeats-1 || got.HistoryDropped != it.HistoryDropped ||
-		got.HistoryDroppedItems != 1 || got.Destinations["crm"].HistoryDropped != it.HistoryDropped {
-		t.Fatalf("after a loop of 40 reports: the item dropped %d, the stats count %d in %d items (crm: %d)",
-			it.HistoryDropped, got.HistoryDropped, got.HistoryDroppedItems, got.Destinations["crm"].HistoryDropped)
-	}
+	itemstest.CheckReportLoopCounted(t, l, s, "acme", "k11", claim, "crm", &now)
 }
