@@ -17,6 +17,7 @@ import (
 func TestConformance(t *testing.T) {
 	opts := itemstest.Options{}
 	if realURI() == "" {
+		opts.ShortLoops = true
 		opts.SkipConcurrency = "needs a real MongoDB (set " + mongotest.RealURIEnv + "): FerretDB v1, the test server here, " +
 			"does not apply concurrent conditional updates atomically (more than one winner in 19 of 20 rounds of 50 callers)"
 	}
