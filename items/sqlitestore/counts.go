@@ -65,28 +65,30 @@ const addCountsSQL = `INSERT INTO item_counts (tenant, destination, state, needs
 	history_dropped = history_dropped + excluded.history_dropped,
 	history_dropped_items = history_dropped_items + excluded.history_dropped_items`
 
-// migrateCounts creates item_counts and, the first time, fills it from the items, in one transaction; it
-// adds the columns an item_counts of an earlier build lacks (see above: their 0 is exact).
+// migrateCounts creates item_counts, adds the columns an item_counts of an earlier build lacks (see above:
+// their 0 is exact), and, the first time, fills it from the items, in one transaction with the marker.
 func (s *Store) migrateCounts(ctx context.Context) error {
+	if _, err := s.w.ExecContext(ctx, countsSchema); err != nil {
+		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+	}
+	for _, col := range []string{"history_dropped", "history_dropped_items"} {
+		have, err := s.hasColumn(ctx, "item_counts", col)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+		}
+		if !have {
+			if _, err := s.w.ExecContext(ctx, `ALTER TABLE item_counts ADD COLUMN `+col+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+				return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
+			}
+		}
+	}
+	// An empty item_counts left by a start stopped here is filled below: the marker is written only with
+	// the counts.
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if _, err := tx.ExecContext(ctx, countsSchema); err != nil {
-		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
-	}
-	for _, col := range []string{"history_dropped", "history_dropped_items"} {
-		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info('item_counts') WHERE name = ?`, col).Scan(&n); err != nil {
-			return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
-		}
-		if n == 0 {
-			if _, err := tx.ExecContext(ctx, `ALTER TABLE item_counts ADD COLUMN `+col+` INTEGER NOT NULL DEFAULT 0`); err != nil {
-				return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
-			}
-		}
-	}
 	res, err := tx.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES (?, 1) ON CONFLICT DO NOTHING`, countsBuilt)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: migrate %s: %w", s.path, err)
