@@ -104,23 +104,17 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 	t.Run("AcknowledgedItemsAreSettled", func(t *testing.T) {
 		t.Parallel()
 		h := newOpsHarness(t, open)
-		ack := func(key string) {
-			t.Helper()
-			if _, reason, err := h.resolve(key, items.ResolveAcknowledged, evidenceAck, ""); err != nil || reason != items.ReasonRecorded {
-				t.Fatalf("acknowledging %s: %s, %v", key, reason, err)
-			}
-		}
 		// A retryable failure flagged unresolved_too_long, acknowledged: settled, though still retryable.
 		h.staleFailure("acked-failure")
-		ack("acked-failure")
+		h.acknowledge("acked-failure")
 		// A duplicate effect, acknowledged.
 		h.duplicateEffect("acked-duplicate")
-		ack("acked-duplicate")
+		h.acknowledge("acked-duplicate")
 		// Acknowledged, then retried: the new attempt is nobody's acknowledgement. One fails again (a
 		// retryable failure: not settled), the other succeeds (settled again).
 		for _, key := range []string{"retried-failing", "retried-succeeding"} {
 			h.staleFailure(key)
-			ack(key)
+			h.acknowledge(key)
 			a := h.bw(key, payloadA, dest(destEscalating))
 			if a.Decision != items.Proceed || a.Attempt != 2 {
 				t.Fatalf("retry of %s: %s/%s attempt %d", key, a.Decision, a.Reason, a.Attempt)
@@ -137,7 +131,7 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 		// Acknowledged, then another duplicate (a third external id): it needs a person again, and is
 		// not settled however long it waits.
 		dup := h.duplicateEffect("acked-then-duplicate")
-		ack("acked-then-duplicate")
+		h.acknowledge("acked-then-duplicate")
 		if r := h.aw("acked-then-duplicate", succeeded(dup.Claim, "r-3")); r.Reason != items.ReasonDuplicateEffect {
 			t.Fatalf("another duplicate after the acknowledgement: %s", r.Reason)
 		}
@@ -150,21 +144,13 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 
 		settled := map[string]bool{"acked-failure": true, "acked-duplicate": true, "retried-failing": false, "retried-succeeding": true,
 			"retryable": false, "duplicate": false, "unknown": false, "acked-then-duplicate": false}
-		candidates := func() []string {
-			t.Helper()
-			found, err := h.ops.SweepCandidates(h.ctx, items.ItemRef{}, 100)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return keysOf(found)
-		}
 		for key, want := range settled {
 			it := h.item(key)
 			if got := it.Settled(); got != want {
 				t.Errorf("%s (%s, needs_person %v) settled %v, want %v", key, it.State, it.NeedsPerson, got, want)
 			}
 		}
-		if got, want := candidates(), []string{"retried-failing", "retryable", "unknown"}; !slices.Equal(got, want) {
+		if got, want := h.sweepCandidateKeys(), []string{"retried-failing", "retryable", "unknown"}; !slices.Equal(got, want) {
 			t.Errorf("sweep candidates %v, want %v", got, want)
 		}
 
@@ -203,7 +189,7 @@ func exerciseRetention(t *testing.T, open func(t *testing.T) OperatorStore) {
 				left = append(left, h.item(key))
 			}
 		}
-		if got, want := candidates(), []string{"retried-failing", "retryable", "unknown"}; !slices.Equal(got, want) {
+		if got, want := h.sweepCandidateKeys(), []string{"retried-failing", "retryable", "unknown"}; !slices.Equal(got, want) {
 			t.Errorf("sweep candidates after retention %v, want %v", got, want)
 		}
 		st, err := h.ops.Stats(h.ctx, tenantA, h.now())
@@ -241,26 +227,15 @@ func CheckEarlierBuildAcknowledged(t *testing.T, b EarlierBuild) {
 	h := newOpsHarness(t, b.Open)
 	h.staleFailure("acked-failure")
 	h.duplicateEffect("acked-duplicate")
-	for _, key := range []string{"acked-failure", "acked-duplicate"} {
-		if _, reason, err := h.resolve(key, items.ResolveAcknowledged, evidenceAck, ""); err != nil || reason != items.ReasonRecorded {
-			t.Fatalf("acknowledging %s: %s, %v", key, reason, err)
-		}
-	}
+	h.acknowledge("acked-failure")
+	h.acknowledge("acked-duplicate")
 	a := h.claim("retryable", payloadA)
 	h.aw("retryable", failedStatusRetryAfter(a.Claim, 429, 60))
 	a = h.claim("done", payloadA)
 	h.aw("done", succeeded(a.Claim, "x-1"))
 
-	candidates := func(s OperatorStore) []string {
-		t.Helper()
-		found, err := s.SweepCandidates(h.ctx, items.ItemRef{}, 100)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return keysOf(found)
-	}
 	b.StoreAsEarlierBuild(t, h.ops, tenantA)
-	if got, want := candidates(h.ops), []string{"acked-duplicate", "acked-failure", "retryable"}; !slices.Equal(got, want) {
+	if got, want := h.sweepCandidateKeys(), []string{"acked-duplicate", "acked-failure", "retryable"}; !slices.Equal(got, want) {
 		t.Fatalf("sweep candidates as an earlier build stored them %v, want %v", got, want)
 	}
 
@@ -270,7 +245,7 @@ func CheckEarlierBuildAcknowledged(t *testing.T, b EarlierBuild) {
 		t.Fatal(err)
 	}
 	h = &opsHarness{harness: &harness{t: t, ctx: h.ctx, store: s, ledger: l, clock: h.clock, tenant: tenantA}, ops: s}
-	if got, want := candidates(s), []string{"retryable"}; !slices.Equal(got, want) {
+	if got, want := h.sweepCandidateKeys(), []string{"retryable"}; !slices.Equal(got, want) {
 		t.Errorf("sweep candidates after the restart %v, want %v", got, want)
 	}
 	h.advance(items.DefaultRetention + time.Hour)
@@ -296,4 +271,22 @@ func CheckEarlierBuildAcknowledged(t *testing.T, b EarlierBuild) {
 		fmt.Sprint(st.States) != fmt.Sprint(want.States) || st.Removed != 3 {
 		t.Errorf("stats after retention %+v (removed %d), recount of the items left %+v", st.Measures, st.Removed, want.Measures)
 	}
+}
+
+// acknowledge resolves key acknowledged, as a person does, and fails unless that was recorded.
+func (h *opsHarness) acknowledge(key string) {
+	h.t.Helper()
+	if _, reason, err := h.resolve(key, items.ResolveAcknowledged, evidenceAck, ""); err != nil || reason != items.ReasonRecorded {
+		h.t.Fatalf("acknowledging %s: %s, %v", key, reason, err)
+	}
+}
+
+// sweepCandidateKeys returns the keys of the store's sweep candidates (up to 100), in their order.
+func (h *opsHarness) sweepCandidateKeys() []string {
+	h.t.Helper()
+	found, err := h.ops.SweepCandidates(h.ctx, items.ItemRef{}, 100)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return keysOf(found)
 }
