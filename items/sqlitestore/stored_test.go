@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 )
@@ -595,5 +597,80 @@ func TestStoredFormRefusesBadLaterFields(t *testing.T) {
 	noResolutionRow := rowOf(noResolution)
 	if _, err := decodeStored(bad, &noResolutionRow); !errors.Is(err, errCorrupt) {
 		t.Errorf("further fields of no resolution: %v, want corrupt", err)
+	}
+}
+
+// TestStoreAnswersAnItemWithLaterFields: an item whose stored document a later build wrote, with fields
+// of the skippable range in the item, its attempts, its events and its resolution, is answered through
+// HTTP as before: GET /v1/items/{key} shows the same item, a before-write while it is in flight is
+// answered skip in_progress and writes nothing (the document keeps the fields), and the after-write that
+// settles it is recorded, and stores the item as this build writes it: without the later fields.
+func TestStoreAnswersAnItemWithLaterFields(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
+	const key = "inv-later"
+	payload := map[string]any{"invoice": key, "amount": 120.5}
+	first := svc.Claim(key, nil).Str("claim")
+	handlerstest.Expect(t, svc.AfterWrite(map[string]any{"key": key, "claim": first, "outcome": "failed",
+		"error": map[string]any{"class": "timeout"}}), http.StatusOK, "", "")
+	handlerstest.Expect(t, svc.Post(handlerstest.OperatorAcme, "/v1/items/"+key+"/resolve",
+		map[string]any{"outcome": "not_committed", "evidence": "not in the CRM, checked by hand"}), http.StatusOK, "", "")
+	second := svc.Claim(key, nil)
+	if second.Num("attempt") != 2 {
+		t.Fatalf("the claim after the resolution: %s", second.Body)
+	}
+	shown := svc.Get(handlerstest.OperatorAcme, "/v1/items/"+key)
+	handlerstest.Expect(t, shown, http.StatusOK, "", "")
+
+	it := svc.Item("acme", key)
+	if len(it.Attempts) != 2 || len(it.History) < 3 || it.Resolution == nil {
+		t.Fatalf("the item has %d attempts, %d events, resolution %v", len(it.Attempts), len(it.History), it.Resolution)
+	}
+	laterDoc, err := encodeStored(nil, it, laterAtEveryLevel(1<<48, 1<<63))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.writeOutside(`UPDATE items SET doc = ? WHERE tenant = 'acme' AND key = ?`, laterDoc, key); err != nil {
+		t.Fatal(err)
+	}
+	storedDoc := func() []byte {
+		t.Helper()
+		var doc []byte
+		if err := store.r.QueryRowContext(ctx, `SELECT doc FROM items WHERE tenant = 'acme' AND key = ?`, key).Scan(&doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+
+	if again := svc.Get(handlerstest.OperatorAcme, "/v1/items/"+key); again.Status != http.StatusOK || !bytes.Equal(again.Body, shown.Body) {
+		t.Fatalf("GET of the item with later fields: %d %s\nbefore them: %s", again.Status, again.Body, shown.Body)
+	}
+	busy := svc.BeforeWrite(map[string]any{"key": key, "payload": payload})
+	if busy.Status != http.StatusOK || busy.Str("decision") != "skip" || busy.Str("reason") != "in_progress" {
+		t.Fatalf("before-write while in flight: %d %s", busy.Status, busy.Body)
+	}
+	if !bytes.Equal(storedDoc(), laterDoc) {
+		t.Fatalf("a before-write that writes nothing changed the document")
+	}
+	done := svc.AfterWrite(map[string]any{"key": key, "claim": second.Str("claim"), "outcome": "succeeded", "external_id": "crm-1"})
+	if done.Status != http.StatusOK || done.Str("state") != "succeeded" || done.Str("reason") != "recorded" {
+		t.Fatalf("after-write: %d %s", done.Status, done.Body)
+	}
+	settled := svc.Item("acme", key)
+	if settled.State != items.StateSucceeded || settled.ExternalID != "crm-1" || settled.Version != it.Version+1 ||
+		len(settled.Attempts) != 2 || settled.Resolution == nil {
+		t.Fatalf("after the report: %+v", settled)
+	}
+	doc := storedDoc()
+	if bytes.Contains(doc, []byte("later")) {
+		t.Errorf("the write kept the later fields: %x", doc)
+	}
+	if want, _, err := document(nil, settled); err != nil || !bytes.Equal(doc, want) {
+		t.Errorf("stored %x, want this build's form of the item %x (%v)", doc, want, err)
 	}
 }
