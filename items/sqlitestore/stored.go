@@ -49,7 +49,9 @@ import (
 //     that does not know the bit skips the field (from the release of this rule on; the builds before
 //     refuse it) and drops it at its next write of the item, which writes the item as it read it. A later
 //     build may therefore put there only what an earlier build may lose and leave stale meanwhile: a
-//     count, a hint; never a value a decision reads.
+//     count, a hint; never a value a decision reads. (Keeping them instead would carry bytes the item
+//     has no field for from every read to the write, tie each to its attempt or event across the
+//     transition, and keep a value about the item unchanged while this build changes the item.)
 //   - Bits 0 to 47 are for fields an earlier build must not ignore: it refuses a document with a bit there
 //     it does not know (errCorrupt: the item answers 500, never proceed). No field takes a bit of the
 //     skippable range (the constants after the masks fail to compile if one does).
