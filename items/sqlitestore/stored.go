@@ -24,7 +24,9 @@ import (
 // are integers, relative to the item's creation.
 //
 // Layout: a format byte (storedFormat), then the item: a mask (uvarint) of its fields present, then those
-// fields in the mask's bit order. Attempts, events and a resolution are the same: a mask, then fields.
+// fields in the mask's bit order. Attempts and events are the same: a mask, then fields. A resolution is
+// four strings and a time, then, where the item's mask has itemResolutionFields, a mask of the
+// resolution's further fields and those fields (no build writes any yet).
 // Integers are zigzag varints; a time is 0 (the item's creation) or 1 (its last change) or 2 + its
 // seconds from the creation (zigzag), then nanoseconds<<1 | has-offset (uvarint) and the zone offset in
 // seconds when it has one; bytes are a uvarint length and the bytes. A string is a uvarint v:
@@ -38,6 +40,28 @@ import (
 // A document that starts with '{' is the JSON of earlier builds (decode reads both).
 //
 // The format is read by every later build: bits, words and layout are only ever added, never changed.
+// And where it can, an earlier build reads what a later one wrote (a rollback to it):
+//
+//   - Bits 48 to 63 of every mask (the item's, an attempt's, an event's, a resolution's: skippableFields)
+//     are for fields an earlier build may skip. Such a field's value is a uvarint length and that many
+//     bytes, and it is self-contained: it names no string of the document's table and adds none (its
+//     strings are literals inside its bytes), so that skipping it shifts no reference after it. A build
+//     that does not know the bit skips the field (from the release of this rule on; the builds before
+//     refuse it) and drops it at its next write of the item, which writes the item as it read it. A later
+//     build may therefore put there only what an earlier build may lose and leave stale meanwhile: a
+//     count, a hint; never a value a decision reads. (Keeping them instead would carry bytes the item
+//     has no field for from every read to the write, tie each to its attempt or event across the
+//     transition, and keep a value about the item unchanged while this build changes the item.)
+//   - Bits 0 to 47 are for fields an earlier build must not ignore: it refuses a document with a bit there
+//     it does not know (errCorrupt: the item answers 500, never proceed). No field takes a bit of the
+//     skippable range (the constants after the masks fail to compile if one does).
+//   - A word appended to storedWords has a number the earlier builds do not know: they refuse a document
+//     that names it, and must, for a word they have no rule for in a value a decision reads (a dedupe mode,
+//     an outcome, a class, a cause): read as a string, it would be acted on by code that does not know it.
+//     Where a later build knows that an earlier one only shows the value, it may write the word there as
+//     a literal (4n+1) instead, which every build reads.
+//   - The four kinds of string, the three of time and the meaning of a bit are fixed: another needs
+//     another format byte, which every earlier build refuses.
 const storedFormat = 1
 
 // storedWords are the words of the contract a document names by number. Append only.
@@ -111,6 +135,8 @@ const (
 	itemCreatedAt // the created_at column cannot hold it exactly
 	itemUpdatedAt // the updated_at column cannot hold it exactly
 	itemHistoryDropped
+	itemResolutionFields // the resolution is followed by a mask of its further fields (no value here)
+	itemBitsEnd          // not a field: the bit after the last one
 )
 
 // Attempt fields present.
@@ -126,6 +152,7 @@ const (
 	attemptFailureClass
 	attemptHTTPStatus
 	attemptReports
+	attemptBitsEnd // not a field: the bit after the last one
 )
 
 // Event fields present.
@@ -145,6 +172,19 @@ const (
 	eventFingerprint
 	eventBy
 	eventNote
+	eventBitsEnd // not a field: the bit after the last one
+)
+
+// skippableFields are the bits of every mask kept for fields a build that does not know them skips: a
+// uvarint length and that many bytes, naming no string of the document's table (the format's comment).
+const skippableFields uint64 = 0xffff << 48
+
+// No field of this build takes a bit of the skippable range (a resolution has no field of its mask yet):
+// each difference is negative, which no uint64 holds, when a field does.
+const (
+	_ uint64 = 1<<48 - itemBitsEnd
+	_ uint64 = 1<<48 - attemptBitsEnd
+	_ uint64 = 1<<48 - eventBitsEnd
 )
 
 // row is what the items table holds of an item beside its document; the document does not repeat it.
@@ -183,17 +223,40 @@ type encoder struct {
 	table            []string
 	created, updated time.Time
 	base             int64 // the item's creation, Unix seconds
+	later            laterFields
 	err              error
+}
+
+// laterFields writes what a later build would: for the struct of kind ("item", "attempt", "event",
+// "resolution") number i of the document, fields of bits this build does not know, each a bit and its
+// value (written as a uvarint length and the bytes). Only tests set it (encodeStored); this build itself
+// writes no field it does not know.
+type laterFields func(kind string, i int) map[uint64][]byte
+
+func (e *encoder) laterOf(kind string, i int) map[uint64][]byte {
+	if e.later == nil {
+		return nil
+	}
+	return e.later(kind, i)
+}
+
+// laterField writes the value of a field of a later build (laterFields).
+func (e *encoder) laterField(v []byte) {
+	e.b = binary.AppendUvarint(e.b, uint64(len(v)))
+	e.b = append(e.b, v...)
 }
 
 // appendStored appends the stored form of it to dst. It fails where it.AppendJSON fails (a time outside
 // the years 0 to 9999 or with an offset of a day or more, a Result that is not JSON), so that what is
 // stored can always be shown.
-func appendStored(dst []byte, it *items.Item) ([]byte, error) {
+func appendStored(dst []byte, it *items.Item) ([]byte, error) { return encodeStored(dst, it, nil) }
+
+// encodeStored is appendStored, with the fields of a later build that later gives (tests only).
+func encodeStored(dst []byte, it *items.Item, later laterFields) ([]byte, error) {
 	r := rowOf(it)
 	var table [16]string
 	e := encoder{b: append(dst, storedFormat), table: r.strings(table[:0]), created: it.CreatedAt, updated: it.UpdatedAt,
-		base: it.CreatedAt.Unix()}
+		base: it.CreatedAt.Unix(), later: later}
 	var mask uint64
 	set := func(bit uint64, on bool) {
 		if on {
@@ -233,6 +296,15 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 	set(itemCreatedAt, !exactInColumn(it.CreatedAt))
 	set(itemUpdatedAt, !exactInColumn(it.UpdatedAt))
 	set(itemHistoryDropped, it.HistoryDropped != 0)
+	var resolutionLater map[uint64][]byte
+	if it.Resolution != nil {
+		resolutionLater = e.laterOf("resolution", 0)
+	}
+	set(itemResolutionFields, len(resolutionLater) > 0)
+	itemLater := e.laterOf("item", 0)
+	for bit := range itemLater {
+		mask |= bit
+	}
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.checkTime(it.CreatedAt)
 	e.checkTime(it.UpdatedAt)
@@ -245,7 +317,7 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 	}
 	for m := mask; m != 0; m &= m - 1 {
 		switch m & -m {
-		case itemPartsDerived, itemRetryable, itemLookupFailed, itemDuplicateEffect:
+		case itemPartsDerived, itemRetryable, itemLookupFailed, itemDuplicateEffect, itemResolutionFields:
 		case itemDedupe:
 			e.string(string(it.Dedupe))
 		case itemFingerprint:
@@ -264,7 +336,7 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 		case itemHistory:
 			e.b = binary.AppendUvarint(e.b, uint64(len(it.History)))
 			for i := range it.History {
-				e.event(&it.History[i])
+				e.event(&it.History[i], i)
 			}
 		case itemLeaseExpiresAt:
 			e.time(*it.LeaseExpiresAt)
@@ -277,7 +349,7 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 		case itemReceiverRequestID:
 			e.string(it.ReceiverRequestID)
 		case itemResolution:
-			e.resolution(it.Resolution)
+			e.resolution(it.Resolution, resolutionLater)
 		case itemExtraAttempts:
 			e.int(int64(it.ExtraAttempts))
 		case itemRetryAt:
@@ -305,6 +377,8 @@ func appendStored(dst []byte, it *items.Item) ([]byte, error) {
 		case itemHistoryDropped:
 			e.int(int64(it.HistoryDropped))
 		case itemCreatedAt, itemUpdatedAt:
+		default:
+			e.laterField(itemLater[m&-m])
 		}
 	}
 	if e.err != nil {
@@ -358,6 +432,10 @@ func (e *encoder) attempt(a *items.Attempt, i int) {
 	set(attemptFailureClass, a.FailureClass != "")
 	set(attemptHTTPStatus, a.HTTPStatus != 0)
 	set(attemptReports, len(a.Reports) > 0)
+	later := e.laterOf("attempt", i)
+	for bit := range later {
+		mask |= bit
+	}
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.time(a.StartedAt)
 	for m := mask; m != 0; m &= m - 1 {
@@ -387,11 +465,13 @@ func (e *encoder) attempt(a *items.Attempt, i int) {
 			for _, r := range a.Reports {
 				e.string(r)
 			}
+		default:
+			e.laterField(later[m&-m])
 		}
 	}
 }
 
-func (e *encoder) event(ev *items.Event) {
+func (e *encoder) event(ev *items.Event, i int) {
 	var mask uint64
 	set := func(bit uint64, on bool) {
 		if on {
@@ -413,6 +493,10 @@ func (e *encoder) event(ev *items.Event) {
 	set(eventFingerprint, ev.Fingerprint != "")
 	set(eventBy, ev.By != "")
 	set(eventNote, ev.Note != "")
+	later := e.laterOf("event", i)
+	for bit := range later {
+		mask |= bit
+	}
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.time(ev.At)
 	for m := mask; m != 0; m &= m - 1 {
@@ -447,16 +531,31 @@ func (e *encoder) event(ev *items.Event) {
 			e.string(ev.By)
 		case eventNote:
 			e.string(ev.Note)
+		default:
+			e.laterField(later[m&-m])
 		}
 	}
 }
 
-func (e *encoder) resolution(r *items.Resolution) {
+// resolution writes r, and its further fields where a later build gives some (then the item's mask has
+// itemResolutionFields).
+func (e *encoder) resolution(r *items.Resolution, later map[uint64][]byte) {
 	e.string(r.Outcome)
 	e.string(r.Evidence)
 	e.string(r.ExternalID)
 	e.string(r.By)
 	e.time(r.At)
+	if len(later) == 0 {
+		return
+	}
+	var mask uint64
+	for bit := range later {
+		mask |= bit
+	}
+	e.b = binary.AppendUvarint(e.b, mask)
+	for m := mask; m != 0; m &= m - 1 {
+		e.laterField(later[m&-m])
+	}
 }
 
 func (e *encoder) int(n int64) { e.b = binary.AppendVarint(e.b, n) }
@@ -656,6 +755,13 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 		case itemResolution:
 			it.Resolution = &items.Resolution{Outcome: d.string(), Evidence: d.string(), ExternalID: d.string(), By: d.string()}
 			it.Resolution.At = d.time()
+			if mask&itemResolutionFields != 0 {
+				d.resolutionFields()
+			}
+		case itemResolutionFields:
+			if mask&itemResolution == 0 {
+				d.fail() // further fields of no resolution
+			}
 		case itemExtraAttempts:
 			it.ExtraAttempts = d.int()
 		case itemRetryAt:
@@ -684,7 +790,7 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 			it.HistoryDropped = d.int()
 		case itemCreatedAt, itemUpdatedAt:
 		default:
-			d.fail() // a field of a later format
+			d.skip(m & -m)
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -694,6 +800,25 @@ func decodeStored(doc []byte, r *row) (*items.Item, error) {
 		return nil, d.err
 	}
 	return it, nil
+}
+
+// skip passes over the field of bit, a bit of a later build: a field of the skippable range is a length
+// and that many bytes; any other is one this build must not ignore, and the document is refused.
+func (d *decoder) skip(bit uint64) {
+	if bit&skippableFields == 0 {
+		d.fail()
+		return
+	}
+	d.take(d.uvarint())
+}
+
+// resolutionFields reads the mask of a resolution's further fields and the fields: none yet but
+// skippable ones.
+func (d *decoder) resolutionFields() {
+	mask := d.uvarint()
+	for m := mask; m != 0 && d.err == nil; m &= m - 1 {
+		d.skip(m & -m)
+	}
 }
 
 func (d *decoder) fail() {
@@ -866,7 +991,7 @@ func (d *decoder) attempt(a *items.Attempt, i int) {
 				a.Reports = append(a.Reports, d.string())
 			}
 		default:
-			d.fail()
+			d.skip(m & -m)
 		}
 	}
 }
@@ -907,7 +1032,7 @@ func (d *decoder) event(ev *items.Event) {
 		case eventNote:
 			ev.Note = d.string()
 		default:
-			d.fail()
+			d.skip(m & -m)
 		}
 	}
 }

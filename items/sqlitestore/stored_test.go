@@ -6,12 +6,15 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 )
@@ -399,5 +402,275 @@ func TestStoredHistoryDropped(t *testing.T) {
 		if bits, _ := binary.Uvarint(none[1:]); bits&itemHistoryDropped != 0 {
 			t.Fatalf("an item with none dropped sets the bit of the count")
 		}
+	}
+}
+
+// laterAtEveryLevel gives, as a later build would write them, fields of the given bits in the item, in
+// every attempt and event, and in the resolution. Each value looks like strings of the document (a
+// literal, then a reference to the table's first string) and ends in a marker naming its place
+// ("attempt-1-0": attempt 1, the first bit), so that a decoder that read it as fields would add to the
+// table and shift every reference after it, and a test can find it in the bytes.
+func laterAtEveryLevel(bits ...uint64) laterFields {
+	return func(kind string, i int) map[uint64][]byte {
+		m := make(map[uint64][]byte, len(bits))
+		for j, bit := range bits {
+			v := binary.AppendUvarint(nil, 5<<2|1)
+			v = append(v, "later"...)
+			v = binary.AppendUvarint(v, 0<<2|3)
+			m[bit] = fmt.Appendf(v, "%s-%d-%d", kind, i, j)
+		}
+		return m
+	}
+}
+
+// laterSampleItem is an item with every level a later build may add fields to (two attempts, events, a
+// resolution), whose strings the document names by reference after each of those levels: the
+// fingerprint in the second attempt and in the events, the person and the note in the resolution, the
+// note again as the item's failure message (after the resolution in bit order).
+func laterSampleItem() *items.Item {
+	now := time.Date(2026, 12, 2, 8, 0, 0, 123456789, time.UTC)
+	later := now.Add(90 * time.Second)
+	fp := strings.Repeat("3fa9c2", 10) + "beef"
+	return &items.Item{Tenant: "acme", Key: "invoices:inv-0004711:send:1", Workflow: "invoices", Object: "inv-0004711",
+		Action: "send", Sequence: "1", Destination: "billing", Dedupe: items.DedupeKey, Reference: "INV-2026-0004711",
+		ExecutionID: "48213", Fingerprint: fp, State: items.StateFailed, Attempt: 2, Claim: "c_0f1e2d3c4b5a69788796a5b4",
+		Attempts: []items.Attempt{
+			{Number: 1, Claim: "c_aa1e2d3c4b5a69788796a5b4", ExecutionID: "48213", Fingerprint: fp, StartedAt: now,
+				EndedAt: &now, Outcome: items.StateUnknown, FailureClass: items.ClassTimeout},
+			{Number: 2, Claim: "c_0f1e2d3c4b5a69788796a5b4", ExecutionID: "48213", Fingerprint: fp, StartedAt: later,
+				EndedAt: &later, Outcome: items.StateFailed, FailureClass: items.ClassHTTP, HTTPStatus: 503},
+		},
+		History: []items.Event{
+			{At: now, Kind: items.EventClaimed, Attempt: 1, ExecutionID: "48213", Decision: items.Proceed,
+				Reason: items.ReasonNew, To: items.StateInFlight, Fingerprint: fp},
+			{At: now, Kind: items.EventResolve, By: "ops-anna", Note: "not in the CRM", From: items.StateUnknown,
+				To: items.StateFailed, Outcome: "not_committed"},
+			{At: later, Kind: items.EventClaimed, Attempt: 2, ExecutionID: "48213", Decision: items.Proceed,
+				Reason: items.ReasonRetry, From: items.StateFailed, To: items.StateInFlight, Fingerprint: fp},
+			{At: later, Kind: items.EventAfterWrite, Attempt: 2, From: items.StateInFlight, To: items.StateFailed,
+				Outcome: "failed", ErrorClass: items.ClassHTTP, HTTPStatus: 503, Note: "not in the CRM"},
+		},
+		Resolution:     &items.Resolution{Outcome: "not_committed", Evidence: "not in the CRM", By: "ops-anna", At: now},
+		Retryable:      true,
+		FailureClass:   items.ClassHTTP,
+		FailureMessage: "not in the CRM",
+		HTTPStatus:     503,
+		Version:        4, CreatedAt: now, UpdatedAt: later,
+	}
+}
+
+// TestStoredFormSkipsLaterFields: documents a later build wrote with fields of the skippable range in the
+// item, in attempts, in events and in the resolution, with references to the document's strings after
+// them, read back as exactly the item without those fields, and this build writes that item again without
+// them (the same bytes as it writes for the item it read).
+func TestStoredFormSkipsLaterFields(t *testing.T) {
+	t.Parallel()
+	check := func(it *items.Item, later laterFields) {
+		t.Helper()
+		doc, _, err := document(nil, it)
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		laterDoc, err := encodeStored(nil, it, later)
+		if err != nil {
+			t.Fatalf("encode with later fields: %v", err)
+		}
+		if len(laterDoc) <= len(doc) {
+			t.Fatalf("the later fields took no bytes: %x", laterDoc)
+		}
+		row := rowOf(it)
+		got, err := decodeStored(laterDoc, &row)
+		if err != nil {
+			t.Fatalf("decode %x: %v", laterDoc, err)
+		}
+		want, _ := it.AppendJSON(nil)
+		gotJSON, _ := got.AppendJSON(nil)
+		if !sameStored(got, it) || !bytes.Equal(gotJSON, want) {
+			t.Fatalf("read back another item\ngot:  %s\nwant: %s", gotJSON, want)
+		}
+		if again, _, err := document(nil, got); err != nil || !bytes.Equal(again, doc) {
+			t.Fatalf("the item read back encodes to %x (%v), without the later fields %x", again, err, doc)
+		}
+	}
+	seen := map[string]int{}
+	counted := func(later laterFields) laterFields {
+		return func(kind string, i int) map[uint64][]byte {
+			seen[kind]++
+			return later(kind, i)
+		}
+	}
+	for _, bits := range [][]uint64{{1 << 48}, {1 << 63}, {1 << 48, 1 << 52, 1 << 63}} {
+		check(laterSampleItem(), counted(laterAtEveryLevel(bits...)))
+	}
+	if seen["item"] != 3 || seen["attempt"] != 6 || seen["event"] != 12 || seen["resolution"] != 3 {
+		t.Fatalf("later fields written %v, want in the item, both attempts, every event and the resolution", seen)
+	}
+	// One level at a time: a field of the skippable range in that level only.
+	for _, level := range []string{"item", "attempt", "event", "resolution"} {
+		check(laterSampleItem(), func(kind string, i int) map[uint64][]byte {
+			if kind != level {
+				return nil
+			}
+			return laterAtEveryLevel(1<<50)(kind, i)
+		})
+	}
+	r := rand.New(rand.NewPCG(20261202, 48))
+	for n := 0; n < 3000; {
+		it := storedSample(r)
+		if _, _, err := document(nil, it); err != nil {
+			continue
+		}
+		n++
+		bits := []uint64{1 << (48 + r.IntN(16))}
+		if r.IntN(2) == 0 {
+			bits = append(bits, 1<<63)
+		}
+		check(it, counted(laterAtEveryLevel(bits...)))
+	}
+}
+
+// TestStoredFormRefusesBadLaterFields: a field of the skippable range whose length runs past the end of
+// the document, or cut short, is refused as corrupt (never a panic), at every level; and a bit this
+// build does not know outside the skippable range is refused as before, at every level.
+func TestStoredFormRefusesBadLaterFields(t *testing.T) {
+	t.Parallel()
+	it := laterSampleItem()
+	row := rowOf(it)
+	doc, err := encodeStored(nil, it, laterAtEveryLevel(1<<48))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeStored(doc, &row); err != nil {
+		t.Fatalf("the whole document: %v", err)
+	}
+	for _, marker := range []string{"item-0-0", "attempt-0-0", "attempt-1-0", "event-0-0", "event-3-0", "resolution-0-0"} {
+		at := bytes.Index(doc, []byte(marker))
+		if at < 0 {
+			t.Fatalf("no %s in %x", marker, doc)
+		}
+		start := at - len("\x15later\x03") // where the value starts; its length (< 128) is the byte before
+		if doc[start-1] != byte(len(doc[start:at])+len(marker)) {
+			t.Fatalf("%s: the byte before the value is %d, not its length", marker, doc[start-1])
+		}
+		for _, length := range []uint64{uint64(len(doc) - start + 1), 1 << 62, ^uint64(0)} {
+			bad := binary.AppendUvarint(bytes.Clone(doc[:start-1]), length)
+			bad = append(bad, doc[start:]...)
+			if _, err := decodeStored(bad, &row); !errors.Is(err, errCorrupt) {
+				t.Errorf("%s with the length %d: %v, want corrupt", marker, length, err)
+			}
+		}
+		if _, err := decodeStored(doc[:at+2], &row); !errors.Is(err, errCorrupt) {
+			t.Errorf("%s cut short: %v, want corrupt", marker, err)
+		}
+	}
+	for level, bits := range map[string][]uint64{
+		"item":       {itemBitsEnd, 1 << 47},
+		"attempt":    {attemptBitsEnd, 1 << 47},
+		"event":      {eventBitsEnd, 1 << 47},
+		"resolution": {1, 1 << 47},
+	} {
+		for _, bit := range bits {
+			doc, err := encodeStored(nil, it, func(kind string, i int) map[uint64][]byte {
+				if kind != level {
+					return nil
+				}
+				return laterAtEveryLevel(bit)(kind, i)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := decodeStored(doc, &row); !errors.Is(err, errCorrupt) {
+				t.Errorf("a field of bit %#x in the %s: %v, want corrupt", bit, level, err)
+			}
+		}
+	}
+	// Further fields of a resolution the item does not have.
+	noResolution := laterSampleItem()
+	noResolution.Resolution = nil
+	plain, _, err := document(nil, noResolution)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mask, n := binary.Uvarint(plain[1:])
+	bad := binary.AppendUvarint([]byte{storedFormat}, mask|itemResolutionFields)
+	bad = append(bad, plain[1+n:]...)
+	noResolutionRow := rowOf(noResolution)
+	if _, err := decodeStored(bad, &noResolutionRow); !errors.Is(err, errCorrupt) {
+		t.Errorf("further fields of no resolution: %v, want corrupt", err)
+	}
+}
+
+// TestStoreAnswersAnItemWithLaterFields: an item whose stored document a later build wrote, with fields
+// of the skippable range in the item, its attempts, its events and its resolution, is answered through
+// HTTP as before: GET /v1/items/{key} shows the same item, a before-write while it is in flight is
+// answered skip in_progress and writes nothing (the document keeps the fields), and the after-write that
+// settles it is recorded, and stores the item as this build writes it: without the later fields.
+func TestStoreAnswersAnItemWithLaterFields(t *testing.T) {
+	ctx := context.Background()
+	store, err := Open(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
+	const key = "inv-later"
+	payload := map[string]any{"invoice": key, "amount": 120.5}
+	first := svc.Claim(key, nil).Str("claim")
+	handlerstest.Expect(t, svc.AfterWrite(map[string]any{"key": key, "claim": first, "outcome": "failed",
+		"error": map[string]any{"class": "timeout"}}), http.StatusOK, "", "")
+	handlerstest.Expect(t, svc.Post(handlerstest.OperatorAcme, "/v1/items/"+key+"/resolve",
+		map[string]any{"outcome": "not_committed", "evidence": "not in the CRM, checked by hand"}), http.StatusOK, "", "")
+	second := svc.Claim(key, nil)
+	if second.Num("attempt") != 2 {
+		t.Fatalf("the claim after the resolution: %s", second.Body)
+	}
+	shown := svc.Get(handlerstest.OperatorAcme, "/v1/items/"+key)
+	handlerstest.Expect(t, shown, http.StatusOK, "", "")
+
+	it := svc.Item("acme", key)
+	if len(it.Attempts) != 2 || len(it.History) < 3 || it.Resolution == nil {
+		t.Fatalf("the item has %d attempts, %d events, resolution %v", len(it.Attempts), len(it.History), it.Resolution)
+	}
+	laterDoc, err := encodeStored(nil, it, laterAtEveryLevel(1<<48, 1<<63))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.writeOutside(`UPDATE items SET doc = ? WHERE tenant = 'acme' AND key = ?`, laterDoc, key); err != nil {
+		t.Fatal(err)
+	}
+	storedDoc := func() []byte {
+		t.Helper()
+		var doc []byte
+		if err := store.r.QueryRowContext(ctx, `SELECT doc FROM items WHERE tenant = 'acme' AND key = ?`, key).Scan(&doc); err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+
+	if again := svc.Get(handlerstest.OperatorAcme, "/v1/items/"+key); again.Status != http.StatusOK || !bytes.Equal(again.Body, shown.Body) {
+		t.Fatalf("GET of the item with later fields: %d %s\nbefore them: %s", again.Status, again.Body, shown.Body)
+	}
+	busy := svc.BeforeWrite(map[string]any{"key": key, "payload": payload})
+	if busy.Status != http.StatusOK || busy.Str("decision") != "skip" || busy.Str("reason") != "in_progress" {
+		t.Fatalf("before-write while in flight: %d %s", busy.Status, busy.Body)
+	}
+	if !bytes.Equal(storedDoc(), laterDoc) {
+		t.Fatalf("a before-write that writes nothing changed the document")
+	}
+	done := svc.AfterWrite(map[string]any{"key": key, "claim": second.Str("claim"), "outcome": "succeeded", "external_id": "crm-1"})
+	if done.Status != http.StatusOK || done.Str("state") != "succeeded" || done.Str("reason") != "recorded" {
+		t.Fatalf("after-write: %d %s", done.Status, done.Body)
+	}
+	settled := svc.Item("acme", key)
+	if settled.State != items.StateSucceeded || settled.ExternalID != "crm-1" || settled.Version != it.Version+1 ||
+		len(settled.Attempts) != 2 || settled.Resolution == nil {
+		t.Fatalf("after the report: %+v", settled)
+	}
+	doc := storedDoc()
+	if bytes.Contains(doc, []byte("later")) {
+		t.Errorf("the write kept the later fields: %x", doc)
+	}
+	if want, _, err := document(nil, settled); err != nil || !bytes.Equal(doc, want) {
+		t.Errorf("stored %x, want this build's form of the item %x (%v)", doc, want, err)
 	}
 }
