@@ -508,6 +508,29 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 	}
 }
 
+// "companion help items list" prints what "companion items list --help" prints, flags included: README
+// says help shows one command's flags, and a subcommand's are where they are (the group's help has none).
+func TestHelpOfASubcommandIsItsOwnHelp(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		p := newProgram(nil)
+		err := p.Run(context.Background(), args)
+		p.Close()
+		return p.out.String(), err
+	}
+	for _, sub := range [][]string{{"items", "list"}, {"items", "resolve"}, {"templates", "render"}, {"slack", "manifest"}} {
+		want, err := run(append(slices.Clone(sub), "--help")...)
+		if err != nil || !strings.Contains(want, "\nflags:\n") {
+			t.Fatalf("%v --help: %v\n%s", sub, err, want)
+		}
+		if got, err := run(append([]string{"help"}, sub...)...); err != nil || got != want {
+			t.Errorf("help %v: %v\n%s\nwant what %v --help prints:\n%s", sub, err, got, sub, want)
+		}
+	}
+	if _, err := run("help", "items", "lsit"); cli.ExitCode(err) != 2 {
+		t.Errorf("help items lsit: %v (exit %d), want a usage mistake", err, cli.ExitCode(err))
+	}
+}
+
 func TestTokenMistakesStopTheStart(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "tokens")

@@ -348,7 +348,10 @@ func (m *Main) help(_ context.Context, args []string) error {
 		if !ok {
 			return unknownCommand(args[0])
 		}
-		return cmd.run(m, context.Background(), []string{"--help"})
+		// "companion help items list" is "companion items list --help": the subcommand's flags, not the
+		// group's summary. The words after the command are passed on; the flags are left out.
+		rest := slices.DeleteFunc(slices.Clone(args[1:]), func(a string) bool { return strings.HasPrefix(a, "-") })
+		return cmd.run(m, context.Background(), append(rest, "--help"))
 	}
 	fmt.Fprint(m.Stdout, `companion makes the external writes of n8n and Make workflows replay-safe: ask before each
 write (POST /v1/before-write), write with the returned idempotency key, report what happened
