@@ -353,7 +353,8 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
 		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
-			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
+			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800", "; give a retention of 168h or more"}},
+		{"retention in days", "defaults:\n  retention: 30d\n", []string{"line 2", "defaults.retention", `not "30d" (a duration has no days: write 720h)`}},
 		{"retention not positive", "defaults:\n  retention: 0s\n", []string{"line 2", "defaults.retention", "positive"}},
 		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
 			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
@@ -376,6 +377,50 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 				t.Errorf("the ledger was opened before the config was checked")
 			}
 		})
+	}
+}
+
+// A retention refused as not positive is named once, not also as shorter than the key retention, whether
+// a destination gives it or inherits it from defaults; a destination with a retention of its own that is
+// too short is still named.
+func TestBadRetentionIsNamedOnce(t *testing.T) {
+	_, cfg, err := startWithBadConfig(t, "defaults:\n  retention: -1s\ndestinations:\n  a:\n    owner: U1\n  b:\n    retention: -5s\n  c:\n    retention: 2h\n", nil)
+	want := "config " + cfg + ":\n" +
+		"  line 2: defaults.retention: must be positive\n" +
+		"  line 7: destinations.b.retention: must be positive\n" +
+		"  line 9: destinations.c.retention: retention 2h0m0s is shorter than key_retention_seconds 86400: an item would be forgotten while a replay of it may still come; give a retention of 24h or more"
+	if err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+// A configuration file that is not there (a relative path from another directory, a typo) stops the start
+// naming it by its absolute path and saying what to do, before anything is created; so does a directory.
+func TestMissingConfigFileSaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ config, want string }{
+		{"companion.yml", "config companion.yml (" + filepath.Join(dir, "companion.yml") + "): no such file; give the path of your YAML file with --config or COMPANION_CONFIG (docs/configuration.md), or leave both out to run every destination on the defaults"},
+		{dir, "config " + dir + ": is a directory; give the YAML file in it with --config or COMPANION_CONFIG"},
+	} {
+		for _, viaEnv := range []bool{false, true} {
+			env := map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data")}
+			args := []string{"serve", "--addr", "127.0.0.1:0"}
+			if viaEnv {
+				env["COMPANION_CONFIG"] = c.config
+			} else {
+				args = append(args, "--config", c.config)
+			}
+			p := newProgram(env)
+			err := p.Run(context.Background(), args)
+			p.Close()
+			if err == nil || err.Error() != c.want || cli.ExitCode(err) != 1 {
+				t.Errorf("%v (COMPANION_CONFIG %v): %v (exit %d); want %q", args, viaEnv, err, cli.ExitCode(err), c.want)
+			}
+			if _, statErr := os.Stat(filepath.Join(dir, "data")); statErr == nil {
+				t.Fatalf("the data dir was created before the config was read")
+			}
+		}
 	}
 }
 
