@@ -545,6 +545,13 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		"serve --data_dir x":       `serve: unknown flag --data_dir (did you mean --data-dir?`,
 		"items list --need-person": `items list: unknown flag --need-person (did you mean --needs-person?`,
 		"serve --frobnicate":       `serve: unknown flag --frobnicate (run "companion serve --help" for its flags)`,
+		// Two neighbouring letters swapped: two edits apart, too far for a short name, but what was meant.
+		"bench --itmes 5":          `bench: unknown flag --itmes (did you mean --items? run "companion bench --help")`,
+		"stats --josn":             `stats: unknown flag --josn (did you mean --json?`,
+		"templates render --otu x": `templates render: unknown flag --otu (did you mean --out?`,
+		"items lst":                `items: unknown subcommand "lst" (did you mean list? run "companion items --help")`,
+		"items sohw k":             `items: unknown subcommand "sohw" (did you mean show?`,
+		"items frobnicate":         `items: unknown subcommand "frobnicate"; use list, show or resolve`,
 	} {
 		_, err := run(strings.Fields(args)...)
 		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {

@@ -305,7 +305,7 @@ func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
 // letter or two away (--adr: --addr) or the only one it begins (--data: --data-dir).
 func unknownFlag(cmd, name string, known []string) error {
 	name = strings.TrimLeft(name, "-")
-	guess := nearest(name, known)
+	guess := likely(name, known)
 	if guess == "" && len(name) >= 2 {
 		for _, k := range known {
 			if strings.HasPrefix(k, name) {
@@ -321,6 +321,30 @@ func unknownFlag(cmd, name string, known []string) error {
 		return usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", cmd, name, guess, cmd)
 	}
 	return usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", cmd, name, cmd)
+}
+
+// likely is the name of known that name most likely meant: one a letter or two away (nearest), or the
+// same letters with two neighbours swapped (--itmes: --items), which an edit distance counts as two
+// edits and so misses in a short name; "" when none is.
+func likely(name string, known []string) string {
+	if guess := nearest(name, known); guess != "" {
+		return guess
+	}
+	lower := strings.ToLower(name)
+	for _, k := range known {
+		if len(k) != len(lower) || len(k) < 2 {
+			continue
+		}
+		for i := 0; i+1 < len(k); i++ {
+			if lower[i] != k[i] {
+				if lower[i] == k[i+1] && lower[i+1] == k[i] && lower[i+2:] == k[i+2:] {
+					return k
+				}
+				break
+			}
+		}
+	}
+	return ""
 }
 
 func (m *Main) version(_ context.Context, args []string) error {

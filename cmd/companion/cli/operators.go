@@ -219,6 +219,9 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	case "resolve":
 		return m.itemsResolve(ctx, args[1:])
 	}
+	if guess := likely(args[0], []string{"list", "show", "resolve"}); guess != "" {
+		return usageErrorf("items: unknown subcommand %q (did you mean %s? run \"companion items --help\")", args[0], guess)
+	}
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
 }
 
