@@ -47,6 +47,10 @@ func (m *Main) client() (*apiClient, error) {
 		}
 		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL such as http://127.0.0.1:8080", base)
 	}
+	if trimmed, ok := strings.CutSuffix(base, "/v1"); ok {
+		// Copied from a request: every command would ask for /v1/v1/… and be told 404.
+		return nil, usageErrorf("COMPANION_URL %q ends in /v1: give the service's address without it (the commands add /v1/…), COMPANION_URL=%s", base, trimmed)
+	}
 	return &apiClient{base: base, token: m.Getenv("COMPANION_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
@@ -121,6 +125,11 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
 		case resp.StatusCode == http.StatusForbidden:
 			e.Error.hint = "COMPANION_TOKEN is a workflow token; this command needs one of role operator."
+		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error.Message, "no such endpoint"):
+			// The service has the endpoint: the path COMPANION_URL put before it is the likely mistake.
+			if u, err := url.Parse(c.base); err == nil && u.Path != "" {
+				e.Error.hint = fmt.Sprintf("COMPANION_URL is the service's address, the part before /v1/; its path %s is not part of it here: try COMPANION_URL=%s://%s.", u.Path, u.Scheme, u.Host)
+			}
 		}
 		return nil, &e.Error
 	}
