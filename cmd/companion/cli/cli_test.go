@@ -552,6 +552,13 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		"items lst":                `items: unknown subcommand "lst" (did you mean list? run "companion items --help")`,
 		"items sohw k":             `items: unknown subcommand "sohw" (did you mean show?`,
 		"items frobnicate":         `items: unknown subcommand "frobnicate"; use list, show or resolve`,
+		// A value a flag cannot take says what it must be, with the flag as it is written.
+		"items list --limit x":                  `items list: --limit "x" is not a whole number (run "companion items list --help")`,
+		"serve --metrics-open=yes":              `serve: --metrics-open "yes" is not true or false (--metrics-open alone is true; --metrics-open=false)`,
+		"items list --needs-person=maybe":       `items list: --needs-person "maybe" is not true or false`,
+		"items list --state":                    `items list: --state needs a value (--state VALUE or --state=VALUE)`,
+		"templates render --write-timeout-ms x": `templates render: --write-timeout-ms "x" is not a value it takes`,
+		"templates render --force=maybe":        `templates render: --force "maybe" is not true or false`,
 	} {
 		_, err := run(strings.Fields(args)...)
 		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {

@@ -419,8 +419,8 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 				continue
 			}
 			// The value the docs give, written --flag=value or as the next word (not for a bool flag, which
-			// answers "x" with "invalid boolean value"), must parse.
-			boolFlag := err != nil && strings.Contains(err.Error(), "invalid boolean value")
+			// answers "x" with "is not true or false"), must parse.
+			boolFlag := err != nil && strings.Contains(err.Error(), "is not true or false")
 			if !hasValue && !boolFlag && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
 				value, hasValue = strings.Trim(args[i+1], "[]"), true
 			}

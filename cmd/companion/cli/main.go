@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -294,11 +295,63 @@ func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
 			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
 			return true, unknownFlag(fs.name, name, known)
 		}
-		return true, usageErrorf("%s: %v (run \"companion %s --help\")", fs.name, err, fs.name)
+		return true, usageErrorf("%s: %s (run \"companion %s --help\")", fs.name, flagMistake(fs.FlagSet, err), fs.name)
 	case fs.NArg() > 0:
 		return true, usageErrorf("%s: unexpected argument %q (run \"companion %s --help\")", fs.name, fs.Arg(0), fs.name)
 	}
 	return false, nil
+}
+
+// flagValue and flagWithoutValue are the flag package's words for a value it cannot parse and for a
+// flag given last without its value.
+var (
+	flagValue        = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([^\s:]+): (.*)$`)
+	flagWithoutValue = regexp.MustCompile(`^flag needs an argument: -(\S+)$`)
+)
+
+// flagMistake words the flag package's parse error in the program's terms: the flag with two dashes, and
+// what its value must be rather than Go's parser's words ("strconv.ParseBool: parsing …: invalid syntax").
+func flagMistake(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := flagWithoutValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("--%s needs a value (--%s VALUE or --%s=VALUE)", m[1], m[1], m[1])
+	}
+	m := flagValue.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	value, name, why := m[1], m[2], m[3]
+	var kind any
+	if strings.HasPrefix(msg, "invalid boolean value") {
+		kind = true
+	}
+	var f *flag.Flag
+	if fs != nil { // nil: a command whose flags another package parses (delegatedUsage)
+		f = fs.Lookup(name)
+	}
+	if f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			kind = g.Get()
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			kind = true // a bool of its own kind (items list --needs-person)
+		}
+	}
+	switch kind.(type) {
+	case bool:
+		return fmt.Sprintf("--%s %q is not true or false (--%s alone is true; --%s=false)", name, value, name, name)
+	case int, int64, uint, uint64:
+		return fmt.Sprintf("--%s %q is not a whole number", name, value)
+	case float64:
+		return fmt.Sprintf("--%s %q is not a number", name, value)
+	case time.Duration:
+		return fmt.Sprintf("--%s %q is not a duration such as 90s or 4h", name, value)
+	}
+	if why == "parse error" {
+		// A flag another package parses (templates render, receiver): its kind is not known here.
+		return fmt.Sprintf("--%s %q is not a value it takes (its line in --help says what it takes)", name, value)
+	}
+	return fmt.Sprintf("--%s %q: %s", name, value, why)
 }
 
 // unknownFlag words an unknown flag of command cmd: with the known flag it most likely meant, one a

@@ -234,6 +234,25 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
 }
 
+// listFlags are the flags of items list by the query parameter each sets.
+var listFlags = map[string]string{"state": "state", "needs_person": "needs-person", "destination": "destination",
+	"workflow": "workflow", "batch_id": "batch", "execution_id": "execution", "reference": "reference", "owner": "owner",
+	"older_than": "older-than", "limit": "limit", "cursor": "cursor"}
+
+// listFlagMistake words the API's refusal of a list parameter ("limit: must be 1-500") as the mistake in
+// the command line that it is: the flag that set it, exit status 2. Other errors are left as they are.
+func listFlagMistake(err error) error {
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		return err
+	}
+	param, problem, ok := strings.Cut(ae.Message, ": ")
+	if name, known := listFlags[param]; ok && known {
+		return usageErrorf("items list: --%s: %s (run \"companion items list --help\")", name, problem)
+	}
+	return err
+}
+
 // keyAndFlags splits "KEY --flag …": the key when it comes first, and the rest.
 func keyAndFlags(args []string) (string, []string) {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -338,7 +357,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	for {
 		b, err := c.do(ctx, http.MethodGet, "/v1/items?"+q.Encode(), nil)
 		if err != nil {
-			return err
+			return listFlagMistake(err)
 		}
 		var page struct {
 			Items      []json.RawMessage `json:"items"`
