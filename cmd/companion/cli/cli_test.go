@@ -84,6 +84,48 @@ func TestStartLineNamesOpenMetrics(t *testing.T) {
 	}
 }
 
+// A setting given in the environment that serve cannot use stops the start naming the variable, where a
+// newcomer who set it will look, and creates nothing; COMPANION_METRICS_OPEN that is not true or false is
+// such a mistake, not a silent "closed" (1 opens it, as true does), unless --metrics-open decides.
+func TestServeEnvironmentMistakesNameTheVariable(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"COMPANION_SWEEP_EVERY": "30s"}, nil, `--sweep-every (COMPANION_SWEEP_EVERY): sweep schedule "30s"`},
+		{map[string]string{"COMPANION_ADDR": "localhost"}, nil, `--addr (COMPANION_ADDR) "localhost": address localhost: missing port in address; give host:port, e.g. --addr localhost:8080`},
+		{map[string]string{"COMPANION_DEBUG_ADDR": "0.0.0.0:6060"}, nil, `--debug-addr (COMPANION_DEBUG_ADDR) "0.0.0.0:6060": the profiles are served on a loopback address only`},
+		{map[string]string{"COMPANION_METRICS_OPEN": "yes"}, nil, `COMPANION_METRICS_OPEN "yes" is not true or false`},
+	} {
+		env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}
+		maps.Copy(env, c.env)
+		p := newProgram(env)
+		err := p.Run(context.Background(), append([]string{"serve"}, c.args...))
+		p.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) || cli.ExitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d); want %q", c.env, err, cli.ExitCode(err), c.want)
+		}
+		if _, statErr := os.Stat(dir); statErr == nil {
+			t.Fatalf("%v: the data dir was created", c.env)
+		}
+	}
+	tokens := "ops:acme:operator:op-secret-0123456789"
+	for _, c := range []struct {
+		value string
+		args  []string
+		open  bool
+	}{{"1", nil, true}, {"false", nil, false}, {"yes", []string{"--metrics-open=false"}, false}} {
+		p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "data"),
+			"COMPANION_TOKENS": tokens, "COMPANION_METRICS_OPEN": c.value}, c.args...)
+		if status, _ := call(t, p, "GET", "/metrics", "", ""); (status == 200) != c.open {
+			t.Errorf("COMPANION_METRICS_OPEN=%s %v: GET /metrics without a token answered %d, want open %v", c.value, c.args, status, c.open)
+		}
+		p.Close()
+	}
+}
+
 func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}
