@@ -31,6 +31,8 @@ func TestErrorPagesSayWhatHappenedAndWhereToGoOn(t *testing.T) {
 		{"/console/batch?id=nope", 404, []string{"No batch has the id nope in tenant default", `href="/console/find?q=nope"`}},
 		{"/console/batch?id=b-1&cursor=zzz", 400, []string{"cursor:", `href="/console/batch?id=b-1"`}},
 		{"/console/batch", 400, []string{"Which batch?", `href="/console/find"`}},
+		{"/console/item", 400, []string{"Which item?", "named by its key (item?key=…)", `href="/console/find"`}},
+		{"/console/item?key=", 400, []string{"Which item?"}},
 		{"/console/nope", 404, []string{"Not found", "no such page"}},
 	} {
 		status, body, _ := e.page(c, tc.path)

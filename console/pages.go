@@ -357,6 +357,12 @@ type resolveForm struct {
 
 func (c *Console) item(w http.ResponseWriter, r *http.Request, s *session) {
 	key := r.URL.Query().Get("key")
+	if key == "" {
+		// An address without its key (typed, or cut short): say which page it is, as the batch page does.
+		c.fail(w, r, s, PublicError{Status: http.StatusBadRequest, Code: string(items.CodeInvalid),
+			Message: "Which item? This page shows one item, named by its key (item?key=…); Find looks one up."}, link{"Find", Prefix + "find"})
+		return
+	}
 	v, err := c.itemView(r, s, key)
 	if errors.Is(err, items.ErrNotFound) {
 		c.fail(w, r, s, PublicError{Status: http.StatusNotFound, Code: string(items.CodeNotFound),

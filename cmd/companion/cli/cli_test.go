@@ -84,6 +84,48 @@ func TestStartLineNamesOpenMetrics(t *testing.T) {
 	}
 }
 
+// A setting given in the environment that serve cannot use stops the start naming the variable, where a
+// newcomer who set it will look, and creates nothing; COMPANION_METRICS_OPEN that is not true or false is
+// such a mistake, not a silent "closed" (1 opens it, as true does), unless --metrics-open decides.
+func TestServeEnvironmentMistakesNameTheVariable(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{map[string]string{"COMPANION_SWEEP_EVERY": "30s"}, nil, `--sweep-every (COMPANION_SWEEP_EVERY): sweep schedule "30s"`},
+		{map[string]string{"COMPANION_ADDR": "localhost"}, nil, `--addr (COMPANION_ADDR) "localhost": address localhost: missing port in address; give host:port, e.g. --addr localhost:8080`},
+		{map[string]string{"COMPANION_DEBUG_ADDR": "0.0.0.0:6060"}, nil, `--debug-addr (COMPANION_DEBUG_ADDR) "0.0.0.0:6060": the profiles are served on a loopback address only`},
+		{map[string]string{"COMPANION_METRICS_OPEN": "yes"}, nil, `COMPANION_METRICS_OPEN "yes" is not true or false`},
+	} {
+		env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}
+		maps.Copy(env, c.env)
+		p := newProgram(env)
+		err := p.Run(context.Background(), append([]string{"serve"}, c.args...))
+		p.Close()
+		if err == nil || !strings.Contains(err.Error(), c.want) || cli.ExitCode(err) != 2 {
+			t.Errorf("%v: %v (exit %d); want %q", c.env, err, cli.ExitCode(err), c.want)
+		}
+		if _, statErr := os.Stat(dir); statErr == nil {
+			t.Fatalf("%v: the data dir was created", c.env)
+		}
+	}
+	tokens := "ops:acme:operator:op-secret-0123456789"
+	for _, c := range []struct {
+		value string
+		args  []string
+		open  bool
+	}{{"1", nil, true}, {"false", nil, false}, {"yes", []string{"--metrics-open=false"}, false}} {
+		p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "data"),
+			"COMPANION_TOKENS": tokens, "COMPANION_METRICS_OPEN": c.value}, c.args...)
+		if status, _ := call(t, p, "GET", "/metrics", "", ""); (status == 200) != c.open {
+			t.Errorf("COMPANION_METRICS_OPEN=%s %v: GET /metrics without a token answered %d, want open %v", c.value, c.args, status, c.open)
+		}
+		p.Close()
+	}
+}
+
 func TestServeAnswersThenStopsAndKeepsTheLedger(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	env := map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": dir}
@@ -353,7 +395,8 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"unclosed quote", "defaults:\n  check_hint: \"search billing\n", []string{"line", "a quote opened and never closed?"}},
 		{"destinations as a list", "destinations:\n  - billing\n", []string{"line 2"}},
 		{"retention shorter than key retention", "defaults:\n  key_retention_seconds: 604800\ndestinations:\n  crm:\n    retention: 72h\n",
-			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800"}},
+			[]string{"line 5", "destinations.crm.retention", "shorter than key_retention_seconds 604800", "; give a retention of 168h or more"}},
+		{"retention in days", "defaults:\n  retention: 30d\n", []string{"line 2", "defaults.retention", `not "30d" (a duration has no days: write 720h)`}},
 		{"retention not positive", "defaults:\n  retention: 0s\n", []string{"line 2", "defaults.retention", "positive"}},
 		{"contract undone", "defaults:\n  server_errors_not_committed: true\ndestinations:\n  crm:\n    server_errors_not_committed: false\n",
 			[]string{"line 5", "destinations.crm.server_errors_not_committed", "cannot override"}},
@@ -376,6 +419,50 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 				t.Errorf("the ledger was opened before the config was checked")
 			}
 		})
+	}
+}
+
+// A retention refused as not positive is named once, not also as shorter than the key retention, whether
+// a destination gives it or inherits it from defaults; a destination with a retention of its own that is
+// too short is still named.
+func TestBadRetentionIsNamedOnce(t *testing.T) {
+	_, cfg, err := startWithBadConfig(t, "defaults:\n  retention: -1s\ndestinations:\n  a:\n    owner: U1\n  b:\n    retention: -5s\n  c:\n    retention: 2h\n", nil)
+	want := "config " + cfg + ":\n" +
+		"  line 2: defaults.retention: must be positive\n" +
+		"  line 7: destinations.b.retention: must be positive\n" +
+		"  line 9: destinations.c.retention: retention 2h0m0s is shorter than key_retention_seconds 86400: an item would be forgotten while a replay of it may still come; give a retention of 24h or more"
+	if err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
+
+// A configuration file that is not there (a relative path from another directory, a typo) stops the start
+// naming it by its absolute path and saying what to do, before anything is created; so does a directory.
+func TestMissingConfigFileSaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, c := range []struct{ config, want string }{
+		{"companion.yml", "config companion.yml (" + filepath.Join(dir, "companion.yml") + "): no such file; give the path of your YAML file with --config or COMPANION_CONFIG (docs/configuration.md), or leave both out to run every destination on the defaults"},
+		{dir, "config " + dir + ": is a directory; give the YAML file in it with --config or COMPANION_CONFIG"},
+	} {
+		for _, viaEnv := range []bool{false, true} {
+			env := map[string]string{"COMPANION_DATA_DIR": filepath.Join(dir, "data")}
+			args := []string{"serve", "--addr", "127.0.0.1:0"}
+			if viaEnv {
+				env["COMPANION_CONFIG"] = c.config
+			} else {
+				args = append(args, "--config", c.config)
+			}
+			p := newProgram(env)
+			err := p.Run(context.Background(), args)
+			p.Close()
+			if err == nil || err.Error() != c.want || cli.ExitCode(err) != 1 {
+				t.Errorf("%v (COMPANION_CONFIG %v): %v (exit %d); want %q", args, viaEnv, err, cli.ExitCode(err), c.want)
+			}
+			if _, statErr := os.Stat(filepath.Join(dir, "data")); statErr == nil {
+				t.Fatalf("the data dir was created before the config was read")
+			}
+		}
 	}
 }
 
@@ -500,11 +587,48 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		"serve --data_dir x":       `serve: unknown flag --data_dir (did you mean --data-dir?`,
 		"items list --need-person": `items list: unknown flag --need-person (did you mean --needs-person?`,
 		"serve --frobnicate":       `serve: unknown flag --frobnicate (run "companion serve --help" for its flags)`,
+		// Two neighbouring letters swapped: two edits apart, too far for a short name, but what was meant.
+		"bench --itmes 5":          `bench: unknown flag --itmes (did you mean --items? run "companion bench --help")`,
+		"stats --josn":             `stats: unknown flag --josn (did you mean --json?`,
+		"templates render --otu x": `templates render: unknown flag --otu (did you mean --out?`,
+		"items lst":                `items: unknown subcommand "lst" (did you mean list? run "companion items --help")`,
+		"items sohw k":             `items: unknown subcommand "sohw" (did you mean show?`,
+		"items frobnicate":         `items: unknown subcommand "frobnicate"; use list, show or resolve`,
+		// A value a flag cannot take says what it must be, with the flag as it is written.
+		"items list --limit x":                  `items list: --limit "x" is not a whole number (run "companion items list --help")`,
+		"serve --metrics-open=yes":              `serve: --metrics-open "yes" is not true or false (--metrics-open alone is true; --metrics-open=false)`,
+		"items list --needs-person=maybe":       `items list: --needs-person "maybe" is not true or false`,
+		"items list --state":                    `items list: --state needs a value (--state VALUE or --state=VALUE)`,
+		"templates render --write-timeout-ms x": `templates render: --write-timeout-ms "x" is not a value it takes`,
+		"templates render --force=maybe":        `templates render: --force "maybe" is not true or false`,
 	} {
 		_, err := run(strings.Fields(args)...)
 		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {
 			t.Errorf("%s: %v (exit %d); want %q", args, err, cli.ExitCode(err), want)
 		}
+	}
+}
+
+// "companion help items list" prints what "companion items list --help" prints, flags included: README
+// says help shows one command's flags, and a subcommand's are where they are (the group's help has none).
+func TestHelpOfASubcommandIsItsOwnHelp(t *testing.T) {
+	run := func(args ...string) (string, error) {
+		p := newProgram(nil)
+		err := p.Run(context.Background(), args)
+		p.Close()
+		return p.out.String(), err
+	}
+	for _, sub := range [][]string{{"items", "list"}, {"items", "resolve"}, {"templates", "render"}, {"slack", "manifest"}} {
+		want, err := run(append(slices.Clone(sub), "--help")...)
+		if err != nil || !strings.Contains(want, "\nflags:\n") {
+			t.Fatalf("%v --help: %v\n%s", sub, err, want)
+		}
+		if got, err := run(append([]string{"help"}, sub...)...); err != nil || got != want {
+			t.Errorf("help %v: %v\n%s\nwant what %v --help prints:\n%s", sub, err, got, sub, want)
+		}
+	}
+	if _, err := run("help", "items", "lsit"); cli.ExitCode(err) != 2 {
+		t.Errorf("help items lsit: %v (exit %d), want a usage mistake", err, cli.ExitCode(err))
 	}
 }
 

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"math"
 	"net/url"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -133,7 +136,14 @@ func (d *durationValue) fromYAML(n *yaml.Node) string {
 	}
 	v, err := time.ParseDuration(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		return "must be a duration such as 30m or 4h, or whole seconds, not " + describe(n)
+		problem := "must be a duration such as 30m or 4h, or whole seconds, not " + describe(n)
+		// Days are the unit people reach for (retention: 30d), and Go's durations have none.
+		if days, ok := strings.CutSuffix(n.Value, "d"); ok && n.Kind == yaml.ScalarNode {
+			if d, err := strconv.Atoi(days); err == nil && d > 0 {
+				problem += fmt.Sprintf(" (a duration has no days: write %dh)", d*24)
+			}
+		}
+		return problem
 	}
 	*d = durationValue(v)
 	return ""
@@ -179,7 +189,7 @@ type fileSettings struct {
 func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fileSettings{}, fmt.Errorf("config: %w", err)
+		return fileSettings{}, configReadError(path, err)
 	}
 	var fc fileConfig
 	dec := yaml.NewDecoder(bytes.NewReader(b))
@@ -234,13 +244,15 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 		}
 	}
 	// A retention shorter than the key retention, with the defaults filled in (either may come from them).
-	if problem := cfg.Check(""); problem != "" {
-		probs.add(max(fc.Defaults.Retention.Line, fc.Defaults.KeyRetentionSeconds.Line), "defaults.retention", problem)
+	// A retention already refused (not positive, not a duration) is not named twice.
+	refused := func(f field[durationValue]) bool { return f.Set && f.Value <= 0 }
+	if problem := cfg.Check(""); problem != "" && !refused(fc.Defaults.Retention) {
+		probs.add(max(fc.Defaults.Retention.Line, fc.Defaults.KeyRetentionSeconds.Line), "defaults.retention", retentionProblem(cfg, "", problem))
 	}
 	for _, name := range names {
-		if problem := cfg.Check(name); problem != "" {
-			dc := fc.Destinations[name]
-			probs.add(max(dc.Retention.Line, dc.KeyRetentionSeconds.Line, fc.Defaults.Retention.Line), "destinations."+name+".retention", problem)
+		dc := fc.Destinations[name]
+		if problem := cfg.Check(name); problem != "" && !refused(dc.Retention) && (dc.Retention.Set || !refused(fc.Defaults.Retention)) {
+			probs.add(max(dc.Retention.Line, dc.KeyRetentionSeconds.Line, fc.Defaults.Retention.Line), "destinations."+name+".retention", retentionProblem(cfg, name, problem))
 		}
 	}
 	var tokens []handlers.Token
@@ -259,6 +271,39 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 		return fileSettings{}, err
 	}
 	return fileSettings{cfg: cfg, routing: routing, tokens: tokens, lookups: lookups, publicURL: fc.PublicURL.Value}, nil
+}
+
+// retentionProblem is the ledger's problem with a destination's retention and what to write instead:
+// at least its key retention, in the units a person writes (86400 s: 24h).
+func retentionProblem(cfg items.Config, name, problem string) string {
+	least := (time.Duration(cfg.Destination(name).KeyRetentionSeconds) * time.Second).String()
+	if h, ok := strings.CutSuffix(least, "h0m0s"); ok {
+		least = h + "h"
+	} else if m, ok := strings.CutSuffix(least, "m0s"); ok {
+		least = m + "m"
+	}
+	return problem + "; give a retention of " + least + " or more"
+}
+
+// configReadError words a configuration file that cannot be read: which file (by its absolute path too,
+// when it was given relative to the working directory, the usual cause of a file not found), why, and
+// what to do. Leaving --config out is a real choice: every destination then runs on the defaults.
+func configReadError(path string, err error) error {
+	name := path
+	if abs, absErr := filepath.Abs(path); absErr == nil && abs != path {
+		name = fmt.Sprintf("%s (%s)", path, abs)
+	}
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("config %s: no such file; give the path of your YAML file with --config or COMPANION_CONFIG "+
+			"(docs/configuration.md), or leave both out to run every destination on the defaults", name)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("config %s: is a directory; give the YAML file in it with --config or COMPANION_CONFIG", name)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("config %s: this user may not read it (%v); let the user the service runs as read it, "+
+			"or give another file", name, err)
+	}
+	return fmt.Errorf("config %s: cannot read it: %w", name, err)
 }
 
 // checkPublicURL accepts an absolute http(s) URL without query, fragment or characters that would break

@@ -375,9 +375,20 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 				path = []string{name, strings.Split(args[0], "|")[0]}
 				args = args[1:]
 			case name == "help":
+				// companion help COMMAND [SUBCOMMAND]: a command, then one of its subcommands.
+				var of []string
 				for _, a := range args {
-					if _, ok := cmds[a]; !ok && !placeholder(a) && !strings.HasPrefix(a, "-") {
-						t.Errorf("%s: companion help %s: the program has no command %q", c.where, a, a)
+					if placeholder(a) || strings.HasPrefix(a, "-") {
+						continue
+					}
+					if of == nil {
+						subs, ok := cmds[a]
+						if !ok {
+							t.Errorf("%s: companion help %s: the program has no command %q", c.where, a, a)
+						}
+						of = append(slices.Clone(subs), "") // not nil: the next word is a subcommand
+					} else if !slices.Contains(of, a) {
+						t.Errorf("%s: companion help %s: no subcommand %q", c.where, strings.Join(args, " "), a)
 					}
 				}
 				path = []string{name}
@@ -408,8 +419,8 @@ func TestDocsCommandsAndFlags(t *testing.T) {
 				continue
 			}
 			// The value the docs give, written --flag=value or as the next word (not for a bool flag, which
-			// answers "x" with "invalid boolean value"), must parse.
-			boolFlag := err != nil && strings.Contains(err.Error(), "invalid boolean value")
+			// answers "x" with "is not true or false"), must parse.
+			boolFlag := err != nil && strings.Contains(err.Error(), "is not true or false")
 			if !hasValue && !boolFlag && i+1 < len(args) && !strings.HasPrefix(args[i+1], "-") {
 				value, hasValue = strings.Trim(args[i+1], "[]"), true
 			}

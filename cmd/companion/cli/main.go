@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -294,18 +295,70 @@ func (m *Main) parse(fs *flagSet, args []string) (done bool, err error) {
 			fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
 			return true, unknownFlag(fs.name, name, known)
 		}
-		return true, usageErrorf("%s: %v (run \"companion %s --help\")", fs.name, err, fs.name)
+		return true, usageErrorf("%s: %s (run \"companion %s --help\")", fs.name, flagMistake(fs.FlagSet, err), fs.name)
 	case fs.NArg() > 0:
 		return true, usageErrorf("%s: unexpected argument %q (run \"companion %s --help\")", fs.name, fs.Arg(0), fs.name)
 	}
 	return false, nil
 }
 
+// flagValue and flagWithoutValue are the flag package's words for a value it cannot parse and for a
+// flag given last without its value.
+var (
+	flagValue        = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([^\s:]+): (.*)$`)
+	flagWithoutValue = regexp.MustCompile(`^flag needs an argument: -(\S+)$`)
+)
+
+// flagMistake words the flag package's parse error in the program's terms: the flag with two dashes, and
+// what its value must be rather than Go's parser's words ("strconv.ParseBool: parsing …: invalid syntax").
+func flagMistake(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := flagWithoutValue.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("--%s needs a value (--%s VALUE or --%s=VALUE)", m[1], m[1], m[1])
+	}
+	m := flagValue.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	value, name, why := m[1], m[2], m[3]
+	var kind any
+	if strings.HasPrefix(msg, "invalid boolean value") {
+		kind = true
+	}
+	var f *flag.Flag
+	if fs != nil { // nil: a command whose flags another package parses (delegatedUsage)
+		f = fs.Lookup(name)
+	}
+	if f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			kind = g.Get()
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			kind = true // a bool of its own kind (items list --needs-person)
+		}
+	}
+	switch kind.(type) {
+	case bool:
+		return fmt.Sprintf("--%s %q is not true or false (--%s alone is true; --%s=false)", name, value, name, name)
+	case int, int64, uint, uint64:
+		return fmt.Sprintf("--%s %q is not a whole number", name, value)
+	case float64:
+		return fmt.Sprintf("--%s %q is not a number", name, value)
+	case time.Duration:
+		return fmt.Sprintf("--%s %q is not a duration such as 90s or 4h", name, value)
+	}
+	if why == "parse error" {
+		// A flag another package parses (templates render, receiver): its kind is not known here.
+		return fmt.Sprintf("--%s %q is not a value it takes (its line in --help says what it takes)", name, value)
+	}
+	return fmt.Sprintf("--%s %q: %s", name, value, why)
+}
+
 // unknownFlag words an unknown flag of command cmd: with the known flag it most likely meant, one a
 // letter or two away (--adr: --addr) or the only one it begins (--data: --data-dir).
 func unknownFlag(cmd, name string, known []string) error {
 	name = strings.TrimLeft(name, "-")
-	guess := nearest(name, known)
+	guess := likely(name, known)
 	if guess == "" && len(name) >= 2 {
 		for _, k := range known {
 			if strings.HasPrefix(k, name) {
@@ -321,6 +374,30 @@ func unknownFlag(cmd, name string, known []string) error {
 		return usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", cmd, name, guess, cmd)
 	}
 	return usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", cmd, name, cmd)
+}
+
+// likely is the name of known that name most likely meant: one a letter or two away (nearest), or the
+// same letters with two neighbours swapped (--itmes: --items), which an edit distance counts as two
+// edits and so misses in a short name; "" when none is.
+func likely(name string, known []string) string {
+	if guess := nearest(name, known); guess != "" {
+		return guess
+	}
+	lower := strings.ToLower(name)
+	for _, k := range known {
+		if len(k) != len(lower) || len(k) < 2 {
+			continue
+		}
+		for i := 0; i+1 < len(k); i++ {
+			if lower[i] != k[i] {
+				if lower[i] == k[i+1] && lower[i+1] == k[i] && lower[i+2:] == k[i+2:] {
+					return k
+				}
+				break
+			}
+		}
+	}
+	return ""
 }
 
 func (m *Main) version(_ context.Context, args []string) error {
@@ -348,7 +425,10 @@ func (m *Main) help(_ context.Context, args []string) error {
 		if !ok {
 			return unknownCommand(args[0])
 		}
-		return cmd.run(m, context.Background(), []string{"--help"})
+		// "companion help items list" is "companion items list --help": the subcommand's flags, not the
+		// group's summary. The words after the command are passed on; the flags are left out.
+		rest := slices.DeleteFunc(slices.Clone(args[1:]), func(a string) bool { return strings.HasPrefix(a, "-") })
+		return cmd.run(m, context.Background(), append(rest, "--help"))
 	}
 	fmt.Fprint(m.Stdout, `companion makes the external writes of n8n and Make workflows replay-safe: ask before each
 write (POST /v1/before-write), write with the returned idempotency key, report what happened

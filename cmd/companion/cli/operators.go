@@ -47,6 +47,10 @@ func (m *Main) client() (*apiClient, error) {
 		}
 		return nil, usageErrorf("COMPANION_URL %q is not an http(s) URL such as http://127.0.0.1:8080", base)
 	}
+	if trimmed, ok := strings.CutSuffix(base, "/v1"); ok {
+		// Copied from a request: every command would ask for /v1/v1/… and be told 404.
+		return nil, usageErrorf("COMPANION_URL %q ends in /v1: give the service's address without it (the commands add /v1/…), COMPANION_URL=%s", base, trimmed)
+	}
 	return &apiClient{base: base, token: m.Getenv("COMPANION_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}, nil
 }
 
@@ -121,6 +125,11 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
 		case resp.StatusCode == http.StatusForbidden:
 			e.Error.hint = "COMPANION_TOKEN is a workflow token; this command needs one of role operator."
+		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error.Message, "no such endpoint"):
+			// The service has the endpoint: the path COMPANION_URL put before it is the likely mistake.
+			if u, err := url.Parse(c.base); err == nil && u.Path != "" {
+				e.Error.hint = fmt.Sprintf("COMPANION_URL is the service's address, the part before /v1/; its path %s is not part of it here: try COMPANION_URL=%s://%s.", u.Path, u.Scheme, u.Host)
+			}
 		}
 		return nil, &e.Error
 	}
@@ -219,7 +228,29 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	case "resolve":
 		return m.itemsResolve(ctx, args[1:])
 	}
+	if guess := likely(args[0], []string{"list", "show", "resolve"}); guess != "" {
+		return usageErrorf("items: unknown subcommand %q (did you mean %s? run \"companion items --help\")", args[0], guess)
+	}
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
+}
+
+// listFlags are the flags of items list by the query parameter each sets.
+var listFlags = map[string]string{"state": "state", "needs_person": "needs-person", "destination": "destination",
+	"workflow": "workflow", "batch_id": "batch", "execution_id": "execution", "reference": "reference", "owner": "owner",
+	"older_than": "older-than", "limit": "limit", "cursor": "cursor"}
+
+// listFlagMistake words the API's refusal of a list parameter ("limit: must be 1-500") as the mistake in
+// the command line that it is: the flag that set it, exit status 2. Other errors are left as they are.
+func listFlagMistake(err error) error {
+	var ae *apiError
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		return err
+	}
+	param, problem, ok := strings.Cut(ae.Message, ": ")
+	if name, known := listFlags[param]; ok && known {
+		return usageErrorf("items list: --%s: %s (run \"companion items list --help\")", name, problem)
+	}
+	return err
 }
 
 // keyAndFlags splits "KEY --flag …": the key when it comes first, and the rest.
@@ -326,7 +357,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	for {
 		b, err := c.do(ctx, http.MethodGet, "/v1/items?"+q.Encode(), nil)
 		if err != nil {
-			return err
+			return listFlagMistake(err)
 		}
 		var page struct {
 			Items      []json.RawMessage `json:"items"`

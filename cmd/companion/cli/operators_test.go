@@ -169,6 +169,27 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "e.g. COMPANION_URL="+env["COMPANION_URL"]) {
 		t.Fatalf("stats with COMPANION_URL without its scheme: %v", err)
 	}
+	// A list parameter the service refuses is the flag's mistake: named as the flag, exit status 2.
+	_, err = run(t, env, "items", "list", "--limit", "0")
+	if want := `items list: --limit: must be 1-500 (run "companion items list --help")`; err == nil || err.Error() != want || cli.ExitCode(err) != 2 {
+		t.Fatalf("items list --limit 0: %v (exit %d), want %q", err, cli.ExitCode(err), want)
+	}
+	_, err = run(t, env, "items", "list", "--state", "done")
+	if err == nil || !strings.HasPrefix(err.Error(), "items list: --state: must be one or more of") || cli.ExitCode(err) != 2 {
+		t.Fatalf("items list --state done: %v (exit %d)", err, cli.ExitCode(err))
+	}
+	// A COMPANION_URL copied from a request (…/v1) is refused before any call; any other path is named
+	// when the service answers that it has no such endpoint.
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"] + "/v1/", "COMPANION_TOKEN": env["COMPANION_TOKEN"]}, "items", "list")
+	if want := "ends in /v1: give the service's address without it (the commands add /v1/…), COMPANION_URL=" + env["COMPANION_URL"]; err == nil ||
+		!strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {
+		t.Fatalf("items list with COMPANION_URL …/v1: %v (exit %d), want %q", err, cli.ExitCode(err), want)
+	}
+	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"] + "/api", "COMPANION_TOKEN": env["COMPANION_TOKEN"]}, "stats")
+	if want := "its path /api is not part of it here: try COMPANION_URL=" + env["COMPANION_URL"] + "."; err == nil ||
+		!strings.Contains(err.Error(), "not_found (HTTP 404)") || !strings.Contains(err.Error(), want) {
+		t.Fatalf("stats with COMPANION_URL …/api: %v, want %q", err, want)
+	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "set COMPANION_TOKEN") {
 		t.Fatalf("stats without COMPANION_TOKEN: %v", err)

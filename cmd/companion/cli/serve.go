@@ -74,6 +74,13 @@ type serveOptions struct {
 	itemCacheGiven bool
 }
 
+// given reports whether the command line gave the flag name.
+func given(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
+}
+
 // env returns the environment variable name, or def when it is unset or empty.
 func (m *Main) env(name, def string) string {
 	if v := m.Getenv(name); v != "" {
@@ -90,7 +97,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&o.configPath, "config", m.env("COMPANION_CONFIG", ""), "YAML configuration `file` (env COMPANION_CONFIG)")
 	fs.StringVar(&o.sweepEvery, "sweep-every", m.env("COMPANION_SWEEP_EVERY", alerts.DefaultSweepEvery),
 		"cron `schedule` of the sweeper and the alerts, five fields or a descriptor such as \"@every 30s\" (env COMPANION_SWEEP_EVERY)")
-	fs.BoolVar(&o.metricsOpen, "metrics-open", m.env("COMPANION_METRICS_OPEN", "") == "true",
+	metricsOpen, metricsOpenErr := strconv.ParseBool(m.env("COMPANION_METRICS_OPEN", "false"))
+	fs.BoolVar(&o.metricsOpen, "metrics-open", metricsOpen,
 		"serve GET /metrics without a token, every tenant together (env COMPANION_METRICS_OPEN=true)")
 	fs.StringVar(&o.debugAddr, "debug-addr", m.env("COMPANION_DEBUG_ADDR", ""),
 		"loopback `host:port` serving Go's CPU and heap profiles at /debug/pprof/; off when empty (env COMPANION_DEBUG_ADDR)")
@@ -98,6 +106,11 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		"`items` the SQLite ledger's writer keeps of those it wrote, so that their after-writes do not read them again; 0 turns the cache off (env COMPANION_ITEM_CACHE)")
 	if done, err := m.parse(fs, args); done {
 		return err
+	}
+	if metricsOpenErr != nil && !given(fs.FlagSet, "metrics-open") {
+		// Not silently off: whoever set it meant something, and an open /metrics is a choice to see made.
+		return usageErrorf("COMPANION_METRICS_OPEN %q is not true or false (true opens GET /metrics to every caller; leave it unset to keep it closed)",
+			m.Getenv("COMPANION_METRICS_OPEN"))
 	}
 
 	var err error
@@ -108,15 +121,15 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.Visit(func(f *flag.Flag) { o.itemCacheGiven = o.itemCacheGiven || f.Name == "item-cache" })
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
 		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
-			return usageErrorf("--sweep-every: %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
+			return usageErrorf("--sweep-every (COMPANION_SWEEP_EVERY): %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
 		}
-		return usageErrorf("--sweep-every: %v; write five cron fields (\"*/2 * * * *\") or a descriptor (\"@every 30s\", \"@hourly\")", err)
+		return usageErrorf("--sweep-every (COMPANION_SWEEP_EVERY): %v; write five cron fields (\"*/2 * * * *\") or a descriptor (\"@every 30s\", \"@hourly\")", err)
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
-		return usageErrorf("--addr %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
+		return usageErrorf("--addr (COMPANION_ADDR) %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
 	}
 	if o.debugAddr != "" && !loopback(o.debugAddr) {
-		return usageErrorf("--debug-addr %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
+		return usageErrorf("--debug-addr (COMPANION_DEBUG_ADDR) %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
 	}
 	if m.Getenv("GOGC") == "" {
 		debug.SetGCPercent(handlers.GCPercent)

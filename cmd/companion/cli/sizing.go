@@ -113,6 +113,10 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return usageErrorf("bench: --url %q is not an http(s) URL", o.url)
 	}
+	if trimmed, ok := strings.CutSuffix(base, "/v1"); ok {
+		// Copied from a request: every call would go to /v1/v1/… and count as an error.
+		return usageErrorf("bench: --url (or COMPANION_URL) %q ends in /v1: give the service's address without it (the bench adds /v1/…), --url %s", o.url, trimmed)
+	}
 	if strings.ContainsAny(o.token, "\r\n\x00") {
 		return usageErrorf("bench: the token has a line break or NUL in it")
 	}

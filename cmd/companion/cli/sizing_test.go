@@ -16,6 +16,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
 // TestBenchClaimsReportsAndSummarizes runs companion bench against a running service in both modes, with
@@ -263,6 +265,22 @@ func TestBenchWithNoServiceSaysSo(t *testing.T) {
 	}
 	if strings.Contains(out, "items/s") {
 		t.Errorf("bench with no service printed a summary:\n%s", out)
+	}
+}
+
+// A --url copied from a request (…/v1) would send every call to /v1/v1/… and count each as an error: it is
+// refused before any call, saying what to give, from the flag as from COMPANION_URL.
+func TestBenchURLEndingInV1IsRefused(t *testing.T) {
+	for _, env := range []map[string]string{nil, {"COMPANION_URL": "http://127.0.0.1:1/v1"}} {
+		args := []string{"bench", "--items", "5", "--callers", "1"}
+		if env == nil {
+			args = append(args, "--url", "http://127.0.0.1:1/v1/")
+		}
+		out, err := run(t, env, args...)
+		if err == nil || !strings.Contains(err.Error(), "ends in /v1: give the service's address without it (the bench adds /v1/…), --url http://127.0.0.1:1") ||
+			cli.ExitCode(err) != 2 || out != "" {
+			t.Errorf("%v (env %v): %v (exit %d)\n%s", args, env, err, cli.ExitCode(err), out)
+		}
 	}
 }
 
