@@ -169,7 +169,7 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		args = args[1:]
 	}
 	if len(args) == 0 || isHelp(args[0]) || args[0] == "help" {
-		fmt.Fprint(stdout, commandSynopsis)
+		fmt.Fprint(stdout, commandSynopsis+forEveryFlag)
 		return nil
 	}
 	if args[0] != "render" {
@@ -249,5 +249,8 @@ lookup, the n8n credential, the error workflow's id. The files are the ones in t
 byte for byte when rendered with the defaults; docs/templates.md is the guide. A file in --out that
 differs from what it would write (an edited copy) is kept: render then writes nothing and names it;
 --force replaces it.
-Run "companion templates render --help" for every flag.
+`
+
+// forEveryFlag ends the group's help ("templates --help"), which does not list render's flags.
+const forEveryFlag = `Run "companion templates render --help" for every flag.
 `

@@ -82,6 +82,9 @@ type errorEvidence struct {
 	Class   string    `json:"class" validate:"omitempty,oneof=validation dns connection_refused tls timeout connection_reset http other"`
 	Code    looseText `json:"code" validate:"-"`
 	Message looseText `json:"message" validate:"-"`
+	// MisplacedStatus is an http_status given inside error, where it is ignored like any other member;
+	// read only to say where it belongs when class http then lacks one.
+	MisplacedStatus json.RawMessage `json:"http_status" validate:"-"`
 }
 
 // afterWriteRequest is the body of POST /v1/after-write.
@@ -110,6 +113,10 @@ func (r *afterWriteRequest) params(tenant, prefix string, ps *problems) items.Af
 	if r.Error != nil {
 		p.Class = items.ErrorClass(r.Error.Class)
 		p.ErrorCode, p.ErrorMessage = string(r.Error.Code), string(r.Error.Message)
+		if r.HTTPStatus == nil && p.Class == items.ClassHTTP && len(r.Error.MisplacedStatus) > 0 {
+			// Refused by the ledger as well (class http needs the status); this says where it goes.
+			ps.add(prefix+"http_status", "error class http needs the http_status, beside outcome, not inside error")
+		}
 	}
 	switch present, object := jsonObject(r.Result); {
 	case !object:

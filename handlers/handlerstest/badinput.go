@@ -65,6 +65,7 @@ func badInput(t *testing.T, s *Service) {
 		status      int
 		code        items.Code
 		field       string
+		message     string // the error's message, where a case checks it
 	}{
 		// 401: authentication comes first.
 		{name: "no token", path: bwPath, body: bw(""), status: 401, code: handlers.CodeUnauthorized},
@@ -126,6 +127,8 @@ func badInput(t *testing.T, s *Service) {
 		{name: "failed without evidence", path: awPath, body: aw(`,"outcome":"failed"`), status: 400, code: items.CodeInvalid, field: "error"},
 		{name: "failed with a 2xx", path: awPath, body: aw(`,"outcome":"failed","http_status":201`), status: 400, code: items.CodeInvalid, field: "http_status"},
 		{name: "class http without status", path: awPath, body: aw(`,"outcome":"failed","error":{"class":"http"}`), status: 400, code: items.CodeInvalid, field: "http_status"},
+		{name: "http_status inside error", path: awPath, body: aw(`,"outcome":"failed","error":{"class":"http","http_status":503}`), status: 400, code: items.CodeInvalid, field: "http_status",
+			message: "http_status: error class http needs the http_status, beside outcome, not inside error"},
 		{name: "unknown error class", path: awPath, body: aw(`,"outcome":"failed","error":{"class":"boom"}`), status: 400, code: items.CodeInvalid, field: "error.class"},
 		{name: "unknown outcome word", path: awPath, body: aw(`,"outcome":"done"`), status: 400, code: items.CodeInvalid, field: "outcome"},
 		{name: "no claim", path: awPath, body: `{"key":"held","outcome":"succeeded"}`, status: 400, code: items.CodeInvalid, field: "claim"},
@@ -167,6 +170,9 @@ func badInput(t *testing.T, s *Service) {
 			}
 			r := s.Do(req)
 			Expect(t, r, tc.status, tc.code, tc.field)
+			if msg := r.Str("error.message"); tc.message != "" && msg != tc.message {
+				t.Errorf("message %q, want %q", msg, tc.message)
+			}
 		})
 	}
 
