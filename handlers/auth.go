@@ -206,7 +206,8 @@ func (s *server) authenticate(c *gin.Context) (Principal, error) {
 			return Principal{}, &items.Error{Code: CodeUnauthorized,
 				Message: "unknown token; send only the secret, the part after the third colon of name:tenant:role:secret"}
 		}
-		return Principal{}, &items.Error{Code: CodeUnauthorized, Message: "unknown token"}
+		return Principal{}, &items.Error{Code: CodeUnauthorized,
+			Message: "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's COMPANION_TOKENS)"}
 	}
 	return p, nil
 }

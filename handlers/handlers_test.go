@@ -93,7 +93,7 @@ func TestExtraRouteSeesCaller(t *testing.T) {
 }
 
 // A caller that sends the whole configured line, name:tenant:role:secret, as its bearer is told to send
-// only the secret; any other unknown token gets the plain answer.
+// only the secret; any other unknown token is told what to check.
 func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
 	s := handlerstest.NewService(t, openSQLite(t), handlerstest.ServiceConfig{})
 	r := s.Get("wf-acme:acme:workflow:"+handlerstest.WorkflowAcme, "/v1/items/x")
@@ -103,7 +103,7 @@ func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
 	}
 	r = s.Get("not-a-token", "/v1/items/x")
 	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
-	if msg := r.Str("error.message"); msg != "unknown token" {
+	if msg := r.Str("error.message"); msg != "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's COMPANION_TOKENS)" {
 		t.Errorf("unknown token: %q", msg)
 	}
 }
