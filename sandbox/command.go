@@ -27,7 +27,7 @@ func (e usageError) Is(target error) bool { return target == ErrUsage }
 //
 // --help prints the usage to stdout and returns nil. Any other problem (a bad
 // flag, an address in use) is returned for the caller to print and turn into
-// an exit status; for a bad flag the usage is also printed to stderr.
+// an exit status; a bad flag's error says to run --help.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("companion receiver", flag.ContinueOnError)
 	// The flag package's own printing is replaced by usage below, so that
@@ -48,16 +48,13 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			printUsage(stdout, fs)
 			return nil
 		}
-		printUsage(stderr, fs)
-		return usageError{fmt.Errorf("receiver: %w", err)}
+		return usageError{fmt.Errorf("receiver: %w (run \"companion receiver --help\")", err)}
 	}
 	if fs.NArg() > 0 {
-		printUsage(stderr, fs)
-		return usageError{fmt.Errorf("receiver: unexpected argument %q", fs.Arg(0))}
+		return usageError{fmt.Errorf("receiver: unexpected argument %q (run \"companion receiver --help\")", fs.Arg(0))}
 	}
 
 	if d := Dedupe(*dedupe); d != DedupeKey && d != DedupeNone {
-		printUsage(stderr, fs)
 		return usageError{fmt.Errorf("receiver: --dedupe must be %s or %s, not %q", DedupeKey, DedupeNone, *dedupe)}
 	}
 	rc, err := New(Config{

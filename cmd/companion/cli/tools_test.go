@@ -154,6 +154,7 @@ func TestFlagMistakesOfEveryCommandSayWhatWasMeantAndExit2(t *testing.T) {
 		{[]string{"acceptance", "--onl", "5"}, `acceptance: unknown flag --onl (did you mean --only? run "companion acceptance --help")`},
 		{[]string{"receiver", "--adr", "127.0.0.1:0"}, `receiver: unknown flag --adr (did you mean --addr? run "companion receiver --help")`},
 		{[]string{"receiver", "--key-retention", "soon"}, `receiver: invalid value "soon" for flag -key-retention`},
+		{[]string{"receiver", "--addr"}, `receiver: --addr needs a value (--addr VALUE or --addr=VALUE) (run "companion receiver --help")`},
 	} {
 		p := newProgram(nil)
 		err := p.Run(context.Background(), tc.args)
