@@ -345,11 +345,7 @@ func (c *checkedStore) Transition(ctx context.Context, tenant, key string, fn it
 // database holds, whether it came from the cache or from the database.
 func TestCachedItemIsTheStoredItem(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	c := &checkedStore{Store: s, t: t}
 	now := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.FixedZone("CET", 3600))
 	l, err := items.NewLedger(ctx, c, items.Config{Now: func() time.Time { return now },

@@ -166,11 +166,7 @@ func TestCacheNewIDsAfterRetentionFailureAndRestart(t *testing.T) {
 // database holds the last state, and the cache what the database holds.
 func TestCacheGroupOfOneKeyTwiceAndTwoTenants(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	for _, tenant := range []string{"acme", "globex"} {
 		pre := newTransition(tenant, []string{"k", "j"}, claimFn(tenant, []string{"k", "j"}))
 		if s.commitGroup([]*transition{pre}); pre.err != nil {
@@ -300,11 +296,7 @@ func TestCacheCloseWithTransitionsInFlight(t *testing.T) {
 // handed it to the next transition of that key, which the database does not hold.
 func TestTransitionRefusesAnotherItemsKey(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	claimK := claimFn("acme", []string{"k"})
 	if _, err := s.Transition(ctx, "acme", "k", func(cur *items.Item) (*items.Item, error) { return claimK(0, cur) }); err != nil {
 		t.Fatal(err)
@@ -452,11 +444,7 @@ func TestCacheUnderRetentionAndConcurrentCallers(t *testing.T) {
 // left (not on the blamed one's state), and the cache ends as the database.
 func TestCacheItemFaultOfACachedItem(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	setup := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
 	if s.commitGroup([]*transition{setup}); setup.err != nil {
 		t.Fatal(setup.err)

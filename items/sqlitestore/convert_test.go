@@ -103,11 +103,7 @@ func writeOldLedger(t *testing.T, dir string, its []*items.Item, broken []string
 func ledgerItems(t *testing.T) []*items.Item {
 	t.Helper()
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Date(2026, 12, 1, 8, 0, 0, 123456789, time.UTC)
 	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now },
 		Destinations: map[string]items.Destination{"billing": {Dedupe: items.DedupeKey}, "crm": {Dedupe: items.DedupeNone}}})

@@ -94,11 +94,7 @@ func TestCountsOfAnEarlierLedger(t *testing.T) {
 // repeats and missing keys, and checks that each stored key is found once and the others are nil.
 func TestReadManyAtEverySize(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	var stored []string
 	for i := range 1200 {
 		stored = append(stored, fmt.Sprintf("k%04d", i))

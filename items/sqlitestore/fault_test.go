@@ -35,11 +35,7 @@ func corrupt(t *testing.T, s *Store, tenant, key string) {
 // unencodable state sees the item as the transitions before it left it.
 func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	// The groups are committed here, not by the committer, so that they hold exactly these transitions.
 	setup := newTransition("acme", []string{"k", "bad"}, claimFn("acme", []string{"k", "bad"}))
 	if s.commitGroup([]*transition{setup}); setup.err != nil {
@@ -109,11 +105,7 @@ func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
 // caller gets 500 internal error, with nothing of the cause in the body.
 func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTemp(t)
 	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
 	svc.Claim("bad", nil)
 	corrupt(t, store, "acme", "bad")
@@ -171,11 +163,7 @@ func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
 // instead of failing, keeps every other item, and its pages go on past it, also when it ends a page.
 func TestListSkipsACorruptItem(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTemp(t)
 	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{Configure: func(c *handlers.Config) { c.Operators = store }})
 	for _, k := range []string{"k-1", "k-2", "k-3", "k-4"} {
 		svc.Claim(k, nil)

@@ -34,11 +34,7 @@ func newTransition(tenant string, keys []string, fn func(int, *items.Item) (*ite
 // state, and the first's and third's changes must be committed.
 func TestGroupRunsTransitionsInOrderAndDropsAFailedOne(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	boom := errors.New("boom")
 	a := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
 	b := newTransition("acme", []string{"k", "new-of-b"}, func(i int, cur *items.Item) (*items.Item, error) {
@@ -79,11 +75,7 @@ func TestGroupRunsTransitionsInOrderAndDropsAFailedOne(t *testing.T) {
 // checks that every claim was recorded exactly once and that the callers shared commits.
 func TestConcurrentCallersShareCommits(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	const callers, rounds = 64, 10
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
@@ -137,12 +129,8 @@ func TestTransitionAfterCloseIsUnavailable(t *testing.T) {
 // store goes on committing.
 func TestPanickingTransitionFailsItsGroupNotTheStore(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	_, err = s.TransitionMany(ctx, "acme", []string{"k"}, func(int, *items.Item) (*items.Item, error) { panic("a bug") })
+	s := openTemp(t)
+	_, err := s.TransitionMany(ctx, "acme", []string{"k"}, func(int, *items.Item) (*items.Item, error) { panic("a bug") })
 	if err == nil {
 		t.Fatal("a panicking transition answered no error")
 	}
@@ -158,12 +146,7 @@ func TestPanickingTransitionFailsItsGroupNotTheStore(t *testing.T) {
 // another: the committer reads the group's items in one readMany per tenant, not one per transition, and
 // every transition still decides against its own stored item.
 func TestGroupReadsOncePerTenant(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	var group []*transition
 	for i := range 32 {
 		key := []string{fmt.Sprintf("k-%d", i)}

@@ -14,11 +14,7 @@ import (
 // may scan the items table itself.
 func TestQueryPlans(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	yes, no := true, false
 	list := func(p items.ListParams) (string, []any) {

@@ -15,11 +15,7 @@ import (
 // pages of one go on past it (as TestListSkipsACorruptItem in the order by change).
 func TestListByNeedsPersonSinceSkipsACorruptItem(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTemp(t)
 	t0 := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 	at := func(h int) *time.Time { v := t0.Add(time.Duration(h) * time.Hour); return &v }
 	for key, since := range map[string]*time.Time{"k-1": at(2), "k-2": at(1), "k-3": nil, "k-4": at(3)} {

@@ -1,7 +1,6 @@
 package sqlitestore
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"testing"
@@ -15,11 +14,7 @@ import (
 // store_unavailable, and leaves no claim: a new key does not exist, a prepared one is prepared again, and
 // the same request then proceeds at attempt 1.
 func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
-	store, err := Open(context.Background(), t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTemp(t)
 	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
 	failCommit := func() {
 		store.fault = func(op string) error {

@@ -277,11 +277,7 @@ func BenchmarkStoredForm(b *testing.B) {
 func TestWorkflowFilterReadsTheKeyWhereTheColumnIsEmpty(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
 	put := func(key, workflow string) {
 		t.Helper()
@@ -607,11 +603,7 @@ func TestStoredFormRefusesBadLaterFields(t *testing.T) {
 // settles it is recorded, and stores the item as this build writes it: without the later fields.
 func TestStoreAnswersAnItemWithLaterFields(t *testing.T) {
 	ctx := context.Background()
-	store, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	store := openTemp(t)
 	svc := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
 	const key = "inv-later"
 	payload := map[string]any{"invoice": key, "amount": 120.5}

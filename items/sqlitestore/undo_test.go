@@ -16,11 +16,7 @@ import (
 // group is one transaction, rolled back whole. The same batch then proceeds in full, at attempt 1.
 func TestFailedGroupLeavesNoClaim(t *testing.T) {
 	ctx := t.Context()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openTemp(t)
 	l, err := items.NewLedger(ctx, s, items.Config{})
 	if err != nil {
 		t.Fatal(err)

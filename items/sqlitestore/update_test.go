@@ -1,7 +1,6 @@
 package sqlitestore
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -58,12 +57,7 @@ func checkColumns(t *testing.T, s *Store, want map[string]*items.Item, when stri
 // what writing the item whole would store: an UPDATE that sets only the columns that change leaves none
 // behind.
 func TestUpdatedColumnsEqualAFullWrite(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 7))
@@ -135,12 +129,7 @@ func TestUpdatedColumnsEqualAFullWrite(t *testing.T) {
 // without changing those facts: what the UPDATE sets is decided against the row as stored, so the columns
 // are corrected.
 func TestUpdateCorrectsAColumnAnEarlierBuildWroteOtherwise(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTemp(t)
 	claim := newTransition("acme", []string{"k"}, claimFn("acme", []string{"k"}))
 	s.commitGroup([]*transition{claim})
 	if claim.err != nil {
