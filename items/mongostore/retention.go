@@ -108,7 +108,7 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 const sweepCandidatesRefreshedID = "sweep_candidates_refreshed"
 
 // refreshBatch bounds the documents one update of refreshSweepCandidates writes.
-const refreshBatch = 100
+const refreshBatch = 1000
 
 // refreshFields are the fields refreshSweepCandidates reads of a document: those items.Facts.SweepCandidate
 // and resolution.current_attempt are derived from (the need for a person, the state, retryable, the
