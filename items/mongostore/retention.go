@@ -127,11 +127,12 @@ var refreshFields = bson.D{{Key: "tenant", Value: 1}, {Key: "key", Value: 1}, {K
 // removed for it (docs/configuration.md). Only those can be candidates by their other fields and none
 // by their facts: an acknowledgement is what changed. It reads the documents whose last resolution is
 // acknowledged and that lack either field (one pass over the items, which have no index for it: once;
-// only the fields refreshFields names), and writes both fields on those that are still at the version it
-// read and still lack one: one update per batch of up to refreshBatch documents, per version read and
-// per values, guarded by their _ids, that version and the lack. (One update per document costs a round trip each on
-// MongoDB, and on FerretDB v1.24, the test server, a read of the whole collection each, as it looks a
-// document up by its _id alone only for a filter of _id alone.) Documents of other kinds get the fields
+// only the fields refreshFields names; it keeps only their _ids, versions and the values to write), and
+// then writes both fields on those that are still at the version it read and still lack one: one update
+// per version read and values, of up to refreshBatch documents, guarded by their _ids, that version and
+// the lack. (One update per document costs a round trip each on MongoDB, and on FerretDB v1.24, the
+// test server, a read of the whole collection each, as it looks a document up by its _id only for a
+// filter of _id alone.) Documents of other kinds get the fields
 // at their next write, and until then the fields the queries read for them say the same. It returns how
 // many it made no sweep candidates.
 func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
@@ -151,29 +152,15 @@ func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, unavailable("refresh sweep candidates", err)
 	}
-	defer cur.Close(ctx)
-	// batch holds the _ids of the documents read and not yet written, per version read and values to write.
+	// Of each document only its _id, version and the values to write are kept (some fifty bytes: 5 MB for
+	// 100,000 acknowledged items), all of them before the first write, so that each update carries up to
+	// refreshBatch documents of one group whatever order they were read in, and no cursor stays open while
+	// the pass writes.
 	type group struct {
 		version                   int64
 		candidate, currentAttempt bool
 	}
 	batch := map[group][]string{}
-	n, pending := 0, 0
-	write := func() error {
-		for g, ids := range batch {
-			res, err := s.items.UpdateMany(ctx, and(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "version", Value: g.version}}, lacking),
-				bson.D{{Key: "$set", Value: bson.D{{Key: "sweep_candidate", Value: g.candidate}, {Key: "resolution.current_attempt", Value: g.currentAttempt}}}})
-			if err != nil {
-				return unavailable("refresh sweep candidates", err)
-			}
-			if !g.candidate {
-				n += int(res.ModifiedCount)
-			}
-		}
-		clear(batch)
-		pending = 0
-		return nil
-	}
 	for cur.Next(ctx) {
 		var d itemDoc
 		if err := cur.Decode(&d); err != nil {
@@ -182,17 +169,26 @@ func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
 		it := d.item()
 		g := group{version: d.Version, candidate: it.Facts().SweepCandidate, currentAttempt: resolvedInAttempt(it.History, it.Attempt)}
 		batch[g] = append(batch[g], itemID(d.Tenant, d.Key))
-		if pending++; pending == refreshBatch {
-			if err := write(); err != nil {
-				return n, err
+	}
+	err = cur.Err()
+	cur.Close(ctx)
+	if err != nil {
+		return 0, unavailable("refresh sweep candidates", err)
+	}
+	n := 0
+	for g, ids := range batch {
+		for len(ids) > 0 {
+			some := ids[:min(len(ids), refreshBatch)]
+			ids = ids[len(some):]
+			res, err := s.items.UpdateMany(ctx, and(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: some}}}, {Key: "version", Value: g.version}}, lacking),
+				bson.D{{Key: "$set", Value: bson.D{{Key: "sweep_candidate", Value: g.candidate}, {Key: "resolution.current_attempt", Value: g.currentAttempt}}}})
+			if err != nil {
+				return n, unavailable("refresh sweep candidates", err)
+			}
+			if !g.candidate {
+				n += int(res.ModifiedCount)
 			}
 		}
-	}
-	if err := cur.Err(); err != nil {
-		return n, unavailable("refresh sweep candidates", err)
-	}
-	if err := write(); err != nil {
-		return n, err
 	}
 	if _, err := s.meta.InsertOne(ctx, bson.D{{Key: "_id", Value: sweepCandidatesRefreshedID}}); err != nil && !mongo.IsDuplicateKeyError(err) {
 		return n, unavailable("write meta", err)
