@@ -33,8 +33,11 @@ type Counts struct {
 }
 
 // CountsOf returns the group an item is counted in and its contribution to the group's counts.
-func CountsOf(it *Item) (CountGroup, Counts) {
-	f := it.Facts()
+func CountsOf(it *Item) (CountGroup, Counts) { return CountsFromFacts(it, it.Facts()) }
+
+// CountsFromFacts is CountsOf for an item whose facts (it.Facts()) the caller has derived already: a store
+// that writes the facts beside the item derives them once per write, for the document and the counts.
+func CountsFromFacts(it *Item, f Facts) (CountGroup, Counts) {
 	return CountGroup{Tenant: it.Tenant, Destination: it.Destination, State: it.State, NeedsPerson: it.NeedsPerson}, Counts{
 		Items:               1,
 		Retries:             max(f.Attempt-1, 0),

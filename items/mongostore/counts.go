@@ -92,10 +92,32 @@ func (s *Store) addCounts(ctx context.Context, changes items.CountChanges) error
 
 // countWrite keeps the counts of an item written from prev (nil: new) to next. The write is recorded
 // already, so a failure to count is not the caller's failure: see CONSISTENCY above.
-func (s *Store) countWrite(ctx context.Context, prev, next *itemDoc) {
+func (s *Store) countWrite(ctx context.Context, prev *itemDoc, next written) {
 	changes := items.CountChanges{}
-	changes.Move(itemOf(prev), itemOf(next))
+	next.move(changes, prev)
 	_ = s.addCounts(context.WithoutCancel(ctx), changes)
+}
+
+// written is an item as a transition decided to write it, with its facts (it.Facts()): they are derived
+// once per write, for the document (toDoc) and for the kept counts. The counts of the item fn returned are
+// those of the document the server stores for it (the two differ only in the times toDoc truncates, and
+// in the version and change time prepare sets, which no count reads).
+type written struct {
+	it    *items.Item
+	facts items.Facts
+}
+
+// decided returns next with its facts.
+func decided(next *items.Item) written { return written{it: next, facts: next.Facts()} }
+
+// move records in changes that the item went from prev (nil: it did not exist) to w (items.CountChanges.Move).
+func (w written) move(changes items.CountChanges, prev *itemDoc) {
+	if prev != nil {
+		g, c := items.CountsOf(prev.item())
+		changes[g] = changes[g].Add(c.Neg())
+	}
+	g, c := items.CountsFromFacts(w.it, w.facts)
+	changes[g] = changes[g].Add(c)
 }
 
 func itemOf(d *itemDoc) *items.Item {

@@ -127,6 +127,13 @@ type resolutionDoc struct {
 	ExternalID string    `bson:"external_id"`
 	By         string    `bson:"by"`
 	At         time.Time `bson:"at"`
+	// CurrentAttempt: the resolution was made in the item's current attempt (its resolve event's attempt is
+	// the item's attempt), as this build last wrote the document. It is not part of the domain's
+	// Resolution: it says which attempt a stored sweep_candidate was derived for. An earlier build's write
+	// of the document $sets the resolution it knows, without this field, so true is this build's word on
+	// the document as it now is: the sweep candidates' and retention's filters trust a sweep_candidate
+	// false of an acknowledged item only with it (unacknowledged).
+	CurrentAttempt bool `bson:"current_attempt"`
 }
 
 // msTime is t as MongoDB stores it: millisecond precision, UTC.
@@ -140,8 +147,9 @@ func msTimePtr(t *time.Time) *time.Time {
 	return &v
 }
 
-// toDoc converts an item into its document, without _id.
-func toDoc(it *items.Item) itemDoc {
+// toDoc converts an item into its document, without _id; f is the item's facts (it.Facts()), which the
+// caller derives once per write and also counts (counts.go).
+func toDoc(it *items.Item, f items.Facts) itemDoc {
 	d := itemDoc{
 		Tenant:            it.Tenant,
 		Key:               it.Key,
@@ -174,7 +182,7 @@ func toDoc(it *items.Item) itemDoc {
 		NeedsPersonCause:  it.NeedsPersonCause,
 		NeedsPersonSince:  msTimePtr(it.NeedsPersonSince),
 		DuplicateEffect:   it.DuplicateEffect,
-		SweepCandidate:    it.Facts().SweepCandidate,
+		SweepCandidate:    f.SweepCandidate,
 		AlertStatus:       it.AlertStatus,
 		HistoryDropped:    it.HistoryDropped,
 		Version:           it.Version,
@@ -232,9 +240,21 @@ func toDoc(it *items.Item) itemDoc {
 		}
 	}
 	if r := it.Resolution; r != nil {
-		d.Resolution = &resolutionDoc{Outcome: r.Outcome, Evidence: r.Evidence, ExternalID: r.ExternalID, By: r.By, At: msTime(r.At)}
+		d.Resolution = &resolutionDoc{Outcome: r.Outcome, Evidence: r.Evidence, ExternalID: r.ExternalID, By: r.By, At: msTime(r.At),
+			CurrentAttempt: resolvedInAttempt(it.History, it.Attempt)}
 	}
 	return d
+}
+
+// resolvedInAttempt reports whether the last resolve event of history was recorded in attempt: with a
+// resolution acknowledged, what items calls acknowledged in the current attempt.
+func resolvedInAttempt(history []items.Event, attempt int) bool {
+	for i := len(history) - 1; i >= 0; i-- {
+		if history[i].Kind == items.EventResolve {
+			return history[i].Attempt == attempt
+		}
+	}
+	return false
 }
 
 // item converts a stored document back into the domain's item.

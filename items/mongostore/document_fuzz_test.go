@@ -31,7 +31,7 @@ func FuzzDocumentRoundTrip(f *testing.F) {
 	f.Add([]byte("\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x05\x05\x05\x05\x05"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		it := itemstest.ItemFromBytes(data, nil)
-		d := toDoc(it)
+		d := toDoc(it, it.Facts())
 		d.ID = itemID(it.Tenant, it.Key)
 		raw, err := bson.Marshal(d)
 		if err != nil {
@@ -48,7 +48,7 @@ func FuzzDocumentRoundTrip(f *testing.F) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("read back another item\ngot:  %#v\nwant: %#v", got, want)
 		}
-		again := toDoc(got)
+		again := toDoc(got, got.Facts())
 		again.ID = d.ID
 		if raw2, err := bson.Marshal(again); err != nil || !bytes.Equal(raw2, raw) {
 			t.Fatalf("the item read back marshals to %x (%v), first %x", raw2, err, raw)

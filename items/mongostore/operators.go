@@ -144,13 +144,18 @@ func (s *Store) ExpiredLeases(ctx context.Context, now time.Time, ref items.Item
 // The fields of the $or say it, and sweep_candidate false leaves out the failed and duplicate items a
 // person acknowledged in their current attempt (the documents of an earlier build lack the field; those a
 // person acknowledged get it at the first start of this build: refreshSweepCandidates). sweep_candidate
-// false is trusted only where it can be this build's word, on an item whose last resolution is an
-// acknowledgement, and never for an unknown item, which is always a candidate: an earlier build run again
-// on the ledger (a rollback) changes documents with a $set of the fields it knows and leaves the
-// sweep_candidate this build wrote, so an item stored in flight (false) that it then recorded as unknown
-// or failed would otherwise be hidden from the sweeper when this build runs again
-// (TestEarlierBuildsWriteAfterThisBuildStaysASweepCandidate). The sweeper checks every rule on the item it
-// reads (items.Ledger.NeedsPersonCause), so an item read needlessly is only read.
+// false is trusted only where it is this build's word on the document as it now is: on an item whose last
+// resolution is an acknowledgement that this build wrote as made in the current attempt
+// (resolution.current_attempt), and never for an unknown item, which is always a candidate. An earlier
+// build run again on the ledger (a rollback) changes documents with a $set of the fields it knows: it
+// leaves the sweep_candidate this build wrote, and rewrites the resolution without current_attempt. So an
+// item stored in flight (false) that it then recorded as unknown or failed, and an item a person
+// acknowledged that it then retried into another retryable failure, are read by the sweeper when this
+// build runs again (TestEarlierBuildsWriteAfterThisBuildStaysASweepCandidate,
+// TestEarlierBuildsRetryOfAnAcknowledgedItemIsASweepCandidate). The sweeper checks every rule on the
+// item it reads (items.Ledger.NeedsPersonCause), so an item read needlessly (one the earlier build wrote
+// after an acknowledgement without retrying it) is only read. (The attempts cannot be compared in the
+// filter: that needs $expr with $eq, which FerretDB v1.24, the test server, does not implement.)
 func (s *Store) SweepCandidates(ctx context.Context, ref items.ItemRef, limit int) ([]*items.Item, error) {
 	filter := and(bson.D{{Key: "needs_person", Value: false}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "state", Value: items.StateUnknown}},
@@ -161,12 +166,19 @@ func (s *Store) SweepCandidates(ctx context.Context, ref items.ItemRef, limit in
 }
 
 // unacknowledged is the part of the sweep candidates' filter a person's acknowledgement ends: the
-// document's sweep_candidate is not false, or its last resolution is no acknowledgement (then false was
-// not written by this build for this item's present fields).
+// document's sweep_candidate is not false, or its last resolution is no acknowledgement, or this build did
+// not write it as made in the document's current attempt (then false is not this build's word on the
+// item's present fields).
 var unacknowledged = bson.A{
 	bson.D{{Key: "sweep_candidate", Value: bson.D{{Key: "$ne", Value: false}}}},
 	bson.D{{Key: "resolution.outcome", Value: bson.D{{Key: "$ne", Value: items.ResolveAcknowledged}}}},
+	bson.D{{Key: "resolution.current_attempt", Value: bson.D{{Key: "$ne", Value: true}}}},
 }
+
+// acknowledgedNow is the filter of the documents whose last resolution this build wrote as an
+// acknowledgement made in their current attempt (items: acknowledged): none of them is a sweep candidate
+// for being failed and retryable or flagged with a duplicate effect.
+var acknowledgedNow = bson.D{{Key: "resolution.outcome", Value: items.ResolveAcknowledged}, {Key: "resolution.current_attempt", Value: true}}
 
 // PendingAlertItems returns up to limit items that need a person and whose alert has not gone out yet,
 // ordered by tenant and key after the given reference. Returns ErrUnavailable.

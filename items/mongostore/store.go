@@ -417,14 +417,15 @@ func (s *Store) transition(ctx context.Context, log undoLog, tenant, key string,
 		if err := checkReturned(tenant, key, next); err != nil {
 			return nil, err
 		}
-		stored, err := s.write(ctx, log, cur, prepare(cur, next))
+		w := decided(next)
+		stored, err := s.write(ctx, log, cur, prepare(cur, w))
 		if err != nil {
 			return nil, err
 		}
 		if stored == nil {
 			continue // another writer created or changed the item since the read: decide again
 		}
-		s.countWrite(ctx, cur, stored)
+		s.countWrite(ctx, cur, w)
 		return stored.item(), nil
 	}
 }
@@ -461,8 +462,8 @@ func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc)
 // prepare returns the document to write for next, decided on cur (nil for a new item): one version more
 // than cur, created_at kept, updated_at strictly later than cur's even when the clock stands still or
 // steps back, because the operator's list is ordered by it.
-func prepare(cur *itemDoc, next *items.Item) itemDoc {
-	d := toDoc(next)
+func prepare(cur *itemDoc, next written) itemDoc {
+	d := toDoc(next.it, next.facts)
 	if d.CreatedAt.IsZero() {
 		d.CreatedAt = msTime(time.Now())
 	}
@@ -558,7 +559,10 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 // transitionMany is TransitionMany, recording its writes in log.
 func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
 	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
-	type step struct{ seen, next *itemDoc }
+	type step struct {
+		seen, next *itemDoc
+		decided    written // what next was made of
+	}
 	steps := make([]step, len(keys))
 	view, err := s.readMany(ctx, tenant, keys)
 	if err != nil {
@@ -586,8 +590,9 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 			if err := checkReturned(tenant, key, next); err != nil {
 				return nil, err
 			}
-			d := prepare(cur, next)
-			steps[i].next = &d
+			w := decided(next)
+			d := prepare(cur, w)
+			steps[i].next, steps[i].decided = &d, w
 			view[key] = &d
 		}
 	}
@@ -626,7 +631,7 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 		if inserted[j] == nil {
 			lost = append(lost, keys[i])
 		} else {
-			counts.Move(nil, inserted[j].item())
+			steps[i].decided.move(counts, nil)
 			log.acked(inserted[j])
 		}
 	}
@@ -667,7 +672,7 @@ func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, 
 				return nil, err
 			}
 			if stored != nil {
-				counts.Move(itemOf(st.seen), itemOf(stored))
+				st.decided.move(counts, st.seen)
 			}
 		}
 		if stored == nil {
@@ -694,7 +699,7 @@ func seenOf(it *items.Item) *seen {
 	if it == nil {
 		return &seen{}
 	}
-	d := toDoc(it)
+	d := toDoc(it, it.Facts())
 	return &seen{doc: &d}
 }
 

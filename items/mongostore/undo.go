@@ -92,11 +92,10 @@ func (s *Store) undo(ctx context.Context, log undoLog, err error) error {
 			}
 			matched = res.DeletedCount == 1
 		} else {
-			back := *e.base
-			back.ID = ""
 			// The base as read may be a document of an earlier build, without sweep_candidate (read as
-			// false): write it as this build would.
-			back.SweepCandidate = back.item().Facts().SweepCandidate
+			// false) and resolution.current_attempt: write it as this build would.
+			it := e.base.item()
+			back := toDoc(it, it.Facts())
 			back.Version = e.last.Version + 1
 			back.UpdatedAt = msTime(time.Now())
 			if !back.UpdatedAt.After(e.last.UpdatedAt) {
