@@ -860,7 +860,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 			return nil, ErrNotFound
 		}
 		reason = ReasonRecorded
-		if r, last := it.Resolution, lastEvent(it, EventResolve); r != nil && last != nil && last.Attempt == it.Attempt && !it.NeedsPerson &&
+		if r := it.Resolution; r != nil && it.ResolveOfCurrentAttempt() != nil && !it.NeedsPerson &&
 			r.Outcome == p.Outcome && r.Evidence == evidence && r.ExternalID == p.ExternalID {
 			reason = ReasonUnchanged
 			return nil, nil
@@ -935,8 +935,18 @@ func (l *Ledger) Settleable(it *Item) bool {
 // acknowledged reports whether a person acknowledged the item in its current attempt: the sweeper does not
 // ask for a person again for the flags they acknowledged.
 func (it *Item) acknowledged() bool {
-	e := lastEvent(it, EventResolve)
-	return e != nil && e.Outcome == ResolveAcknowledged && e.Attempt == it.Attempt
+	e := it.ResolveOfCurrentAttempt()
+	return e != nil && e.Outcome == ResolveAcknowledged
+}
+
+// ResolveOfCurrentAttempt returns the item's last resolution event when a person recorded it in the
+// item's current attempt, else nil (none, or one of an earlier attempt: a before-write started another
+// since).
+func (it *Item) ResolveOfCurrentAttempt() *Event {
+	if e := lastEvent(it, EventResolve); e != nil && e.Attempt == it.Attempt {
+		return e
+	}
+	return nil
 }
 
 // flagNote names what the item needs a person for, for a conflict's message.

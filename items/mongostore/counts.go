@@ -112,10 +112,7 @@ func decided(next *items.Item) written { return written{it: next, facts: next.Fa
 
 // move records in changes that the item went from prev (nil: it did not exist) to w (items.CountChanges.Move).
 func (w written) move(changes items.CountChanges, prev *itemDoc) {
-	if prev != nil {
-		g, c := items.CountsOf(prev.item())
-		changes[g] = changes[g].Add(c.Neg())
-	}
+	changes.Move(itemOf(prev), nil)
 	g, c := items.CountsFromFacts(w.it, w.facts)
 	changes[g] = changes[g].Add(c)
 }

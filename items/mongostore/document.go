@@ -241,20 +241,9 @@ func toDoc(it *items.Item, f items.Facts) itemDoc {
 	}
 	if r := it.Resolution; r != nil {
 		d.Resolution = &resolutionDoc{Outcome: r.Outcome, Evidence: r.Evidence, ExternalID: r.ExternalID, By: r.By, At: msTime(r.At),
-			CurrentAttempt: resolvedInAttempt(it.History, it.Attempt)}
+			CurrentAttempt: it.ResolveOfCurrentAttempt() != nil}
 	}
 	return d
-}
-
-// resolvedInAttempt reports whether the last resolve event of history was recorded in attempt: with a
-// resolution acknowledged, what items calls acknowledged in the current attempt.
-func resolvedInAttempt(history []items.Event, attempt int) bool {
-	for i := len(history) - 1; i >= 0; i-- {
-		if history[i].Kind == items.EventResolve {
-			return history[i].Attempt == attempt
-		}
-	}
-	return false
 }
 
 // item converts a stored document back into the domain's item.

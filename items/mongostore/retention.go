@@ -167,7 +167,7 @@ func (s *Store) refreshSweepCandidates(ctx context.Context) (int, error) {
 			continue // a document that no longer decodes is left as it is: Get names it
 		}
 		it := d.item()
-		g := group{version: d.Version, candidate: it.Facts().SweepCandidate, currentAttempt: resolvedInAttempt(it.History, it.Attempt)}
+		g := group{version: d.Version, candidate: it.Facts().SweepCandidate, currentAttempt: it.ResolveOfCurrentAttempt() != nil}
 		batch[g] = append(batch[g], itemID(d.Tenant, d.Key))
 	}
 	err = cur.Err()
