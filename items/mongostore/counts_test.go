@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 )
@@ -23,15 +22,7 @@ func TestCountsWithoutHistoryDropped(t *testing.T) {
 	l := newLedger(t, s, func() time.Time { return now })
 	var claim string
 	for i := range 3 {
-		a, err := l.BeforeWrite(ctx, claimParams(fmt.Sprintf("k%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.AfterWrite(ctx, items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim,
-			Evidence: items.Evidence{Outcome: items.OutcomeSucceeded}}); err != nil {
-			t.Fatal(err)
-		}
-		claim = a.Claim
+		claim = succeededItem(t, l, fmt.Sprintf("k%d", i))
 	}
 	want, err := s.Stats(ctx, "acme", now)
 	if err != nil {

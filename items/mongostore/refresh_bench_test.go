@@ -29,12 +29,18 @@ func benchItems(b *testing.B) int {
 	return 20000
 }
 
-// escalating is a ledger configuration whose destination billing flags a retryable failure nobody acted
-// on for an hour unresolved_too_long, on the clock now.
-func escalating(now func() time.Time) items.Config {
-	return items.Config{Now: now, Destinations: map[string]items.Destination{
+// escalatingLedger returns a ledger over s whose destination billing flags a retryable failure nobody
+// acted on for an hour unresolved_too_long, and the clock it runs on, moved by hand from 2026-11-02 09:00.
+func escalatingLedger(tb testing.TB, s *mongostore.Store) (*items.Ledger, *ledgerClock) {
+	tb.Helper()
+	clock := &ledgerClock{at: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
+	l, err := items.NewLedger(tb.Context(), s, items.Config{Now: clock.now, Destinations: map[string]items.Destination{
 		"billing": {Dedupe: items.DedupeKey, EscalateAfter: time.Hour},
-	}}
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return l, clock
 }
 
 // ledgerClock is a test's clock, moved by hand.
@@ -69,6 +75,20 @@ func retryableFailure(tb testing.TB, l *items.Ledger, key string) {
 		Evidence: items.Evidence{Outcome: items.OutcomeFailed, HTTPStatus: 429, Class: items.ClassHTTP, RetryAfter: &sixty}}); err != nil {
 		tb.Fatalf("report of %s: %v", key, err)
 	}
+}
+
+// succeededItem claims key (again) and reports it succeeded; it returns the claim.
+func succeededItem(tb testing.TB, l *items.Ledger, key string) string {
+	tb.Helper()
+	a, err := l.BeforeWrite(tb.Context(), claimParams(key))
+	if err != nil || a.Decision != items.Proceed {
+		tb.Fatalf("claim of %s: %+v, %v", key, a, err)
+	}
+	if _, err := l.AfterWrite(tb.Context(), items.AfterWriteParams{Tenant: "acme", Key: key, Claim: a.Claim,
+		Evidence: items.Evidence{Outcome: items.OutcomeSucceeded}}); err != nil {
+		tb.Fatalf("report of %s: %v", key, err)
+	}
+	return a.Claim
 }
 
 // asEarlierRelease returns the raw document as the release before sweep_candidate stores it: without
@@ -141,21 +161,10 @@ func BenchmarkRefreshSweepCandidatesLargeLedger(b *testing.B) {
 				return s
 			}
 			s := open()
-			clock := &ledgerClock{at: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
-			l, err := items.NewLedger(b.Context(), s, escalating(clock.now))
-			if err != nil {
-				b.Fatal(err)
-			}
+			l, clock := escalatingLedger(b, s)
 			acknowledgedFailure(b, l, clock, "acked")
 			retryableFailure(b, l, "failed")
-			a, err := l.BeforeWrite(b.Context(), claimParams("done"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			if _, err := l.AfterWrite(b.Context(), items.AfterWriteParams{Tenant: "acme", Key: "done", Claim: a.Claim,
-				Evidence: items.Evidence{Outcome: items.OutcomeSucceeded}}); err != nil {
-				b.Fatal(err)
-			}
+			succeededItem(b, l, "done")
 			s.Close()
 			c, err := mongo.Connect(options.Client().ApplyURI(uri))
 			if err != nil {

@@ -218,11 +218,7 @@ func TestEarlierBuildsRetryOfAnAcknowledgedItemIsASweepCandidate(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := e.open()
-	clock := &ledgerClock{at: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
-	l, err := items.NewLedger(t.Context(), s, escalating(clock.now))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, clock := escalatingLedger(t, s)
 	acknowledgedFailure(t, l, clock, "acked")
 	acknowledgedFailure(t, l, clock, "retried")
 	coll := e.collection(mongostore.ItemsCollection)
@@ -294,23 +290,12 @@ func TestRefreshSweepCandidatesWritesWhatThisBuildWrites(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	s := e.open()
-	clock := &ledgerClock{at: time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)}
-	l, err := items.NewLedger(t.Context(), s, escalating(clock.now))
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, clock := escalatingLedger(t, s)
 	for _, key := range []string{"acked", "retried-failing", "retried-succeeded"} {
 		acknowledgedFailure(t, l, clock, key)
 	}
 	retryableFailure(t, l, "retried-failing")
-	a, err := l.BeforeWrite(t.Context(), claimParams("retried-succeeded"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.AfterWrite(t.Context(), items.AfterWriteParams{Tenant: "acme", Key: "retried-succeeded", Claim: a.Claim,
-		Evidence: items.Evidence{Outcome: items.OutcomeSucceeded}}); err != nil {
-		t.Fatal(err)
-	}
+	succeededItem(t, l, "retried-succeeded")
 	type written struct {
 		Key            string `bson:"key"`
 		SweepCandidate *bool  `bson:"sweep_candidate"`
