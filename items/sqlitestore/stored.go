@@ -233,11 +233,23 @@ type encoder struct {
 // writes no field it does not know.
 type laterFields func(kind string, i int) map[uint64][]byte
 
-func (e *encoder) laterOf(kind string, i int) map[uint64][]byte {
+func (e *encoder) laterOf(kind string, i int) laterValues {
 	if e.later == nil {
 		return nil
 	}
 	return e.later(kind, i)
+}
+
+// laterValues are a struct's fields of a later build (laterFields): a value per bit.
+type laterValues map[uint64][]byte
+
+// mask returns the bits of the fields.
+func (l laterValues) mask() uint64 {
+	var m uint64
+	for bit := range l {
+		m |= bit
+	}
+	return m
 }
 
 // laterField writes the value of a field of a later build (laterFields).
@@ -296,15 +308,13 @@ func encodeStored(dst []byte, it *items.Item, later laterFields) ([]byte, error)
 	set(itemCreatedAt, !exactInColumn(it.CreatedAt))
 	set(itemUpdatedAt, !exactInColumn(it.UpdatedAt))
 	set(itemHistoryDropped, it.HistoryDropped != 0)
-	var resolutionLater map[uint64][]byte
+	var resolutionLater laterValues
 	if it.Resolution != nil {
 		resolutionLater = e.laterOf("resolution", 0)
 	}
 	set(itemResolutionFields, len(resolutionLater) > 0)
 	itemLater := e.laterOf("item", 0)
-	for bit := range itemLater {
-		mask |= bit
-	}
+	mask |= itemLater.mask()
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.checkTime(it.CreatedAt)
 	e.checkTime(it.UpdatedAt)
@@ -433,9 +443,7 @@ func (e *encoder) attempt(a *items.Attempt, i int) {
 	set(attemptHTTPStatus, a.HTTPStatus != 0)
 	set(attemptReports, len(a.Reports) > 0)
 	later := e.laterOf("attempt", i)
-	for bit := range later {
-		mask |= bit
-	}
+	mask |= later.mask()
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.time(a.StartedAt)
 	for m := mask; m != 0; m &= m - 1 {
@@ -494,9 +502,7 @@ func (e *encoder) event(ev *items.Event, i int) {
 	set(eventBy, ev.By != "")
 	set(eventNote, ev.Note != "")
 	later := e.laterOf("event", i)
-	for bit := range later {
-		mask |= bit
-	}
+	mask |= later.mask()
 	e.b = binary.AppendUvarint(e.b, mask)
 	e.time(ev.At)
 	for m := mask; m != 0; m &= m - 1 {
@@ -539,7 +545,7 @@ func (e *encoder) event(ev *items.Event, i int) {
 
 // resolution writes r, and its further fields where a later build gives some (then the item's mask has
 // itemResolutionFields).
-func (e *encoder) resolution(r *items.Resolution, later map[uint64][]byte) {
+func (e *encoder) resolution(r *items.Resolution, later laterValues) {
 	e.string(r.Outcome)
 	e.string(r.Evidence)
 	e.string(r.ExternalID)
@@ -548,10 +554,7 @@ func (e *encoder) resolution(r *items.Resolution, later map[uint64][]byte) {
 	if len(later) == 0 {
 		return
 	}
-	var mask uint64
-	for bit := range later {
-		mask |= bit
-	}
+	mask := later.mask()
 	e.b = binary.AppendUvarint(e.b, mask)
 	for m := mask; m != 0; m &= m - 1 {
 		e.laterField(later[m&-m])
