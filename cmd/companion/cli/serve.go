@@ -117,8 +117,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if o.itemCacheItems, err = itemCacheBound(o.itemCache); err != nil {
 		return err
 	}
-	o.itemCacheGiven = m.Getenv("COMPANION_ITEM_CACHE") != ""
-	fs.Visit(func(f *flag.Flag) { o.itemCacheGiven = o.itemCacheGiven || f.Name == "item-cache" })
+	o.itemCacheGiven = m.Getenv("COMPANION_ITEM_CACHE") != "" || given(fs.FlagSet, "item-cache")
 	if err := alerts.ParseSchedule(o.sweepEvery); err != nil {
 		if _, derr := time.ParseDuration(strings.TrimSpace(o.sweepEvery)); derr == nil {
 			return usageErrorf("--sweep-every (COMPANION_SWEEP_EVERY): %v; did you mean \"@every %s\"?", err, strings.TrimSpace(o.sweepEvery))
