@@ -234,20 +234,16 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	return usageErrorf("items: unknown subcommand %q; use list, show or resolve", args[0])
 }
 
-// listFlags are the flags of items list by the query parameter each sets.
-var listFlags = map[string]string{"state": "state", "needs_person": "needs-person", "destination": "destination",
-	"workflow": "workflow", "batch_id": "batch", "execution_id": "execution", "reference": "reference", "owner": "owner",
-	"older_than": "older-than", "limit": "limit", "cursor": "cursor"}
-
 // listFlagMistake words the API's refusal of a list parameter ("limit: must be 1-500") as the mistake in
-// the command line that it is: the flag that set it, exit status 2. Other errors are left as they are.
-func listFlagMistake(err error) error {
+// the command line that it is: the flag that set it (flagOf: by query parameter), exit status 2. Other
+// errors are left as they are.
+func listFlagMistake(err error, flagOf map[string]string) error {
 	var ae *apiError
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 		return err
 	}
 	param, problem, ok := strings.Cut(ae.Message, ": ")
-	if name, known := listFlags[param]; ok && known {
+	if name, known := flagOf[param]; ok && known {
 		return usageErrorf("items list: --%s: %s (run \"companion items list --help\")", name, problem)
 	}
 	return err
@@ -329,23 +325,26 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 		return err
 	}
 	q := url.Values{}
-	for name, v := range map[string]string{"state": *state, "destination": *destination, "workflow": *workflow,
-		"batch_id": *batch, "execution_id": *execution, "reference": *reference, "owner": *owner, "cursor": *cursor} {
-		if v != "" {
-			q.Set(name, v)
+	flagOf := map[string]string{} // the flag that set each query parameter, to name it if the service refuses the value
+	set := func(param, flag, v string) { q.Set(param, v); flagOf[param] = flag }
+	for _, p := range []struct{ param, flag, v string }{{"state", "state", *state}, {"destination", "destination", *destination},
+		{"workflow", "workflow", *workflow}, {"batch_id", "batch", *batch}, {"execution_id", "execution", *execution},
+		{"reference", "reference", *reference}, {"owner", "owner", *owner}, {"cursor", "cursor", *cursor}} {
+		if p.v != "" {
+			set(p.param, p.flag, p.v)
 		}
 	}
 	if needs.v != nil {
-		q.Set("needs_person", strconv.FormatBool(*needs.v))
+		set("needs_person", "needs-person", strconv.FormatBool(*needs.v))
 	}
 	if *olderThan != "" {
 		n, err := seconds(*olderThan)
 		if err != nil {
 			return usageErrorf("items list --older-than: %v", err)
 		}
-		q.Set("older_than", strconv.FormatInt(n, 10))
+		set("older_than", "older-than", strconv.FormatInt(n, 10))
 	}
-	q.Set("limit", strconv.Itoa(*limit))
+	set("limit", "limit", strconv.Itoa(*limit))
 	c, err := m.client()
 	if err != nil {
 		return err
@@ -357,7 +356,7 @@ func (m *Main) itemsList(ctx context.Context, args []string) error {
 	for {
 		b, err := c.do(ctx, http.MethodGet, "/v1/items?"+q.Encode(), nil)
 		if err != nil {
-			return listFlagMistake(err)
+			return listFlagMistake(err, flagOf)
 		}
 		var page struct {
 			Items      []json.RawMessage `json:"items"`
