@@ -85,13 +85,9 @@ func (m *Main) templates(ctx context.Context, args []string) error {
 // package parses (receiver, templates render, acceptance) return it.
 var undefinedFlag = regexp.MustCompile(`flag provided but not defined: -{1,2}([^\s)]+)`)
 
-// delegatedFlagValue is the flag package's error for a value of a known flag it cannot parse, inside the
-// message of a command whose flags another package parses.
-var delegatedFlagValue = regexp.MustCompile(`invalid (?:boolean )?value "[^"]*" for (?:flag )?-[^\s:]+: parse error`)
-
-// delegatedFlagWithoutValue is the flag package's error for a flag given last without its value, inside the
-// message of a command whose flags another package parses.
-var delegatedFlagWithoutValue = regexp.MustCompile(`flag needs an argument: -[^\s)]+`)
+// delegatedFlagMistake is the flag package's error for a value of a known flag it cannot parse, or for a
+// flag given last without its value, inside the message of a command whose flags another package parses.
+var delegatedFlagMistake = regexp.MustCompile(`invalid (?:boolean )?value "[^"]*" for (?:flag )?-[^\s:]+: parse error|flag needs an argument: -[^\s)]+`)
 
 // flagLine is a flag's line in a command's --help: "  --addr" or "  -url string".
 var flagLine = regexp.MustCompile(`(?m)^\s+-{1,2}([a-z][a-z0-9-]*)\b`)
@@ -102,9 +98,8 @@ var flagLine = regexp.MustCompile(`(?m)^\s+-{1,2}([a-z][a-z0-9-]*)\b`)
 func (m *Main) delegatedUsage(name string, err error, help func(io.Writer)) error {
 	found := undefinedFlag.FindStringSubmatch(err.Error())
 	if found == nil {
-		// A value the flag package cannot parse, worded as the program's own flags word it (flagMistake).
-		msg := delegatedFlagValue.ReplaceAllStringFunc(err.Error(), func(s string) string { return flagMistake(nil, errors.New(s)) })
-		msg = delegatedFlagWithoutValue.ReplaceAllStringFunc(msg, func(s string) string { return flagMistake(nil, errors.New(s)) })
+		// A value the flag package cannot parse, or none, worded as the program's own flags word it (flagMistake).
+		msg := delegatedFlagMistake.ReplaceAllStringFunc(err.Error(), func(s string) string { return flagMistake(nil, errors.New(s)) })
 		return &UsageError{Err: errors.New(msg)}
 	}
 	var b bytes.Buffer
