@@ -551,33 +551,35 @@ func TestUnusableDataDirStopsTheStart(t *testing.T) {
 	}
 }
 
+// runOnce runs the program with args to its end and returns what it printed to stdout.
+func runOnce(args ...string) (string, error) {
+	p := newProgram(nil)
+	err := p.Run(context.Background(), args)
+	p.Close()
+	return p.out.String(), err
+}
+
 func TestHelpVersionAndUsageMistakes(t *testing.T) {
-	run := func(args ...string) (string, error) {
-		p := newProgram(nil)
-		err := p.Run(context.Background(), args)
-		p.Close()
-		return p.out.String(), err
-	}
 	for _, args := range [][]string{{"help"}, {"--help"}, {"-h"}} {
-		out, err := run(args...)
+		out, err := runOnce(args...)
 		if err != nil || !strings.Contains(out, "serve") || !strings.Contains(out, "version") || !strings.Contains(out, "before-write") {
 			t.Errorf("%v: %v\n%s", args, err, out)
 		}
 	}
 	for _, args := range [][]string{{"serve", "--help"}, {"help", "serve"}, {"serve", "-h"}} {
-		out, err := run(args...)
+		out, err := runOnce(args...)
 		if err != nil || !strings.Contains(out, "COMPANION_ADDR") || !strings.Contains(out, "COMPANION_DATA_DIR") || !strings.Contains(out, "COMPANION_CONFIG") {
 			t.Errorf("%v: %v\n%s", args, err, out)
 		}
 	}
-	if out, err := run("version", "--help"); err != nil || !strings.Contains(out, "usage: companion version") {
+	if out, err := runOnce("version", "--help"); err != nil || !strings.Contains(out, "usage: companion version") {
 		t.Errorf("version --help: %v\n%s", err, out)
 	}
-	if out, err := run("version"); err != nil || !strings.HasPrefix(out, "companion ") {
+	if out, err := runOnce("version"); err != nil || !strings.HasPrefix(out, "companion ") {
 		t.Errorf("version: %v %q", err, out)
 	}
 	for _, args := range [][]string{{"frobnicate"}, {"serve", "--nope"}, {"version", "extra"}, {"--addr", "no-port"}, {"help", "frobnicate"}} {
-		if _, err := run(args...); cli.ExitCode(err) != 2 {
+		if _, err := runOnce(args...); cli.ExitCode(err) != 2 {
 			t.Errorf("%v: exit code %d (%v), want 2", args, cli.ExitCode(err), err)
 		}
 	}
@@ -602,7 +604,7 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		"templates render --write-timeout-ms x": `templates render: --write-timeout-ms "x" is not a value it takes`,
 		"templates render --force=maybe":        `templates render: --force "maybe" is not true or false`,
 	} {
-		_, err := run(strings.Fields(args)...)
+		_, err := runOnce(strings.Fields(args)...)
 		if err == nil || !strings.Contains(err.Error(), want) || cli.ExitCode(err) != 2 {
 			t.Errorf("%s: %v (exit %d); want %q", args, err, cli.ExitCode(err), want)
 		}
@@ -612,22 +614,16 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 // "companion help items list" prints what "companion items list --help" prints, flags included: README
 // says help shows one command's flags, and a subcommand's are where they are (the group's help has none).
 func TestHelpOfASubcommandIsItsOwnHelp(t *testing.T) {
-	run := func(args ...string) (string, error) {
-		p := newProgram(nil)
-		err := p.Run(context.Background(), args)
-		p.Close()
-		return p.out.String(), err
-	}
 	for _, sub := range [][]string{{"items", "list"}, {"items", "resolve"}, {"templates", "render"}, {"slack", "manifest"}} {
-		want, err := run(append(slices.Clone(sub), "--help")...)
+		want, err := runOnce(append(slices.Clone(sub), "--help")...)
 		if err != nil || !strings.Contains(want, "\nflags:\n") {
 			t.Fatalf("%v --help: %v\n%s", sub, err, want)
 		}
-		if got, err := run(append([]string{"help"}, sub...)...); err != nil || got != want {
+		if got, err := runOnce(append([]string{"help"}, sub...)...); err != nil || got != want {
 			t.Errorf("help %v: %v\n%s\nwant what %v --help prints:\n%s", sub, err, got, sub, want)
 		}
 	}
-	if _, err := run("help", "items", "lsit"); cli.ExitCode(err) != 2 {
+	if _, err := runOnce("help", "items", "lsit"); cli.ExitCode(err) != 2 {
 		t.Errorf("help items lsit: %v (exit %d), want a usage mistake", err, cli.ExitCode(err))
 	}
 }
