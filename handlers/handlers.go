@@ -146,6 +146,7 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
 		{http.MethodGet, "/v1/items", Operator, s.listItems},
 		{http.MethodGet, "/v1/stats", Operator, s.stats},
+		{http.MethodGet, "/v1/stats/series", Operator, s.statsSeries},
 		{http.MethodGet, "/metrics", s.metricsAccess, s.metrics},
 		{http.MethodGet, "/openapi.json", Public, s.openAPI},
 		{http.MethodPost, SlackActionsPath, Public, s.slackActions},

@@ -218,8 +218,15 @@ func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items
 	if s.operators == nil {
 		return
 	}
+	series, _ := s.operators.(items.SeriesStore)
 	for dest, n := range conflicts {
-		if err := s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n); err != nil {
+		var err error
+		if series != nil { // the counter and the series' hour and day, in one write
+			err = series.CountConflicts(ctx, tenant, dest, s.ledger.Now(), n)
+		} else {
+			err = s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n)
+		}
+		if err != nil {
 			s.log.WarnContext(ctx, "fingerprint conflicts not counted", "tenant", tenant, "destination", dest, "conflicts", n, "error", err)
 		}
 	}

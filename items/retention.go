@@ -102,10 +102,6 @@ type RetentionConfig struct {
 	Limit int
 	// Logger gets one line per run that removed something. Default slog.Default().
 	Logger *slog.Logger
-	// SeriesHoursKept and SeriesDaysKept are how long a store that keeps the measures over time
-	// (SeriesStore) keeps its hour rows and its day rows, counted from the start of their bucket. Default
-	// DefaultSeriesHoursKept and DefaultSeriesDaysKept.
-	SeriesHoursKept, SeriesDaysKept time.Duration
 }
 
 // Retention removes settled items past their destination's retention.
@@ -126,12 +122,6 @@ func NewRetention(cfg RetentionConfig) (*Retention, error) {
 	}
 	if cfg.Config.Now == nil {
 		cfg.Config.Now = time.Now
-	}
-	if cfg.SeriesHoursKept <= 0 {
-		cfg.SeriesHoursKept = DefaultSeriesHoursKept
-	}
-	if cfg.SeriesDaysKept <= 0 {
-		cfg.SeriesDaysKept = DefaultSeriesDaysKept
 	}
 	return &Retention{cfg: cfg}, nil
 }
@@ -183,7 +173,8 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 		}
 	}
 	if ss, ok := r.cfg.Store.(SeriesStore); ok && ctx.Err() == nil {
-		n, err := ss.RemoveSeriesRows(ctx, now.Add(-r.cfg.SeriesHoursKept), now.Add(-r.cfg.SeriesDaysKept))
+		hours, days := r.cfg.Config.SeriesKept()
+		n, err := ss.RemoveSeriesRows(ctx, now.Add(-hours), now.Add(-days))
 		c.SeriesRows = n
 		if err != nil {
 			errs = append(errs, fmt.Errorf("retention of the measures over time: %w", err))

@@ -178,7 +178,9 @@ func ExerciseSeries(t *testing.T, open func(t *testing.T) SeriesStore, opts Seri
 			t.Errorf("day rows two years on: %d old claims, %d newer; want 0 and 1", old, newer)
 		}
 		// Kept for what the configuration says.
-		short, err := items.NewRetention(items.RetentionConfig{Store: h.ops, Config: h.ledger.Config(), SeriesDaysKept: time.Hour,
+		cfg := h.ledger.Config()
+		cfg.SeriesDaysKept = time.Hour
+		short, err := items.NewRetention(items.RetentionConfig{Store: h.ops, Config: cfg,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
