@@ -310,8 +310,8 @@ type SeriesRow struct {
 // release marker at start) find it by a type assertion and say so where a store does not keep them.
 type SeriesStore interface {
 	// SeriesRows returns the kept rows of the tenant of q.Step whose bucket starts at or after q.From and
-	// before q.To, of q.Destination or, when it is empty, of every destination (each row names its
-	// own), in any order. Returns ErrUnavailable.
+	// before q.To, of q.Destination or, when it is empty, of every destination: rows of one bucket may come
+	// one per destination or summed, in any order (ReadSeries sums them). Returns ErrUnavailable.
 	SeriesRows(ctx context.Context, q SeriesQuery) ([]SeriesRow, error)
 	// CountConflicts adds n fingerprint conflicts of a tenant's destination at a time: to the kept
 	// counter (CounterFingerprintConflicts, as AddCounter does) and to the series' hour and day that hold
@@ -427,7 +427,7 @@ func ReadSeries(ctx context.Context, s SeriesStore, q SeriesQuery) (*Series, err
 	}
 	for _, r := range rows {
 		i := int(math.Floor(float64(r.Start.Sub(q.From)) / float64(d)))
-		if i < 0 || i >= len(out.Points) || (q.Destination != "" && r.Destination != q.Destination) {
+		if i < 0 || i >= len(out.Points) || (q.Destination != "" && r.Destination != q.Destination && r.Destination != "") {
 			continue // not asked for: a store may return more than it must
 		}
 		out.Points[i].Tally = out.Points[i].Tally.Add(r.Tally)

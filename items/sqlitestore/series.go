@@ -47,14 +47,19 @@ func seriesValues(t *items.Tally) []any {
 	return v
 }
 
-// seriesInto returns the places to scan seriesCounts of t into.
-func seriesInto(t *items.Tally) []any {
-	d := []any{&t.Proceeds, &t.Succeeded, &t.Failed, &t.Unknown, &t.NeedsPerson, &t.ResolvedByPerson, &t.SettledByLookup,
-		&t.SameKeyRecoveries, &t.Conflicts, &t.DuplicateEffects, &t.Resolution.Count, &t.Resolution.SumMillis}
-	for i := range t.Resolution.Buckets {
-		d = append(d, &t.Resolution.Buckets[i])
+// seriesFrom sets t from the values of seriesCounts as the driver gives them (int64; nil for NULL):
+// database/sql scans into an *any as it is, where into an *int it converts by way of a string.
+func seriesFrom(t *items.Tally, v []any) {
+	n := func(i int) int {
+		x, _ := v[i].(int64)
+		return int(x)
 	}
-	return d
+	t.Proceeds, t.Succeeded, t.Failed, t.Unknown, t.NeedsPerson, t.ResolvedByPerson, t.SettledByLookup = n(0), n(1), n(2), n(3), n(4), n(5), n(6)
+	t.SameKeyRecoveries, t.Conflicts, t.DuplicateEffects, t.Resolution.Count = n(7), n(8), n(9), n(10)
+	t.Resolution.SumMillis = int64(n(11))
+	for i := range t.Resolution.Buckets {
+		t.Resolution.Buckets[i] = n(12 + i)
+	}
 }
 
 var seriesSchema = `
@@ -84,9 +89,16 @@ var addSeriesSQL = func() string {
 		strings.Repeat(", ?", len(seriesCounts)) + `) ON CONFLICT (tenant, step, start, destination) DO UPDATE SET ` + strings.Join(set, ", ")
 }()
 
-// seriesRowsSQL reads a tenant's rows of a step in a range of bucket starts, of one destination or all.
-var seriesRowsSQL = `SELECT destination, start, ` + strings.Join(seriesCounts, ", ") + ` FROM series
-	WHERE tenant = ?1 AND step = ?2 AND start >= ?3 AND start < ?4 AND (?5 = '' OR destination = ?5)`
+// seriesRowsSQL reads a tenant's rows of a step in a range of bucket starts, of one destination or of all
+// together, summed per bucket.
+var seriesRowsSQL = func() string {
+	sums := make([]string, len(seriesCounts))
+	for i, c := range seriesCounts {
+		sums[i] = "sum(" + c + ")"
+	}
+	return `SELECT start, ` + strings.Join(sums, ", ") + ` FROM series
+	WHERE tenant = ?1 AND step = ?2 AND start >= ?3 AND start < ?4 AND (?5 = '' OR destination = ?5) GROUP BY start`
+}()
 
 // removeSeriesSQL removes a step's rows whose bucket starts before a time.
 const removeSeriesSQL = `DELETE FROM series INDEXED BY series_start WHERE step = ?1 AND start < ?2`
@@ -124,16 +136,21 @@ func (s *Store) writeSeries(ctx context.Context, tx *sql.Tx, changes items.Serie
 	return nil
 }
 
-// SeriesRows implements items.SeriesStore.
+// SeriesRows implements items.SeriesStore: one row per bucket, summed in the query.
 func (s *Store) SeriesRows(ctx context.Context, q items.SeriesQuery) ([]items.SeriesRow, error) {
 	var out []items.SeriesRow
+	values := make([]any, 1+len(seriesCounts))
+	into := make([]any, len(values))
+	for i := range values {
+		into[i] = &values[i]
+	}
 	err := s.scan(ctx, func(rows *sql.Rows) error {
-		var r items.SeriesRow
-		var start int64
-		if err := rows.Scan(append([]any{&r.Destination, &start}, seriesInto(&r.Tally)...)...); err != nil {
+		if err := rows.Scan(into...); err != nil {
 			return err
 		}
-		r.Start = time.Unix(start, 0).UTC()
+		start, _ := values[0].(int64)
+		r := items.SeriesRow{Destination: q.Destination, Start: time.Unix(start, 0).UTC()}
+		seriesFrom(&r.Tally, values[1:])
 		out = append(out, r)
 		return nil
 	}, seriesRowsSQL, q.Tenant, string(q.Step), q.From.Unix(), q.To.Unix(), q.Destination)
