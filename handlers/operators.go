@@ -52,19 +52,9 @@ var listQuery = map[string]bool{"state": true, "needs_person": true, "destinatio
 
 // listParams reads the filters of GET /v1/items.
 func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, error) {
-	var ps problems
 	q := c.Request.URL.Query()
 	p := items.ListParams{Tenant: tenant, Limit: items.DefaultListLimit}
-	for name, vs := range q {
-		switch {
-		case !listQuery[name]:
-			ps.add(name, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, reference, owner, older_than, limit, cursor")
-		case len(vs) > 1:
-			ps.add(name, "is given more than once")
-		case len(vs[0]) > 500:
-			ps.add(name, "must be at most 500 characters")
-		}
-	}
+	ps := queryProblems(q, listQuery, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, reference, owner, older_than, limit, cursor")
 	if v := q.Get("state"); v != "" {
 		for st := range strings.SplitSeq(v, ",") {
 			if state := items.State(strings.TrimSpace(st)); state.Valid() {

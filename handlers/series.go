@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -18,23 +19,31 @@ const CodeNotImplemented items.Code = "not_implemented"
 // seriesQuery names the query parameters of GET /v1/stats/series; any other is refused.
 var seriesQuery = map[string]bool{"destination": true, "from": true, "to": true, "step": true}
 
-// seriesParams reads the parameters of GET /v1/stats/series: step (1h, the default, or 1d), from and to
-// (RFC 3339; to defaults to the end of the bucket that holds now, from to the span of the console's chart
-// of the step before to), destination.
-func (s *server) seriesParams(c *gin.Context, tenant string) (items.SeriesQuery, error) {
+// queryProblems checks a query's parameters against the known ones: an unknown one gets the problem
+// unknown (which names the known ones), so that a misspelt parameter cannot silently change nothing; a
+// parameter given twice, or longer than 500 characters, is refused too.
+func queryProblems(q url.Values, known map[string]bool, unknown string) problems {
 	var ps problems
-	q := c.Request.URL.Query()
-	p := items.SeriesQuery{Tenant: tenant, Step: items.StepHour, Destination: q.Get("destination")}
 	for name, vs := range q {
 		switch {
-		case !seriesQuery[name]:
-			ps.add(name, "is not a parameter of the series; use destination, from, to, step")
+		case !known[name]:
+			ps.add(name, unknown)
 		case len(vs) > 1:
 			ps.add(name, "is given more than once")
 		case len(vs[0]) > 500:
 			ps.add(name, "must be at most 500 characters")
 		}
 	}
+	return ps
+}
+
+// seriesParams reads the parameters of GET /v1/stats/series: step (1h, the default, or 1d), from and to
+// (RFC 3339; to defaults to the end of the bucket that holds now, from to the span of the console's chart
+// of the step before to), destination.
+func (s *server) seriesParams(c *gin.Context, tenant string) (items.SeriesQuery, error) {
+	q := c.Request.URL.Query()
+	p := items.SeriesQuery{Tenant: tenant, Step: items.StepHour, Destination: q.Get("destination")}
+	ps := queryProblems(q, seriesQuery, "is not a parameter of the series; use destination, from, to, step")
 	if v := q.Get("step"); v != "" {
 		p.Step = items.SeriesStep(v)
 		if !p.Step.Valid() {
@@ -60,35 +69,35 @@ func (s *server) seriesParams(c *gin.Context, tenant string) (items.SeriesQuery,
 	return p, ps.err()
 }
 
-// seriesView is the answer of GET /v1/stats/series.
-type seriesView struct {
+// SeriesAnswer is the answer of GET /v1/stats/series (the CLI reads it too).
+type SeriesAnswer struct {
 	Step   items.SeriesStep `json:"step"`
 	From   time.Time        `json:"from"`
 	To     time.Time        `json:"to"`
-	Series []seriesPoint    `json:"series"`
+	Series []SeriesPoint    `json:"series"`
 	// Releases are the versions of the service that started within the series, oldest first.
 	Releases []items.Release `json:"releases"`
 }
 
-// seriesPoint is one bucket of the series.
-type seriesPoint struct {
-	Start             time.Time      `json:"start"`
-	Destination       string         `json:"destination,omitempty"`
-	Proceeds          int            `json:"proceeds"`
-	Succeeded         int            `json:"succeeded"`
-	Failed            int            `json:"failed"`
-	Unknown           int            `json:"unknown"`
-	NeedsPerson       int            `json:"needs_person"`
-	ResolvedByPerson  int            `json:"resolved_by_person"`
-	SettledByLookup   int            `json:"settled_by_lookup"`
-	SameKeyRecoveries int            `json:"same_key_recoveries"`
-	Conflicts         int            `json:"conflicts"`
-	DuplicateEffects  int            `json:"duplicate_effects"`
-	ResolutionSeconds resolutionView `json:"resolution_seconds"`
+// SeriesPoint is one bucket of the series.
+type SeriesPoint struct {
+	Start             time.Time         `json:"start"`
+	Destination       string            `json:"destination,omitempty"`
+	Proceeds          int               `json:"proceeds"`
+	Succeeded         int               `json:"succeeded"`
+	Failed            int               `json:"failed"`
+	Unknown           int               `json:"unknown"`
+	NeedsPerson       int               `json:"needs_person"`
+	ResolvedByPerson  int               `json:"resolved_by_person"`
+	SettledByLookup   int               `json:"settled_by_lookup"`
+	SameKeyRecoveries int               `json:"same_key_recoveries"`
+	Conflicts         int               `json:"conflicts"`
+	DuplicateEffects  int               `json:"duplicate_effects"`
+	ResolutionSeconds ResolutionSeconds `json:"resolution_seconds"`
 }
 
-// resolutionView is a bucket's time to resolution, in whole seconds.
-type resolutionView struct {
+// ResolutionSeconds is a bucket's time to resolution, in whole seconds.
+type ResolutionSeconds struct {
 	Count int   `json:"count"`
 	Sum   int64 `json:"sum"`
 	P50   int64 `json:"p50"`
@@ -117,17 +126,17 @@ func (s *server) statsSeries(c *gin.Context) {
 		s.writeError(c, err)
 		return
 	}
-	out := seriesView{Step: series.Step, From: series.From, To: series.To, Series: make([]seriesPoint, len(series.Points)),
+	out := SeriesAnswer{Step: series.Step, From: series.From, To: series.To, Series: make([]SeriesPoint, len(series.Points)),
 		Releases: series.Releases}
 	if out.Releases == nil {
 		out.Releases = []items.Release{}
 	}
 	for i, p := range series.Points {
 		r := p.Resolution
-		out.Series[i] = seriesPoint{Start: p.Start, Destination: series.Destination, Proceeds: p.Proceeds, Succeeded: p.Succeeded,
+		out.Series[i] = SeriesPoint{Start: p.Start, Destination: series.Destination, Proceeds: p.Proceeds, Succeeded: p.Succeeded,
 			Failed: p.Failed, Unknown: p.Unknown, NeedsPerson: p.NeedsPerson, ResolvedByPerson: p.ResolvedByPerson,
 			SettledByLookup: p.SettledByLookup, SameKeyRecoveries: p.SameKeyRecoveries, Conflicts: p.Conflicts,
-			DuplicateEffects: p.DuplicateEffects, ResolutionSeconds: resolutionView{Count: r.Count,
+			DuplicateEffects: p.DuplicateEffects, ResolutionSeconds: ResolutionSeconds{Count: r.Count,
 				Sum: seconds(time.Duration(r.SumMillis) * time.Millisecond), P50: seconds(r.Quantile(0.5)), P90: seconds(r.Quantile(0.9))}}
 	}
 	c.Render(http.StatusOK, jsonLine{out})

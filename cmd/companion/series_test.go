@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -61,25 +60,11 @@ func TestSeriesExactAfterSIGKILL(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	killMidTraffic(t, p, &wg, client, "rounds", 300, func() int {
 		mu.Lock()
-		n := done
-		mu.Unlock()
-		if n >= 300 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d rounds in 60 s", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
-	wg.Wait()
-	client.CloseIdleConnections()
+		defer mu.Unlock()
+		return done
+	})
 
 	s, err := sqlitestore.Open(context.Background(), dir)
 	if err != nil {

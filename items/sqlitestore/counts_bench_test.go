@@ -27,9 +27,8 @@ func filledLedger(b testing.TB, n int, unknown func(i int) bool) (*sqlitestore.S
 	return filledLedgerTicking(b, n, unknown, 0)
 }
 
-// filledLedgerTicking is filledLedger with a clock that moves tick at each reading, so that the items'
-// change times differ as a live ledger's do; it returns the clock's last reading.
-func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick time.Duration) (*sqlitestore.Store, time.Time) {
+// openLedger opens a store in a temporary directory, closed when b ends, and a ledger over it on clock.
+func openLedger(b testing.TB, clock func() time.Time) (*sqlitestore.Store, *items.Ledger) {
 	b.Helper()
 	ctx := context.Background()
 	s, err := sqlitestore.Open(ctx, b.TempDir())
@@ -37,11 +36,19 @@ func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick tim
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Close() })
-	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
-	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { now = now.Add(tick); return now }})
+	l, err := items.NewLedger(ctx, s, items.Config{Now: clock})
 	if err != nil {
 		b.Fatal(err)
 	}
+	return s, l
+}
+
+// filledLedgerTicking is filledLedger with a clock that moves tick at each reading, so that the items'
+// change times differ as a live ledger's do; it returns the clock's last reading.
+func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick time.Duration) (*sqlitestore.Store, time.Time) {
+	b.Helper()
+	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	s, l := openLedger(b, func() time.Time { now = now.Add(tick); return now })
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
 	fillBatches(b, l, n, func(i int) items.BeforeWriteParams {
 		return items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
@@ -85,17 +92,7 @@ func fillBatches(b testing.TB, l *items.Ledger, n int, params func(i int) items.
 //
 //	go test ./items/sqlitestore -run '^$' -bench StatsAtSize -benchtime 200x
 func BenchmarkStatsAtSize(b *testing.B) {
-	sizes := []int{2000, 300000}
-	if env := os.Getenv("COMPANION_BENCH_ITEMS"); env != "" {
-		sizes = nil
-		for _, f := range strings.Split(env, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sizes = append(sizes, n)
-		}
-	}
+	sizes := benchSizes(b)
 	ctx := context.Background()
 	for _, n := range sizes {
 		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
@@ -126,18 +123,10 @@ func BenchmarkStatsAtSize(b *testing.B) {
 func seriesLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 	b.Helper()
 	ctx := context.Background()
-	s, err := sqlitestore.Open(ctx, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { s.Close() })
 	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	hours := min(720, n/4)
 	now := end
-	l, err := items.NewLedger(ctx, s, items.Config{Now: func() time.Time { return now }})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, l := openLedger(b, func() time.Time { return now })
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
 	for h, i := 0, 0; h < hours; h++ {
 		now = end.Add(-time.Duration(hours-h) * time.Hour)
@@ -174,17 +163,7 @@ func seriesLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 //
 //	go test ./items/sqlitestore -run '^$' -bench SeriesAtSize -benchtime 200x
 func BenchmarkSeriesAtSize(b *testing.B) {
-	sizes := []int{2000, 300000}
-	if env := os.Getenv("COMPANION_BENCH_ITEMS"); env != "" {
-		sizes = nil
-		for _, f := range strings.Split(env, ",") {
-			n, err := strconv.Atoi(f)
-			if err != nil {
-				b.Fatal(err)
-			}
-			sizes = append(sizes, n)
-		}
-	}
+	sizes := benchSizes(b)
 	ctx := context.Background()
 	for _, n := range sizes {
 		s, now := seriesLedger(b, n)
@@ -214,4 +193,22 @@ func BenchmarkSeriesAtSize(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchSizes are the ledger sizes of the *AtSize benchmarks: 2k and 300k items, or the comma-separated
+// sizes COMPANION_BENCH_ITEMS names.
+func benchSizes(b *testing.B) []int {
+	env := os.Getenv("COMPANION_BENCH_ITEMS")
+	if env == "" {
+		return []int{2000, 300000}
+	}
+	var sizes []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -32,7 +33,7 @@ func ReadConfig(path string, getenv func(string) string) error {
 
 // WriteSeries prints the answer of GET /v1/stats/series (its JSON) as companion stats --since does.
 func WriteSeries(w io.Writer, answer []byte, destination string) error {
-	var s apiSeries
+	var s handlers.SeriesAnswer
 	if err := json.Unmarshal(answer, &s); err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -94,33 +95,6 @@ func sinceDuration(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("%q is not a span such as 7d, 48h or 90m", s)
 }
 
-// apiSeries is the answer of GET /v1/stats/series.
-type apiSeries struct {
-	Step   string    `json:"step"`
-	From   time.Time `json:"from"`
-	To     time.Time `json:"to"`
-	Series []struct {
-		Start             time.Time `json:"start"`
-		Proceeds          int       `json:"proceeds"`
-		Succeeded         int       `json:"succeeded"`
-		Failed            int       `json:"failed"`
-		Unknown           int       `json:"unknown"`
-		NeedsPerson       int       `json:"needs_person"`
-		ResolvedByPerson  int       `json:"resolved_by_person"`
-		SettledByLookup   int       `json:"settled_by_lookup"`
-		SameKeyRecoveries int       `json:"same_key_recoveries"`
-		Conflicts         int       `json:"conflicts"`
-		DuplicateEffects  int       `json:"duplicate_effects"`
-		Resolution        struct {
-			Count int   `json:"count"`
-			Sum   int64 `json:"sum"`
-			P50   int64 `json:"p50"`
-			P90   int64 `json:"p90"`
-		} `json:"resolution_seconds"`
-	} `json:"series"`
-	Releases []items.Release `json:"releases"`
-}
-
 // statsSeries prints the measures over time: GET /v1/stats/series from since before now, by step ("":
 // by hour up to 48 hours, else by day), of one destination or all.
 func (m *Main) statsSeries(ctx context.Context, c *apiClient, since, step, destination string, asJSON bool) error {
@@ -160,7 +134,7 @@ func (m *Main) statsSeries(ctx context.Context, c *apiClient, since, step, desti
 	if asJSON {
 		return m.printJSON(b)
 	}
-	var s apiSeries
+	var s handlers.SeriesAnswer
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errors.New("unexpected answer from /v1/stats/series")
 	}
@@ -169,21 +143,21 @@ func (m *Main) statsSeries(ctx context.Context, c *apiClient, since, step, desti
 
 // writeSeries prints a series as two tables that fit 100 columns, one row per bucket and a total: what
 // happened to the claims, then how the items were settled; then the releases in it.
-func writeSeries(w io.Writer, s *apiSeries, destination string) error {
+func writeSeries(w io.Writer, s *handlers.SeriesAnswer, destination string) error {
 	of := "all destinations"
 	if destination != "" {
 		of = "destination " + destination
 	}
 	column, layout, per := "HOUR (UTC)", "2006-01-02 15:04", "hour"
-	if s.Step == string(items.StepDay) {
+	if s.Step == items.StepDay {
 		column, layout, per = "DAY (UTC)", "2006-01-02", "day"
 	}
 	// The first column is padded to one width, so that it reads left-aligned among the right-aligned counts.
 	first := func(v string) string { return fmt.Sprintf("%-*s", len(layout), v) }
 	column = first(column)
 	last := s.To
-	if st := items.SeriesStep(s.Step); st.Valid() {
-		last = s.To.Add(-st.Duration())
+	if s.Step.Valid() {
+		last = s.To.Add(-s.Step.Duration())
 	}
 	fmt.Fprintf(w, "%s, by %s (UTC), %s to %s\n\n", of, per, s.From.UTC().Format(layout), last.UTC().Format(layout))
 	age := func(secs int64, n int) string {
@@ -202,7 +176,7 @@ func writeSeries(w io.Writer, s *apiSeries, destination string) error {
 			p.SameKeyRecoveries, p.Conflicts, p.DuplicateEffects} {
 			t[i] += n
 		}
-		resolved += p.Resolution.Count
+		resolved += p.ResolutionSeconds.Count
 	}
 	fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t\n", first("total"), t[0], t[1], t[2], t[3], t[4])
 	if err := tw.Flush(); err != nil {
@@ -211,7 +185,7 @@ func writeSeries(w io.Writer, s *apiSeries, destination string) error {
 	fmt.Fprintln(w)
 	fmt.Fprintf(tw, "%s\tBY PERSON\tBY LOOKUP\tSAME-KEY\tCONFLICTS\tDUPLICATES\tRESOLVED\tP50\tP90\t\n", column)
 	for _, p := range s.Series {
-		r := p.Resolution
+		r := p.ResolutionSeconds
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", first(p.Start.UTC().Format(layout)), p.ResolvedByPerson, p.SettledByLookup,
 			p.SameKeyRecoveries, p.Conflicts, p.DuplicateEffects, r.Count, age(r.P50, r.Count), age(r.P90, r.Count))
 	}
