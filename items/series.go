@@ -3,7 +3,6 @@ package items
 import (
 	"context"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -351,10 +350,13 @@ type SeriesQuery struct {
 
 // Normalize returns q with its From at the start of its bucket and its To at the end of the bucket that
 // holds the instant before it, or an invalid_request error naming the parameter that is wrong (step,
-// from, to): a step other than 1h or 1d, a From not before To, more than MaxSeriesBuckets buckets.
+// from, to): a step other than 1h or 1d, no To, a From not before To, more than MaxSeriesBuckets buckets.
 func (q SeriesQuery) Normalize() (SeriesQuery, error) {
 	if !q.Step.Valid() {
 		return q, Invalid("step", "must be 1h or 1d")
+	}
+	if q.To.IsZero() {
+		return q, Invalid("to", "is required")
 	}
 	d := q.Step.Duration()
 	if q.From.IsZero() {
@@ -426,8 +428,8 @@ func ReadSeries(ctx context.Context, s SeriesStore, q SeriesQuery) (*Series, err
 		out.Points[i].Start = q.From.Add(time.Duration(i) * d)
 	}
 	for _, r := range rows {
-		i := int(math.Floor(float64(r.Start.Sub(q.From)) / float64(d)))
-		if i < 0 || i >= len(out.Points) || (q.Destination != "" && r.Destination != q.Destination && r.Destination != "") {
+		i := int(r.Start.Sub(q.From) / d)
+		if r.Start.Before(q.From) || i >= len(out.Points) || (q.Destination != "" && r.Destination != q.Destination && r.Destination != "") {
 			continue // not asked for: a store may return more than it must
 		}
 		out.Points[i].Tally = out.Points[i].Tally.Add(r.Tally)

@@ -91,6 +91,9 @@ func TestSeriesQueryLimits(t *testing.T) {
 			t.Errorf("step %q: %v", bad.Step, err)
 		}
 	}
+	if _, err := (items.SeriesQuery{Step: items.StepDay}).Normalize(); err == nil || !strings.Contains(err.Error(), "to: is required") {
+		t.Errorf("no to: %v", err)
+	}
 	if _, err := (items.SeriesQuery{Step: items.StepDay, From: to, To: to}).Normalize(); err == nil || !strings.Contains(err.Error(), "from: must be before to") {
 		t.Errorf("from = to: %v", err)
 	}

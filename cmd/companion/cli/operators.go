@@ -786,9 +786,10 @@ type apiMeasures struct {
 func (m *Main) stats(ctx context.Context, args []string) error {
 	fs := m.newFlags("stats", statsSynopsis)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
-	since := fs.String("since", "", "print the measures over time from this `span` ago to now (7d, 48h, 90m) instead of the totals")
-	step := fs.String("step", "", "with --since: one row per `1h or 1d` (default 1h up to 48h, else 1d)")
-	destination := fs.String("destination", "", "with --since: of this `destination` only (default all together)")
+	since := fs.String("since", "", "print the measures over time from this `span` ago to now (7d, 48h, 90m) instead of the totals; "+
+		"--step or --destination alone print the last 48 hours by hour, or 30 days by day")
+	step := fs.String("step", "", "the measures over time: one row per `1h or 1d` (default 1h up to --since 48h, else 1d)")
+	destination := fs.String("destination", "", "the measures over time of this `destination` only (default all together)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
