@@ -289,7 +289,6 @@ func TestBrowserSignInFindResolveAndWatchItLeaveTheQueue(t *testing.T) {
 	if !strings.Contains(measures, "billing") || !strings.Contains(measures, "all destinations") {
 		t.Fatalf("overview shows:\n%s", measures)
 	}
-	screenshot(t, ctx, shots, "overview")
 }
 
 func TestBrowserQueueRefreshesItself(t *testing.T) {

@@ -114,6 +114,9 @@ type Config struct {
 	// when 0.
 	QueueLimit int
 	Logger     *slog.Logger
+	// StoreKind names the store ("sqlite", "mongodb") where the Overview says that it keeps no measures
+	// over time (a Store that is no items.SeriesStore); empty: "this store".
+	StoreKind string
 }
 
 // Console is the console's http.Handler.

@@ -88,7 +88,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	kind := "sqlite"
+	if o.mongo {
+		kind = "mongodb"
+	}
+	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StoreKind: kind,
 		Console: handlers.ConsoleConfig{Refresh: o.refresh, QueueLimit: o.queueLimit, CauseText: alerts.CauseText,
 			Target: func(it *items.Item) console.Target {
 				return console.Target{Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}

@@ -80,7 +80,11 @@ var funcs = template.FuncMap{
 func parsePages() map[string]*pageTemplate {
 	out := map[string]*pageTemplate{}
 	for _, name := range []string{"signin", "queue", "item", "batch", "find", "overview", "error"} {
-		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
+		files := []string{"templates/layout.html", "templates/" + name + ".html"}
+		if name == "overview" {
+			files = append(files, "templates/charts.html")
+		}
+		t := template.Must(template.New("layout.html").Funcs(funcs).ParseFS(templateFS, files...))
 		out[name] = &pageTemplate{t: t}
 	}
 	return out
@@ -703,6 +707,9 @@ type overviewView struct {
 	Stats  *items.Stats
 	Rows   []measureRow
 	States []items.State
+	// Tabs choose the destination of the charts (charts.go).
+	Tabs   []tab
+	Charts chartsView
 }
 
 type measureRow struct {
@@ -728,6 +735,10 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request, s *session) {
 		v.Rows = append(v.Rows, measureRow{Name: n, Measures: st.Destinations[n], Oldest: oldest(st.Destinations[n])})
 	}
 	v.Rows = append(v.Rows, measureRow{Name: "all destinations", Measures: st.Measures, Oldest: oldest(st.Measures), Total: true})
+	if v.Tabs, v.Charts, err = c.overviewCharts(r, s, names); err != nil {
+		c.failErr(w, r, s, err)
+		return
+	}
 	p := c.frame(s, "Overview", "overview", v)
 	p.Refresh = true
 	c.render(w, r, "overview", p)

@@ -271,6 +271,9 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	get(op, "/v1/items?limit=1")
 	get(op, "/v1/items?state=bogus") // 400
 	get(op, "/v1/stats")
+	get(op, "/v1/stats/series")
+	get(op, "/v1/stats/series?step=1d&destination=crm")
+	get(op, "/v1/stats/series?step=1w") // 400
 	get(op, "/metrics")
 	bw := post(wf, "/v1/batches/before-write", map[string]any{"batch_id": "exec-2:Send", "items": []any{
 		map[string]any{"key": "b-1", "payload": payload, "reference": "QT-b1"},

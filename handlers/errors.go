@@ -33,6 +33,7 @@ var statuses = map[items.Code]int{
 	CodePayloadTooLarge:      http.StatusRequestEntityTooLarge,
 	CodeUnsupportedMediaType: http.StatusUnsupportedMediaType,
 	items.CodeUnavailable:    http.StatusServiceUnavailable,
+	CodeNotImplemented:       http.StatusNotImplemented,
 	items.CodeInternal:       http.StatusInternalServerError,
 }
 

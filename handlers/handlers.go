@@ -146,6 +146,7 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
 		{http.MethodGet, "/v1/items", Operator, s.listItems},
 		{http.MethodGet, "/v1/stats", Operator, s.stats},
+		{http.MethodGet, "/v1/stats/series", Operator, s.statsSeries},
 		{http.MethodGet, "/metrics", s.metricsAccess, s.metrics},
 		{http.MethodGet, "/openapi.json", Public, s.openAPI},
 		{http.MethodPost, SlackActionsPath, Public, s.slackActions},
@@ -225,7 +226,7 @@ func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 			return console.PublicError{Status: StatusOf(d.Code), Code: string(d.Code), Message: d.Message}
 		},
 		Target: cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh,
-		QueueLimit: cfg.Console.QueueLimit, Logger: s.log})
+		QueueLimit: cfg.Console.QueueLimit, Logger: s.log, StoreKind: cfg.StoreKind})
 	h := gin.WrapH(c)
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
 		r.Handle(m, "/console/*path", h)

@@ -30,7 +30,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 	doc := loadContract(t)
 	for _, p := range []string{"/v1/before-write", "/v1/after-write", "/v1/reconcile", "/v1/batches/before-write",
 		"/v1/batches/prepare", "/v1/batches/after-write", "/v1/batches/{batch_id}", "/v1/items", "/v1/items/{key}",
-		"/v1/items/{key}/resolve", "/v1/stats", "/metrics", "/healthz", "/readyz", "/openapi.json", "/v1/slack/actions"} {
+		"/v1/items/{key}/resolve", "/v1/stats", "/v1/stats/series", "/metrics", "/healthz", "/readyz", "/openapi.json", "/v1/slack/actions"} {
 		if doc.Paths.Find(p) == nil {
 			t.Errorf("the document does not describe %s", p)
 		}

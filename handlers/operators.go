@@ -52,19 +52,9 @@ var listQuery = map[string]bool{"state": true, "needs_person": true, "destinatio
 
 // listParams reads the filters of GET /v1/items.
 func (s *server) listParams(c *gin.Context, tenant string) (items.ListParams, error) {
-	var ps problems
 	q := c.Request.URL.Query()
 	p := items.ListParams{Tenant: tenant, Limit: items.DefaultListLimit}
-	for name, vs := range q {
-		switch {
-		case !listQuery[name]:
-			ps.add(name, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, reference, owner, older_than, limit, cursor")
-		case len(vs) > 1:
-			ps.add(name, "is given more than once")
-		case len(vs[0]) > 500:
-			ps.add(name, "must be at most 500 characters")
-		}
-	}
+	ps := queryProblems(q, listQuery, "is not a filter of this list; use state, needs_person, destination, workflow, batch_id, execution_id, reference, owner, older_than, limit, cursor")
 	if v := q.Get("state"); v != "" {
 		for st := range strings.SplitSeq(v, ",") {
 			if state := items.State(strings.TrimSpace(st)); state.Valid() {
@@ -218,8 +208,15 @@ func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items
 	if s.operators == nil {
 		return
 	}
+	series, _ := s.operators.(items.SeriesStore)
 	for dest, n := range conflicts {
-		if err := s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n); err != nil {
+		var err error
+		if series != nil { // the counter and the series' hour and day, in one write
+			err = series.CountConflicts(ctx, tenant, dest, s.ledger.Now(), n)
+		} else {
+			err = s.operators.AddCounter(ctx, tenant, dest, items.CounterFingerprintConflicts, n)
+		}
+		if err != nil {
 			s.log.WarnContext(ctx, "fingerprint conflicts not counted", "tenant", tenant, "destination", dest, "conflicts", n, "error", err)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/mongostore/mongotest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -446,4 +448,19 @@ func TestLoopsOfReportsShowInStatsAndMetrics(t *testing.T) {
 	if other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body); other["companion_history_repeats_dropped_total"] != 0 {
 		t.Errorf("globex's metrics show acme's dropped repeats: %v", other["companion_history_repeats_dropped_total"])
 	}
+}
+
+func TestStatsSeries(t *testing.T) {
+	handlerstest.ExerciseSeries(t, func(t *testing.T) items.Store { return openSQLite(t) })
+}
+
+// The MongoDB store does not keep the measures over time yet: the series says so, naming it.
+func TestStatsSeriesOnAStoreWithoutThemSaysSo(t *testing.T) {
+	srv := mongotest.Start(t)
+	s, err := mongostore.Open(context.Background(), srv.URI(), srv.Database(), mongostore.WithTimeout(mongotest.StoreTimeout()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	handlerstest.ExpectNoSeries(t, s, "mongodb")
 }

@@ -58,6 +58,22 @@ type Config struct {
 	// clock of its own), a lease counts as expired only MaxClockSkew after its end. The service's default
 	// is DefaultMaxClockSkew; zero means none.
 	MaxClockSkew time.Duration
+	// SeriesHoursKept and SeriesDaysKept are how long a store that keeps the measures over time
+	// (SeriesStore) keeps its hour rows and its day rows, counted from the start of their bucket, before
+	// Retention removes them; DefaultSeriesHoursKept and DefaultSeriesDaysKept when 0.
+	SeriesHoursKept, SeriesDaysKept time.Duration
+}
+
+// SeriesKept returns how long the hour rows and the day rows of the measures over time are kept.
+func (c Config) SeriesKept() (hours, days time.Duration) {
+	hours, days = c.SeriesHoursKept, c.SeriesDaysKept
+	if hours <= 0 {
+		hours = DefaultSeriesHoursKept
+	}
+	if days <= 0 {
+		days = DefaultSeriesDaysKept
+	}
+	return hours, days
 }
 
 // DefaultMaxClockSkew is the service's default Config.MaxClockSkew (max_clock_skew).

@@ -134,11 +134,14 @@ type RetentionCounts struct {
 	LongestCall time.Duration
 	// Took is how long the whole run took.
 	Took time.Duration
+	// SeriesRows counts the rows of the measures over time removed (hours and days past their keeping).
+	SeriesRows int
 }
 
 // RunOnce removes, destination by destination, the settled items past their retention, a call of up to
-// Limit items at a time, until none is left. It returns what it did and the first error (it goes on with
-// the other destinations after one).
+// Limit items at a time, until none is left; then, on a store that keeps the measures over time, the
+// hour and day rows past their keeping. It returns what it did and the errors (it goes on with the other
+// destinations after one).
 func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 	var c RetentionCounts
 	began := time.Now()
@@ -169,7 +172,19 @@ func (r *Retention) RunOnce(ctx context.Context) (RetentionCounts, error) {
 			}
 		}
 	}
+	if ss, ok := r.cfg.Store.(SeriesStore); ok && ctx.Err() == nil {
+		hours, days := r.cfg.Config.SeriesKept()
+		n, err := ss.RemoveSeriesRows(ctx, now.Add(-hours), now.Add(-days))
+		c.SeriesRows = n
+		if err != nil {
+			errs = append(errs, fmt.Errorf("retention of the measures over time: %w", err))
+		}
+	}
 	c.Took = time.Since(began)
+	if c.SeriesRows > 0 {
+		r.cfg.Logger.Info(fmt.Sprintf("retention removed %d rows of the measures over time", c.SeriesRows),
+			slog.Int("series_rows", c.SeriesRows))
+	}
 	if c.Removed > 0 {
 		r.cfg.Logger.Info(fmt.Sprintf("retention removed %d settled items in %s", c.Removed, c.Took.Round(time.Millisecond)),
 			slog.Int("removed", c.Removed), slog.Duration("took", c.Took), slog.Duration("longest_call", c.LongestCall))

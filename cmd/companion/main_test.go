@@ -166,26 +166,11 @@ func TestAcknowledgedClaimsSurviveSIGKILL(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	killMidTraffic(t, p, &wg, client, "claims acknowledged", 200, func() int {
 		mu.Lock()
-		n := len(acks)
-		mu.Unlock()
-		if n >= 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d claims acknowledged in 60 s", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	// Killed while the callers are still sending: some requests are cut off mid-way.
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	<-p.exited
-	wg.Wait()
-	client.CloseIdleConnections()
+		defer mu.Unlock()
+		return len(acks)
+	})
 
 	q := run(t, command(dir))
 	mu.Lock()
@@ -213,6 +198,26 @@ func TestAcknowledgedClaimsSurviveSIGKILL(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged claims (%d with acknowledged success) all survived SIGKILL", len(acks), succeeded)
+}
+
+// killMidTraffic waits until done() counts n of what the callers (wg) do, failing the test after 60 s,
+// then kills p with SIGKILL while they are still sending (some requests are cut off mid-way), and waits
+// for the process and the callers to end.
+func killMidTraffic(t *testing.T, p *process, wg *sync.WaitGroup, client *http.Client, what string, n int, done func() int) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for done() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d %s in 60 s", done(), what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.exited
+	wg.Wait()
+	client.CloseIdleConnections()
 }
 
 func TestSIGTERMLetsRunningRequestsFinish(t *testing.T) {

@@ -638,7 +638,10 @@ func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error
 
 // AddCounter adds delta to a named counter of a tenant and destination. Returns ErrUnavailable.
 func (s *Store) AddCounter(ctx context.Context, tenant, destination, name string, delta int) error {
-	_, err := s.w.ExecContext(ctx, `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)
-		ON CONFLICT (tenant, destination, name) DO UPDATE SET value = value + excluded.value`, tenant, destination, name, delta)
+	_, err := s.w.ExecContext(ctx, addCounterSQL, tenant, destination, name, delta)
 	return unavailable(err)
 }
+
+// addCounterSQL adds to a named counter of a tenant and destination.
+const addCounterSQL = `INSERT INTO counters (tenant, destination, name, value) VALUES (?, ?, ?, ?)
+	ON CONFLICT (tenant, destination, name) DO UPDATE SET value = value + excluded.value`

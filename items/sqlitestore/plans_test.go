@@ -78,6 +78,12 @@ func TestQueryPlans(t *testing.T) {
 		{"NoteAlertMessage", `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ?
 			AND status = 'pending' AND ts = ''`, []any{"D1", "1.1", "acme", "k", 1, "no_dedupe"},
 			[]string{"USING PRIMARY KEY"}},
+		{"SeriesRows", seriesRowsSQL, []any{"acme", "1h", 0, 3600 * 48, ""},
+			[]string{"SEARCH series USING PRIMARY KEY (tenant=? AND step=? AND start>? AND start<?)"}},
+		{"SeriesRowsDestination", seriesRowsSQL, []any{"acme", "1d", 0, 86400 * 30, "billing"},
+			[]string{"SEARCH series USING PRIMARY KEY (tenant=? AND step=? AND start>? AND start<?)"}},
+		{"RemoveSeriesRows", removeSeriesSQL, []any{"1h", 3600}, []string{"SEARCH series USING INDEX series_start (step=? AND start<?)"}},
+		{"Releases", releasesSQL, []any{0, now.UnixNano()}, []string{"USING INDEX releases_at (at>? AND at<?)"}},
 		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
 			[]string{"USING INDEX items_key"}},
 	}

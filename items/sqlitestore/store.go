@@ -50,6 +50,7 @@ type Store struct {
 	updates    map[uint32]*sql.Stmt
 	unprepared map[uint32]bool
 	addCounts  *sql.Stmt
+	addSeries  *sql.Stmt
 	reads      []*sql.Stmt // one per readSizes
 	// rows and doc are write's buffers, used by one transaction at a time.
 	rows []any
@@ -138,6 +139,9 @@ func Open(ctx context.Context, dataDir string, opts ...Option) (*Store, error) {
 	}
 	s.updates, s.unprepared = map[uint32]*sql.Stmt{}, map[uint32]bool{}
 	s.addCounts, err = w.PrepareContext(ctx, addCountsSQL)
+	if err == nil {
+		s.addSeries, err = w.PrepareContext(ctx, addSeriesSQL)
+	}
 	for _, rows := range insertRows {
 		if err != nil {
 			break
@@ -355,6 +359,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := s.migrateCounts(ctx); err != nil {
 		return err
 	}
+	if err := s.migrateSeries(ctx); err != nil {
+		return err
+	}
 	start = time.Now()
 	refreshed, err := s.refreshSweepCandidates(ctx)
 	if err != nil {
@@ -570,10 +577,11 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 		now = make([]*written, len(changed))
 	}
 	var args []any
-	counts := items.CountChanges{}
+	counts, series := items.CountChanges{}, items.SeriesChanges{}
 	for at, id := range changed {
 		cur, next := found[id], last[id]
 		counts.Move(cur, next)
+		series.Move(cur, next)
 		var doc []byte
 		var err error
 		if doc, buf, err = document(buf, next); err != nil {
@@ -631,7 +639,10 @@ func (s *Store) write(ctx context.Context, tx *sql.Tx, found map[string]*items.I
 		r := fresh[j*len(insertColumns) : (j+1)*len(insertColumns)]
 		now[at] = &written{id: r[len(insertColumns)-1].(int64), cols: slices.Clone(r[:len(setColumns)])}
 	}
-	return now, s.writeCounts(ctx, tx, counts)
+	if err := s.writeCounts(ctx, tx, counts); err != nil {
+		return nil, err
+	}
+	return now, s.writeSeries(ctx, tx, series)
 }
 
 // wroteRows checks that a write statement changed the rows it was meant to.
@@ -799,7 +810,7 @@ func (s *Store) Close() error {
 	}
 	// Prepared statements are finalized first: a connection with live statements would not close, and
 	// would not checkpoint.
-	for _, st := range append(append(slices.Collect(maps.Values(s.updates)), s.addCounts), append(s.inserts, s.reads...)...) {
+	for _, st := range append(append(slices.Collect(maps.Values(s.updates)), s.addCounts, s.addSeries), append(s.inserts, s.reads...)...) {
 		if st != nil {
 			_ = st.Close()
 		}

@@ -22,13 +22,14 @@ func TestFailedGroupLeavesNoClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp := strings.Repeat("c", 64)
-	// An update per prepared item, the inserts of the four new ones, the commit.
+	// An update per prepared item, the inserts of the four new ones, the series' hour and day rows of the
+	// claims, the commit.
 	inserts, rows := 0, 4
 	for _, size := range insertRows {
 		inserts += rows / size
 		rows %= size
 	}
-	statements := 3 + inserts + 1
+	statements := 3 + inserts + 2 + 1
 	for k := 1; k <= statements; k++ {
 		var ps []items.BeforeWriteParams
 		for i := range 3 {

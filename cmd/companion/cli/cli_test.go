@@ -360,7 +360,7 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"typo of max_attempts", "defaults:\n  dedupe: none\n" + strings.Repeat("# a comment\n", 7) +
 			"destinations:\n  crm:\n    dedupe: lookup\n  billing:\n    max_attempt: 5\n",
 			[]string{"line 14: destinations.billing.max_attempt: unknown field (did you mean max_attempts?)"}},
-		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts, public_url, max_clock_skew)"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts, public_url, max_clock_skew, series)"}},
 		{"typo in a token", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_evn: X\n", []string{"line 5: tokens[0].secret_evn: unknown field (did you mean secret_env?)"}},
 		{"typo in a route", "alerts:\n  routes:\n    - workflow: a*\n      ownr: U1\n", []string{"line 4: alerts.routes[0].ownr: unknown field (did you mean owner?)"}},
 		{"typo under defaults", "defaults:\n  lease_second: 60\n", []string{"line 2: defaults.lease_second: unknown field (did you mean lease_seconds?)"}},
@@ -371,6 +371,9 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"bad duration", "destinations:\n  crm:\n    escalate_after: soon\n", []string{"line 3", "destinations.crm.escalate_after"}},
 		{"bad clock skew", "defaults:\n  dedupe: key\nmax_clock_skew: soon\n", []string{"line 3", "max_clock_skew", "duration"}},
 		{"negative clock skew", "max_clock_skew: -1s\n", []string{"line 1", "max_clock_skew", "must not be negative"}},
+		{"series hours too short", "series:\n  hours_kept: 24h\n", []string{"line 2", "series.hours_kept", "must be at least 48h: the console's charts show the last 48 hours"}},
+		{"series days too short", "series:\n  days_kept: 7d\n", []string{"line 2", "series.days_kept", "write 168h"}},
+		{"series typo", "series:\n  hour_kept: 840h\n", []string{"line 2", "series.hour_kept: unknown field (did you mean hours_kept?)"}},
 		{"flag as text", "destinations:\n  crm:\n    server_errors_not_committed: yes please\n", []string{"line 3", "server_errors_not_committed", "true or false"}},
 		{"inline secret", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret: hunter2\n", []string{"line 5", "tokens[0].secret", "secret_env"}},
 		{"unset secret env", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_env: NOT_SET\n", []string{"line 5", "tokens[0].secret_env", "NOT_SET"}},

@@ -45,6 +45,8 @@ type fileConfig struct {
 	// MaxClockSkew is how far the clocks of the replicas sharing a store may differ (items.Config): a Go
 	// duration or whole seconds; default 2 s.
 	MaxClockSkew field[durationValue] `yaml:"max_clock_skew"`
+	// Series says how long the measures over time are kept (series.go).
+	Series seriesConfig `yaml:"series"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -221,6 +223,7 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 			cfg.MaxClockSkew = v
 		}
 	}
+	fc.Series.apply(&cfg, probs)
 	names := slices.Sorted(maps.Keys(fc.Destinations))
 	for _, name := range names {
 		dc := fc.Destinations[name]

@@ -759,6 +759,11 @@ state, items needing a person, the oldest unresolved age, retries, fingerprint c
 recoveries, manual resolutions, duplicate effects, removed items, and the repeated reports the
 items' histories dropped (not 0: a workflow replays its reports in a loop; docs/operators.md).
 
+  companion stats --since 7d --step 1d [--destination billing]
+
+prints the measures over time instead (GET /v1/stats/series): one row per hour or day (UTC) up to
+now, what happened to the claims and how the items were settled, and the releases in that span.
+
 ` + clientEnv
 
 // apiMeasures are the measures GET /v1/stats answers.
@@ -781,12 +786,19 @@ type apiMeasures struct {
 func (m *Main) stats(ctx context.Context, args []string) error {
 	fs := m.newFlags("stats", statsSynopsis)
 	asJSON := fs.Bool("json", false, "print the API's JSON")
+	since := fs.String("since", "", "print the measures over time from this `span` ago to now (7d, 48h, 90m) instead of the totals; "+
+		"--step or --destination alone print the last 48 hours by hour, or 30 days by day")
+	step := fs.String("step", "", "the measures over time: one row per `1h or 1d` (default 1h up to --since 48h, else 1d)")
+	destination := fs.String("destination", "", "the measures over time of this `destination` only (default all together)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
 	c, err := m.client()
 	if err != nil {
 		return err
+	}
+	if *since != "" || *step != "" || *destination != "" {
+		return m.statsSeries(ctx, c, *since, *step, *destination, *asJSON)
 	}
 	b, err := c.do(ctx, http.MethodGet, "/v1/stats", nil)
 	if err != nil {

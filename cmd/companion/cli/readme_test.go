@@ -293,7 +293,7 @@ func TestDocsAPIExamplesAreJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, code := range []string{"invalid_request", "unauthorized", "forbidden", "not_found", "method_not_allowed", "conflict",
-		"payload_too_large", "unsupported_media_type", "internal", "store_unavailable"} {
+		"payload_too_large", "unsupported_media_type", "internal", "store_unavailable", "not_implemented"} {
 		if !strings.Contains(string(doc), "| `"+code+"` |") {
 			t.Errorf("docs/api.md has no row for the error code %s", code)
 		}

@@ -189,6 +189,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		store.Close()
 		return fmt.Errorf("cannot start the ledger in %s: %w", where, err)
 	}
+	recordRelease(ctx, store, versionString(), ledger.Now(), log)
 	alertSvc, err := newAlertServices(ledger, routing, slack, slackIdentity, publicURL, log)
 	if err != nil {
 		store.Close()
