@@ -21,6 +21,7 @@ import (
 
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/internal/loopback"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
@@ -127,7 +128,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr (COMPANION_ADDR) %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
 	}
-	if o.debugAddr != "" && !loopback(o.debugAddr) {
+	if o.debugAddr != "" && !loopbackAddr(o.debugAddr) {
 		return usageErrorf("--debug-addr (COMPANION_DEBUG_ADDR) %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
 	}
 	if m.Getenv("GOGC") == "" {
@@ -145,7 +146,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(tokens) == 0 && !loopback(o.addr) {
+	if len(tokens) == 0 && !loopbackAddr(o.addr) {
 		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
 			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), e.g. "+
 			"COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more "+
@@ -381,17 +382,13 @@ func tokenNames(tokens []handlers.Token) string {
 	return strings.Join(parts, ", ")
 }
 
-// loopback reports whether addr listens on a loopback interface only.
-func loopback(addr string) bool {
+// loopbackAddr reports whether addr listens on a loopback interface only.
+func loopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback.Name(host)
 }
 
 // openStore opens the store the ledger lives in. It is the one place the store is chosen: MongoDB when
