@@ -262,10 +262,10 @@ func TestStatsAndMetricsMatchTheLedger(t *testing.T) {
 		"companion_needs_person{tenant=acme}": 2, "companion_oldest_unresolved_age_seconds{tenant=acme}": 90, "companion_retries_total{tenant=acme}": 1,
 		"companion_fingerprint_conflicts_total{tenant=acme}": 1, "companion_same_key_recoveries_total{tenant=acme}": 1,
 		"companion_manual_resolutions_total{tenant=acme}": 1, "companion_duplicate_effects_total{tenant=acme}": 1, "companion_items_removed_total{tenant=acme}": 0,
-		"companion_decisions_total{decision=proceed,reason=new,tenant=acme}":                                       6,
-		"companion_decisions_total{decision=proceed,reason=retry_same_key,tenant=acme}":                            1,
-		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch,tenant=acme}":                     1,
-		"companion_decisions_total{decision=skip,reason=succeeded,tenant=acme}":                                    1,
+		"companion_decisions_total{decision=proceed,reason=new,tenant=acme}":                           6,
+		"companion_decisions_total{decision=proceed,reason=retry_same_key,tenant=acme}":                1,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch,tenant=acme}":         1,
+		"companion_decisions_total{decision=skip,reason=succeeded,tenant=acme}":                        1,
 		"companion_http_request_duration_seconds{method=POST,route=/v1/before-write,status=200}_count": 9,
 	} {
 		if got, ok := m[name]; !ok || got != v {
@@ -330,7 +330,7 @@ func TestBatchDecisionsAreCounted(t *testing.T) {
 	for name, want := range map[string]float64{
 		"companion_decisions_total{decision=proceed,reason=new,tenant=acme}":                   3,
 		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch,tenant=acme}": 2,
-		"companion_fingerprint_conflicts_total{tenant=acme}":                                    2,
+		"companion_fingerprint_conflicts_total{tenant=acme}":                                   2,
 	} {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)
