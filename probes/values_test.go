@@ -33,18 +33,25 @@ func (e *env) unknownWith(tenant, key, reference string) {
 	}
 }
 
+// countingServer is a destination that answers every read with body, and counts the requests that reach it.
+func countingServer(t *testing.T, body string) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		fmt.Fprint(w, body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
 // A placeholder value that would leave the lookup's path (., .., /, \, % once decoded) or that is blank
 // fails the read at once, with lookup_bad_reference in its evidence: no request reaches the destination,
 // nothing is settled, and the item waits for its owner (no later read could do better). In the query the
 // same values are only escaped.
 func TestBadPlaceholderValuesSendNothing(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		fmt.Fprint(w, `{"records":[{"id":"rec_other"}]}`)
-	}))
-	t.Cleanup(srv.Close)
+	srv, hits := countingServer(t, `{"records":[{"id":"rec_other"}]}`)
 	e := newEnv(t, probes.Lookup{URL: srv.URL + "/v1/customers/{reference}/orders", IDPath: "records.0.id",
 		SettleAfter: []time.Duration{time.Second, 2 * time.Second}}, sandbox.Config{})
 	bad := []string{"", "   ", ".", "..", "a/b", "../orders", `..\admin`, "%2e%2e", "%2E%2e%2fadmin", "%2F", "%252e%252e", "50%", "a%5Cb"}
@@ -139,12 +146,7 @@ func TestQuerySecretsAreSentAndNeverShown(t *testing.T) {
 // An item of a tenant the destination is not open to (written before its tenants were set) is never read.
 func TestAnItemOfAnotherTenantIsNeverRead(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
-		fmt.Fprint(w, `{"records":[{"id":"rec_1"}]}`)
-	}))
-	t.Cleanup(srv.Close)
+	srv, hits := countingServer(t, `{"records":[{"id":"rec_1"}]}`)
 	e := newEnv(t, probes.Lookup{URL: srv.URL + "/records?reference={reference}", IDPath: "records.0.id"}, sandbox.Config{})
 	e.unknownWith("globex", "inv-1", "QT-1")
 	e.unknownWith("acme", "inv-2", "QT-2")
