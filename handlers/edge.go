@@ -51,8 +51,21 @@ type hostPolicy struct {
 	// open answers the loopback names only (no tokens); any answers every Host (tokens set, no allowed
 	// hosts configured).
 	open, any bool
-	// allowed are the configured names, lower case; an entry with a port matches that port only.
-	allowed []string
+	// allowed are the configured names; an entry with a port matches that port only.
+	allowed []hostPort
+}
+
+// hostPort is a Host split into its name (lower case, without the brackets of an IPv6 literal or a
+// trailing dot) and its port ("" when it names none).
+type hostPort struct{ name, port string }
+
+func splitHost(host string) hostPort {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		name, port = host, ""
+	}
+	name = strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(strings.ToLower(name), "["), "]"), ".")
+	return hostPort{name: name, port: port}
 }
 
 func newHostPolicy(open bool, allowed []string) hostPolicy {
@@ -61,7 +74,7 @@ func newHostPolicy(open bool, allowed []string) hostPolicy {
 		return p // open mode answers the loopback names only, whatever else is configured
 	}
 	for _, h := range allowed {
-		p.allowed = append(p.allowed, strings.ToLower(strings.TrimSpace(h)))
+		p.allowed = append(p.allowed, splitHost(strings.TrimSpace(h)))
 	}
 	return p
 }
@@ -72,25 +85,16 @@ func (p hostPolicy) allows(host string) bool {
 	if p.any {
 		return true
 	}
-	host = strings.ToLower(host)
-	name := hostName(host)
-	if loopback.Name(name) {
+	h := splitHost(host)
+	if loopback.Name(h.name) {
 		return true
 	}
 	for _, a := range p.allowed {
-		if a == host || a == name {
+		if a.name == h.name && (a.port == "" || a.port == h.port) {
 			return true
 		}
 	}
 	return false
-}
-
-// hostName is host without its port and the brackets of an IPv6 literal.
-func hostName(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		return h
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
 }
 
 // CheckAllowedHost returns what is wrong with an allowed_hosts entry: a host name or address, with an
@@ -252,7 +256,7 @@ func (s *server) edge(c *gin.Context) {
 	if wait := s.failures.wait(client); wait > 0 {
 		secs := int(math.Ceil(wait.Seconds()))
 		c.Header("Retry-After", strconv.Itoa(secs))
-		s.writeError(c, &items.Error{Code: CodeTooManyRequests, Message: "too many failed sign-ins from this address: retry in " +
+		s.writeError(c, &items.Error{Code: CodeTooManyRequests, Message: "too many failed authentications from this address: retry in " +
 			strconv.Itoa(secs) + " s, with the right token (a correct token is never counted against an address)"})
 		return
 	}

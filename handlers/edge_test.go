@@ -76,7 +76,7 @@ func TestAllowedHostsWithTokens(t *testing.T) {
 	}})
 	svc.Claim("inv-1", nil)
 	for host, status := range map[string]int{"companion.example.com": 200, "companion.example.com:443": 200, "ops.example.com:8443": 200,
-		"localhost:1": 200, "ops.example.com": 421, "ops.example.com:443": 421, "attacker.example": 421, "example.com": 421} {
+		"localhost:1": 200, "[::1]:8080": 200, "COMPANION.example.com.": 200, "ops.example.com": 421, "ops.example.com:443": 421, "attacker.example": 421, "example.com": 421} {
 		r := svc.Do(handlerstest.Request{Method: http.MethodGet, Path: "/v1/items/inv-1", Token: handlerstest.WorkflowAcme, Host: host})
 		if r.Status != status {
 			t.Errorf("Host %s: %d, want %d: %s", host, r.Status, status, r.Body)
