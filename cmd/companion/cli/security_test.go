@@ -120,6 +120,9 @@ func TestConsoleResolveFromAForeignOriginChangesNothing(t *testing.T) {
 	const wf, op = "wf-secret-0123456789", "op-secret-0123456789"
 	p := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "data"),
 		"COMPANION_TOKENS": "n8n:acme:workflow:" + wf + ",anna:acme:operator:" + op, "COMPANION_PUBLIC_URL": "https://companion.example.com"})
+	if strings.Contains(p.err.String(), "the console accepts forms only") {
+		t.Errorf("the start line warns of the console's origins although public_url is set:\n%s", p.err)
+	}
 	_, claim := call(t, p, "POST", "/v1/before-write", wf, `{"key":"inv-1","payload":{"n":1}}`)
 	call(t, p, "POST", "/v1/after-write", wf, `{"key":"inv-1","claim":"`+claim["claim"].(string)+`","outcome":"unknown","error":{"class":"timeout"}}`)
 
@@ -530,6 +533,9 @@ func TestFiftyWrongTokensAreThrottledAndTheRightOneWorksAfter(t *testing.T) {
 	}
 	if strings.Contains(p.err.String(), "guess-") {
 		t.Errorf("the log shows a guessed token")
+	}
+	if !strings.Contains(p.err.String(), "the console accepts forms only when opened as localhost or a loopback address: set public_url") {
+		t.Errorf("a service with tokens and no public_url does not say where its console takes forms from:\n%s", p.err)
 	}
 }
 

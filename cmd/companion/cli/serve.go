@@ -334,6 +334,10 @@ func (f fileSettings) warnings() []string {
 	if len(f.tokens) == 0 && len(f.allowedHosts) > 0 {
 		out = append(out, "allowed_hosts is ignored without tokens: the service answers localhost and loopback addresses only")
 	}
+	if len(f.tokens) > 0 && f.publicURL == "" && len(f.allowedHosts) == 0 {
+		out = append(out, "the console accepts forms only when opened as localhost or a loopback address: "+
+			"set public_url (COMPANION_PUBLIC_URL) to the address people open it at")
+	}
 	if len(f.tokens) > 0 {
 		named := map[string][]string{}
 		for t := range f.cfg.Owners {
