@@ -194,7 +194,7 @@ func (s *Service) check(b Batch) ([]items.BeforeWriteParams, error) {
 		} else if *p.BatchIndex < 0 {
 			return nil, ItemError(i, items.Invalid("batch_index", "must be 0 or more"))
 		}
-		if err := items.CheckBeforeWrite(p); err != nil {
+		if err := s.ledger.CheckBeforeWrite(p); err != nil {
 			return nil, ItemError(i, err)
 		}
 		ps[i] = p

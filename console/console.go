@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/batches"
+	"github.com/replaysafe/companion/internal/loopback"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -102,6 +103,11 @@ type Config struct {
 	// Open serves the console without sign-in as Local (the API's open mode, loopback only).
 	Open  bool
 	Local Principal
+	// Origins are the origins ("https://companion.example.com", scheme://host[:port]) whose forms the
+	// console accepts besides the loopback names' (localhost, 127.0.0.1, [::1], any port): the service's
+	// public URL and allowed hosts. A form's Origin is never compared with the request's Host, which a
+	// page whose name was rebound to this machine controls.
+	Origins []string
 	// Errors turns an error into what the page may show (handlers' error table).
 	Errors func(error) PublicError
 	// Target routes an item (owner, check hint); nil shows the item's own owner and no hint.
@@ -187,8 +193,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A console form is a few kB at most (evidence ≤ 2000 characters).
 		r.Body = http.MaxBytesReader(w, r.Body, MaxFormBytes)
 	}
-	if r.Method == http.MethodPost && !sameOrigin(r) {
-		c.fail(w, r, nil, PublicError{Status: http.StatusForbidden, Code: "forbidden", Message: "the form came from another site"})
+	if r.Method == http.MethodPost && !c.formOrigin(r) {
+		c.fail(w, r, nil, PublicError{Status: http.StatusForbidden, Code: "forbidden", Message: "the form came from " +
+			r.Header.Get("Origin") + ", which is not this console's address; if people open the console there, set the service's " +
+			"public_url (COMPANION_PUBLIC_URL) to it, or add its host to allowed_hosts (COMPANION_ALLOWED_HOSTS)"})
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, strings.TrimSuffix(Prefix, "/"))
@@ -228,21 +236,45 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// sameOrigin refuses a POST whose Origin (or, failing that, Sec-Fetch-Site) names another site. Browsers
-// send one of them with every form; a client that sends neither still needs the CSRF token.
-func sameOrigin(r *http.Request) bool {
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
-		host := o
-		if i := strings.Index(host, "://"); i >= 0 {
-			host = host[i+3:]
+// formOrigin refuses a POST whose Origin is not one of the console's (Config.Origins, the loopback names),
+// or, without an Origin, whose Sec-Fetch-Site names another site. Browsers send one of them with every
+// form; a client that sends neither still needs the CSRF token. An Origin of "null" (a sandboxed frame, a
+// file) is no origin of the console's.
+func (c *Console) formOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		switch r.Header.Get("Sec-Fetch-Site") {
+		case "", "same-origin", "none":
+			return true
 		}
-		return strings.EqualFold(host, r.Host)
+		return false
 	}
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	u, err := url.Parse(o)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return false
+	}
+	if loopback.Name(u.Hostname()) {
 		return true
 	}
+	origin := withoutDefaultPort(u.Scheme + "://" + u.Host)
+	for _, allowed := range c.cfg.Origins {
+		if origin == withoutDefaultPort(allowed) {
+			return true
+		}
+	}
 	return false
+}
+
+// withoutDefaultPort is the origin with its scheme's default port left out (https://h:443 is https://h).
+func withoutDefaultPort(origin string) string {
+	o := strings.ToLower(strings.TrimSuffix(origin, "/"))
+	if s, ok := strings.CutSuffix(o, ":443"); ok && strings.HasPrefix(o, "https://") {
+		return s
+	}
+	if s, ok := strings.CutSuffix(o, ":80"); ok && strings.HasPrefix(o, "http://") {
+		return s
+	}
+	return o
 }
 
 func secure(r *http.Request) bool {

@@ -58,6 +58,8 @@ type envOptions struct {
 	mongo bool
 	// queueLimit is the console's QueueLimit (console.QueueLimit when 0).
 	queueLimit int
+	// publicURL is the service's public_url.
+	publicURL string
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -92,7 +94,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.mongo {
 		kind = "mongodb"
 	}
-	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StoreKind: kind,
+	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, PublicURL: o.publicURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StoreKind: kind,
 		Console: handlers.ConsoleConfig{Refresh: o.refresh, QueueLimit: o.queueLimit, CauseText: alerts.CauseText,
 			Target: func(it *items.Item) console.Target {
 				return console.Target{Owner: "U0BILLING", CheckHint: "search the billing tool for the quote reference"}

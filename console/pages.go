@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net/http"
 	"net/url"
 	"sort"
@@ -104,7 +105,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p 
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	_, _ = w.Write(buf.Bytes())
+	// html/template escapes what HTML would read as markup, not control characters or bidi overrides: a
+	// reference stored before the API refused them is shown with them escaped (\u001b), as the CLI does.
+	_, _ = io.WriteString(w, items.EscapeControls(buf.String()))
 }
 
 func (c *Console) frame(s *session, title, nav string, body any) page {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -122,6 +123,21 @@ func newAuthenticator(tokens []Token, open bool) authenticator {
 		})
 	}
 	return a
+}
+
+// tenants returns the tenants of the tokens, sorted, each once; in open mode, the open tenant.
+func (a authenticator) tenants() []string {
+	if a.open {
+		return []string{OpenPrincipal.Tenant}
+	}
+	var out []string
+	for _, t := range a.tokens {
+		if !slices.Contains(out, t.principal.Tenant) {
+			out = append(out, t.principal.Tenant)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // lookup returns the principal of a secret. It compares digests of equal length in constant time and

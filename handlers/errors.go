@@ -35,6 +35,12 @@ var statuses = map[items.Code]int{
 	items.CodeUnavailable:    http.StatusServiceUnavailable,
 	CodeNotImplemented:       http.StatusNotImplemented,
 	items.CodeInternal:       http.StatusInternalServerError,
+	// The allow-lists refuse a request's body as a body problem would.
+	items.CodeOwnerNotAllowed:       http.StatusBadRequest,
+	items.CodeDestinationNotAllowed: http.StatusBadRequest,
+	// The edge (edge.go).
+	CodeMisdirectedHost: http.StatusMisdirectedRequest,
+	CodeTooManyRequests: http.StatusTooManyRequests,
 }
 
 // StatusOf returns the HTTP status of an error code; 500 for a code it does not know.

@@ -9,6 +9,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -61,6 +62,17 @@ type Config struct {
 	StoreKind string
 	// Console configures the operator console at /console/, served when Operators is set.
 	Console ConsoleConfig
+	// AllowedHosts are the Host names (a name, or name:port for that port only) a service with tokens
+	// answers besides the loopback names; any other Host is answered 421 misdirected_host. Empty: every
+	// Host. A service running open answers the loopback names only, whatever this says.
+	AllowedHosts []string
+	// PublicURL is the service's address as people reach it (public_url): console forms are accepted from
+	// its origin, from the AllowedHosts and from the loopback names, never from an origin taken from Host.
+	PublicURL string
+	// TrustedProxies are the addresses (IPs or CIDRs) of the reverse proxies whose X-Forwarded-For (or
+	// X-Real-IP) names the client, which failed sign-ins count against. Empty: the peer's address counts,
+	// and no forwarded header is believed.
+	TrustedProxies []string
 }
 
 // ConsoleConfig is what the operator console needs beyond the service's own configuration.
@@ -115,6 +127,9 @@ type server struct {
 	slack         SlackActions
 	// health is what GET /healthz reports besides its status.
 	version, storeKind string
+	// The edge (edge.go): the Host names answered, and the failed authentications per client address.
+	hosts    hostPolicy
+	failures *failedAuth
 }
 
 // SlackActionsPath is where Slack posts the interactions with the alerts (buttons, the evidence modal):
@@ -162,7 +177,7 @@ func New(cfg Config) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	s := &server{ledger: cfg.Ledger, log: cfg.Logger, auth: newAuthenticator(cfg.Tokens, cfg.Open),
 		operators: cfg.Operators, metricsOf: cfg.Metrics, metricsAccess: Operator, resolver: cfg.Resolver, slack: cfg.SlackActions,
-		version: cfg.Version, storeKind: cfg.StoreKind}
+		version: cfg.Version, storeKind: cfg.StoreKind, hosts: newHostPolicy(len(cfg.Tokens) == 0, cfg.AllowedHosts), failures: newFailedAuth()}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -184,8 +199,12 @@ func New(cfg Config) http.Handler {
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
 	r.HandleMethodNotAllowed = true
-	_ = r.SetTrustedProxies(nil) // nil never fails; the client address is the peer's
-	r.Use(s.serveRequests)
+	// The client address (which failed sign-ins count against) is the peer's, unless the peer is a trusted
+	// proxy: then X-Forwarded-For names it.
+	if err := r.SetTrustedProxies(cfg.TrustedProxies); err != nil {
+		panic("handlers: Config.TrustedProxies: " + err.Error()) // checked by the caller (CheckTrustedProxy)
+	}
+	r.Use(s.serveRequests, s.edge)
 	// Where to go instead: a person who opens the service's address in a browser (GET /) finds the console.
 	notFound := "; the API's endpoints are listed by GET /openapi.json (docs/api.md)"
 	if cfg.Operators != nil && !cfg.Console.Off {
@@ -225,11 +244,25 @@ func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 			d := publicError(err)
 			return console.PublicError{Status: StatusOf(d.Code), Code: string(d.Code), Message: d.Message}
 		},
-		Target: cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh,
+		Origins: consoleOrigins(cfg.PublicURL, cfg.AllowedHosts),
+		Target:  cfg.Console.Target, CauseText: cfg.Console.CauseText, Refresh: cfg.Console.Refresh,
 		QueueLimit: cfg.Console.QueueLimit, Logger: s.log, StoreKind: cfg.StoreKind})
 	h := gin.WrapH(c)
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
 		r.Handle(m, "/console/*path", h)
 	}
 	r.GET("/console", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, console.Prefix) })
+}
+
+// consoleOrigins are the origins the console accepts forms from besides the loopback names: the public
+// URL's, and each allowed host's over https and http.
+func consoleOrigins(publicURL string, allowedHosts []string) []string {
+	var out []string
+	if u, err := url.Parse(publicURL); err == nil && u.Scheme != "" && u.Host != "" {
+		out = append(out, u.Scheme+"://"+u.Host)
+	}
+	for _, h := range allowedHosts {
+		out = append(out, "https://"+h, "http://"+h)
+	}
+	return out
 }

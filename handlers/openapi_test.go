@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -50,5 +51,31 @@ func TestOpenAPIResolveOutcomesAreTheLedgers(t *testing.T) {
 		if got := fmt.Sprint(s.Value.Properties["outcome"].Value.Enum); got != want {
 			t.Errorf("%s.outcome enum = %s, want %s", name, got, want)
 		}
+	}
+}
+
+// The document names the codes of the edge and of the allow-lists, and every operation answers 421 to a
+// misdirected Host; every operation that takes a token answers 429 to a client over its failure budget.
+func TestOpenAPIDescribesTheEdgeAndTheAllowLists(t *testing.T) {
+	t.Parallel()
+	doc := loadContract(t)
+	enum := fmt.Sprint(doc.Components.Schemas["Error"].Value.Properties["error"].Value.Properties["code"].Value.Enum)
+	for _, code := range []items.Code{handlers.CodeMisdirectedHost, handlers.CodeTooManyRequests, items.CodeOwnerNotAllowed, items.CodeDestinationNotAllowed} {
+		if !strings.Contains(enum, string(code)) {
+			t.Errorf("the error codes %s lack %s", enum, code)
+		}
+	}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.Responses.Value("421") == nil {
+				t.Errorf("%s %s has no 421", method, path)
+			}
+			if public := op.Security != nil && len(*op.Security) == 0; !public && op.Responses.Value("429") == nil {
+				t.Errorf("%s %s takes a token and has no 429", method, path)
+			}
+		}
+	}
+	if h := doc.Components.Responses["TooManyRequests"].Value.Headers["Retry-After"]; h == nil {
+		t.Error("429 does not name its Retry-After header")
 	}
 }

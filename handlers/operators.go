@@ -141,23 +141,28 @@ func (s *server) stats(c *gin.Context) {
 	c.Render(http.StatusOK, jsonLine{st})
 }
 
-// metrics serves the Prometheus text format: the process's measures and the ledger's for the caller's
-// tenant (every tenant together when the endpoint is open).
+// metrics serves the Prometheus text format: the process's measures and the ledger's, with a tenant label
+// on each tenant's series: the caller's tenant alone for an operator token, every tenant of the
+// service's tokens when the endpoint is open (in open mode, tenant default).
 func (s *server) metrics(c *gin.Context) {
 	if s.operators == nil || s.metricsOf == nil {
 		s.writeError(c, errNoOperatorStore)
 		return
 	}
-	tenant := ""
-	if p, ok := principalOf(c); ok {
-		tenant = p.Tenant
+	tenants, only := s.auth.tenants(), ""
+	if p, ok := principalOf(c); ok && !s.auth.open {
+		tenants, only = []string{p.Tenant}, p.Tenant
 	}
-	st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
-	if err != nil {
-		s.writeError(c, err)
-		return
+	stats := make([]*items.Stats, 0, len(tenants))
+	for _, tenant := range tenants {
+		st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
+		if err != nil {
+			s.writeError(c, err)
+			return
+		}
+		stats = append(stats, st)
 	}
-	promhttp.HandlerFor(s.metricsOf.gatherer(st), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
+	promhttp.HandlerFor(s.metricsOf.gatherer(stats, only), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
 }
 
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's
@@ -203,7 +208,7 @@ func (s *server) observeDecisions(ctx context.Context, tenant string, ps []items
 		}
 	}
 	for _, c := range counts {
-		s.metricsOf.observeDecisions(c.decision, c.reason, c.n)
+		s.metricsOf.observeDecisions(tenant, c.decision, c.reason, c.n)
 	}
 	if s.operators == nil {
 		return

@@ -259,15 +259,15 @@ func TestStatsAndMetricsMatchTheLedger(t *testing.T) {
 	}
 	m := metricValues(t, mr.Body)
 	for name, v := range map[string]float64{
-		"companion_items{state=succeeded}": 3, "companion_items{state=unknown}": 1, "companion_items{state=failed}": 1,
-		"companion_items{state=in_flight}": 1, "companion_items{state=prepared}": 0,
-		"companion_needs_person": 2, "companion_oldest_unresolved_age_seconds": 90, "companion_retries_total": 1,
-		"companion_fingerprint_conflicts_total": 1, "companion_same_key_recoveries_total": 1,
-		"companion_manual_resolutions_total": 1, "companion_duplicate_effects_total": 1, "companion_items_removed_total": 0,
-		"companion_decisions_total{decision=proceed,reason=new}":                                       6,
-		"companion_decisions_total{decision=proceed,reason=retry_same_key}":                            1,
-		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}":                     1,
-		"companion_decisions_total{decision=skip,reason=succeeded}":                                    1,
+		"companion_items{state=succeeded,tenant=acme}": 3, "companion_items{state=unknown,tenant=acme}": 1, "companion_items{state=failed,tenant=acme}": 1,
+		"companion_items{state=in_flight,tenant=acme}": 1, "companion_items{state=prepared,tenant=acme}": 0,
+		"companion_needs_person{tenant=acme}": 2, "companion_oldest_unresolved_age_seconds{tenant=acme}": 90, "companion_retries_total{tenant=acme}": 1,
+		"companion_fingerprint_conflicts_total{tenant=acme}": 1, "companion_same_key_recoveries_total{tenant=acme}": 1,
+		"companion_manual_resolutions_total{tenant=acme}": 1, "companion_duplicate_effects_total{tenant=acme}": 1, "companion_items_removed_total{tenant=acme}": 0,
+		"companion_decisions_total{decision=proceed,reason=new,tenant=acme}":                           6,
+		"companion_decisions_total{decision=proceed,reason=retry_same_key,tenant=acme}":                1,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch,tenant=acme}":         1,
+		"companion_decisions_total{decision=skip,reason=succeeded,tenant=acme}":                        1,
 		"companion_http_request_duration_seconds{method=POST,route=/v1/before-write,status=200}_count": 9,
 	} {
 		if got, ok := m[name]; !ok || got != v {
@@ -281,22 +281,35 @@ func TestStatsAndMetricsMatchTheLedger(t *testing.T) {
 	}
 
 	// Another tenant's operator sees its own (empty) ledger; a workflow token sees nothing.
-	other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body)
-	if other["companion_items{state=succeeded}"] != 0 || other["companion_needs_person"] != 0 {
-		t.Errorf("globex's metrics show acme's items: %v", other["companion_items{state=succeeded}"])
+	otherBody := svc.Get(handlerstest.OperatorGlobex, "/metrics").Body
+	other := metricValues(t, otherBody)
+	if other["companion_items{state=succeeded,tenant=globex}"] != 0 || other["companion_needs_person{tenant=globex}"] != 0 ||
+		strings.Contains(string(otherBody), `tenant="acme"`) {
+		t.Errorf("globex's metrics show acme's series:\n%s", otherBody)
+	}
+	if _, ok := other["companion_needs_person{tenant=globex}"]; !ok {
+		t.Errorf("globex's metrics lack its own series:\n%s", otherBody)
 	}
 	handlerstest.Expect(t, svc.Get(handlerstest.WorkflowAcme, "/metrics"), http.StatusForbidden, handlers.CodeForbidden, "")
 	handlerstest.Expect(t, svc.Get("", "/metrics"), http.StatusUnauthorized, handlers.CodeUnauthorized, "")
 }
 
+// Open metrics (--metrics-open) show every tenant's series, each with its tenant label.
 func TestOpenMetricsShowEveryTenant(t *testing.T) {
 	t.Parallel()
 	svc, _ := operatorService(t, items.Config{}, func(c *handlers.Config) { c.MetricsOpen = true })
 	svc.Claim("a", nil)
 	r := svc.Get("", "/metrics")
 	handlerstest.Expect(t, r, http.StatusOK, "", "")
-	if got := metricValues(t, r.Body)["companion_items{state=in_flight}"]; got != 1 {
-		t.Errorf("open metrics: in_flight %v, want 1", got)
+	m := metricValues(t, r.Body)
+	if got := m["companion_items{state=in_flight,tenant=acme}"]; got != 1 {
+		t.Errorf("open metrics: acme's in_flight %v, want 1", got)
+	}
+	if got, ok := m["companion_items{state=in_flight,tenant=globex}"]; !ok || got != 0 {
+		t.Errorf("open metrics: globex's in_flight %v (present %v), want 0", got, ok)
+	}
+	if got := m["companion_decisions_total{decision=proceed,reason=new,tenant=acme}"]; got != 1 {
+		t.Errorf("open metrics: acme's decisions %v, want 1", got)
 	}
 }
 
@@ -317,9 +330,9 @@ func TestBatchDecisionsAreCounted(t *testing.T) {
 	}
 	m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
 	for name, want := range map[string]float64{
-		"companion_decisions_total{decision=proceed,reason=new}":                   3,
-		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch}": 2,
-		"companion_fingerprint_conflicts_total":                                    2,
+		"companion_decisions_total{decision=proceed,reason=new,tenant=acme}":                   3,
+		"companion_decisions_total{decision=conflict,reason=fingerprint_mismatch,tenant=acme}": 2,
+		"companion_fingerprint_conflicts_total{tenant=acme}":                                   2,
 	} {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)
@@ -347,9 +360,9 @@ func TestAcknowledgedCountsInStatsAndMetrics(t *testing.T) {
 		stats := svc.Get(handlerstest.OperatorAcme, "/v1/stats")
 		m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
 		for name, got := range map[string][2]float64{
-			"needs_person":       {stats.Num("needs_person"), m["companion_needs_person"]},
-			"oldest unresolved":  {stats.Num("oldest_unresolved_age_seconds"), m["companion_oldest_unresolved_age_seconds"]},
-			"manual resolutions": {stats.Num("manual_resolutions"), m["companion_manual_resolutions_total"]},
+			"needs_person":       {stats.Num("needs_person"), m["companion_needs_person{tenant=acme}"]},
+			"oldest unresolved":  {stats.Num("oldest_unresolved_age_seconds"), m["companion_oldest_unresolved_age_seconds{tenant=acme}"]},
+			"manual resolutions": {stats.Num("manual_resolutions"), m["companion_manual_resolutions_total{tenant=acme}"]},
 		} {
 			want := map[string]float64{"needs_person": needsPerson, "oldest unresolved": age, "manual resolutions": resolutions}[name]
 			if got[0] != want || got[1] != want {
@@ -437,16 +450,16 @@ func TestLoopsOfReportsShowInStatsAndMetrics(t *testing.T) {
 	}
 	mr := svc.Get(handlerstest.OperatorAcme, "/metrics")
 	m := metricValues(t, mr.Body)
-	for name, want := range map[string]float64{"companion_history_repeats_dropped_total": 28, "companion_history_dropped_items_total": 2} {
+	for name, want := range map[string]float64{"companion_history_repeats_dropped_total{tenant=acme}": 28, "companion_history_dropped_items_total{tenant=acme}": 2} {
 		if got, ok := m[name]; !ok || got != want {
 			t.Errorf("metric %s = %v (present %v), want %v", name, got, ok, want)
 		}
-		if !strings.Contains(string(mr.Body), "# TYPE "+name+" counter") {
+		if family, _, _ := strings.Cut(name, "{"); !strings.Contains(string(mr.Body), "# TYPE "+family+" counter") {
 			t.Errorf("metric %s is not a counter", name)
 		}
 	}
-	if other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body); other["companion_history_repeats_dropped_total"] != 0 {
-		t.Errorf("globex's metrics show acme's dropped repeats: %v", other["companion_history_repeats_dropped_total"])
+	if other := metricValues(t, svc.Get(handlerstest.OperatorGlobex, "/metrics").Body); other["companion_history_repeats_dropped_total{tenant=globex}"] != 0 {
+		t.Errorf("globex's metrics show acme's dropped repeats: %v", other["companion_history_repeats_dropped_total{tenant=globex}"])
 	}
 }
 

@@ -5,10 +5,6 @@ import (
 	"fmt"
 )
 
-// CheckBeforeWrite returns the first problem of a before-write request that makes it unusable. Batch
-// callers check every item with it before deciding any, so one bad item refuses the whole batch.
-func CheckBeforeWrite(p BeforeWriteParams) error { return checkBeforeWrite(p) }
-
 // AfterWriteMany records the after-write reports of one tenant in order, each as AfterWrite would and
 // each against the state the earlier ones left. On a store that runs TransitionMany as one transaction
 // the whole batch costs one durable write.

@@ -155,7 +155,8 @@ var (
 )
 
 // Redact removes what looks like personal data or secrets from a failure message (email addresses,
-// credentials, long tokens, long digit runs) and cuts it to MaxMessageLength characters.
+// credentials, long tokens, long digit runs), escapes its control characters (EscapeControls) and cuts it
+// to MaxMessageLength characters.
 func Redact(msg string) string {
 	msg = strings.TrimSpace(msg)
 	if msg == "" {
@@ -166,8 +167,5 @@ func Redact(msg string) string {
 	msg = redactPair.ReplaceAllString(msg, "$1$2[redacted]")
 	msg = redactLong.ReplaceAllString(msg, "[redacted]")
 	msg = redactDigits.ReplaceAllString(msg, "[number]")
-	if r := []rune(msg); len(r) > MaxMessageLength {
-		msg = string(r[:MaxMessageLength])
-	}
-	return msg
+	return escapeWithin(msg, MaxMessageLength)
 }

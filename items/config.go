@@ -2,6 +2,7 @@ package items
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -43,6 +44,10 @@ type Destination struct {
 	// Retention is how long a settled item is kept after its last change (see Retention). Default
 	// DefaultRetention; never shorter than KeyRetentionSeconds (Config.Check).
 	Retention time.Duration
+	// Tenants are the tenants whose requests may name this destination; empty: every tenant. Another
+	// tenant's before-write naming it is refused with destination_not_allowed, and nothing is written: the
+	// destination's lookup reads with credentials meant for its tenants only.
+	Tenants []string
 }
 
 // Config is the ledger's configuration.
@@ -62,6 +67,13 @@ type Config struct {
 	// (SeriesStore) keeps its hour rows and its day rows, counted from the start of their bucket, before
 	// Retention removes them; DefaultSeriesHoursKept and DefaultSeriesDaysKept when 0.
 	SeriesHoursKept, SeriesDaysKept time.Duration
+	// Owners are the owners (Slack users or channels) each tenant's requests may name in owner, by tenant.
+	// A tenant without a list of its own may name the owners in RoutedOwners; when that is empty too, any
+	// owner. A request naming another is refused with owner_not_allowed, and nothing is written.
+	Owners map[string][]string
+	// RoutedOwners are the owners the alert routing names (its default owner, routes and destinations):
+	// the owners a tenant without a list of its own may name.
+	RoutedOwners []string
 }
 
 // SeriesKept returns how long the hour rows and the day rows of the measures over time are kept.
@@ -125,6 +137,9 @@ func (c Config) Destination(name string) Destination {
 	if d.Retention == 0 {
 		d.Retention = DefaultRetention
 	}
+	if d.Tenants == nil {
+		d.Tenants = def.Tenants
+	}
 	if !d.ServerErrorsNotCommitted {
 		d.ServerErrorsNotCommitted = def.ServerErrorsNotCommitted
 	}
@@ -141,4 +156,45 @@ func (c Config) Check(name string) string {
 			d.Retention, d.KeyRetentionSeconds)
 	}
 	return ""
+}
+
+// Error codes of the allow-lists: a request naming a destination or an owner its tenant may not name.
+const (
+	CodeDestinationNotAllowed Code = "destination_not_allowed"
+	CodeOwnerNotAllowed       Code = "owner_not_allowed"
+)
+
+// OwnersOf returns the owners the tenant's requests may name, and false when they may name any.
+func (c Config) OwnersOf(tenant string) ([]string, bool) {
+	if own, ok := c.Owners[tenant]; ok && len(own) > 0 {
+		return own, true
+	}
+	return c.RoutedOwners, len(c.RoutedOwners) > 0
+}
+
+// DestinationAllows reports whether the tenant may name the destination (its Tenants, or the defaults').
+func (c Config) DestinationAllows(destination, tenant string) bool {
+	if destination == "" {
+		destination = "default"
+	}
+	d := c.Destination(destination)
+	return len(d.Tenants) == 0 || slices.Contains(d.Tenants, tenant)
+}
+
+// checkAllowed refuses a before-write whose destination or owner its tenant may not name.
+func (c Config) checkAllowed(p BeforeWriteParams) error {
+	if !c.DestinationAllows(p.Destination, p.Tenant) {
+		problem := "this tenant may not use this destination: its configuration's tenants list does not name " + p.Tenant
+		return &Error{Code: CodeDestinationNotAllowed, Message: "destination: " + problem,
+			Fields: []FieldProblem{{Field: "destination", Problem: problem}}}
+	}
+	if p.Owner == "" {
+		return nil
+	}
+	if owners, limited := c.OwnersOf(p.Tenant); limited && !slices.Contains(owners, p.Owner) {
+		problem := "is not an owner this tenant may name: name one of the owners configured for it " +
+			"(tenants." + p.Tenant + ".owners, else the owners the alert routes name), or leave owner out and let the routes choose"
+		return &Error{Code: CodeOwnerNotAllowed, Message: "owner: " + problem, Fields: []FieldProblem{{Field: "owner", Problem: problem}}}
+	}
+	return nil
 }

@@ -45,6 +45,8 @@ func FuzzCanonical(f *testing.F) {
 		`{"a\u0000b":"\u007f\u2028"}`,
 		`[1,2]`,
 		`{"a":1} {"b":2}`,
+		`{"a":1 0}`,
+		`{"a":[true false]}`,
 		`{"a":}`,
 		``,
 		"{\"a\":\"\xff\"}",
@@ -144,6 +146,17 @@ func respace(text []byte, r *rand.Rand) []byte {
 		}
 		switch c {
 		case ' ', '\t', '\r', '\n':
+			// Whitespace between two bare tokens (the 1 and the 0 of "1 0", "true false") separates them:
+			// deleting it would make one token of two ("10"), turning text that is refused into text that
+			// is not. There one whitespace character stays; anywhere else any number, or none.
+			next := i
+			for next < len(text) && isJSONSpace(text[next]) {
+				next++
+			}
+			if next < len(text) && bareByte(text[next]) && bareByte(lastNonSpace(out)) {
+				out = append(out, " \t\r\n"[r.IntN(4)])
+			}
+			i = next - 1
 			continue
 		case '"':
 			inString = true
@@ -157,6 +170,24 @@ func respace(text []byte, r *rand.Rand) []byte {
 		}
 	}
 	return ws(out)
+}
+
+func isJSONSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+
+// bareByte reports whether c belongs to a token that has no delimiter of its own (a number, true, false,
+// null, or bytes that are no JSON at all); 0, the byte before the text, does not.
+func bareByte(c byte) bool {
+	return c != 0 && !isJSONSpace(c) && c != '"' && c != '{' && c != '}' && c != '[' && c != ']' && c != ',' && c != ':'
+}
+
+// lastNonSpace returns the last byte of out that is not whitespace, or 0.
+func lastNonSpace(out []byte) byte {
+	for i := len(out) - 1; i >= 0; i-- {
+		if !isJSONSpace(out[i]) {
+			return out[i]
+		}
+	}
+	return 0
 }
 
 // reencode writes v (as decoded with UseNumber) as JSON with members in a random order, random

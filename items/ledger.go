@@ -138,7 +138,7 @@ func (l *Ledger) BeforeWrite(ctx context.Context, p BeforeWriteParams) (Answer, 
 		p.Fingerprint = keyedFingerprint(m, p.Canonical)
 		l.macs.Put(m)
 	}
-	if err := checkBeforeWrite(p); err != nil {
+	if err := l.CheckBeforeWrite(p); err != nil {
 		return Answer{}, err
 	}
 	var ans Answer
@@ -166,7 +166,7 @@ func (l *Ledger) BeforeWriteMany(ctx context.Context, tenant string, ps []Before
 		if p.Tenant != tenant {
 			return nil, fmt.Errorf("items: batch mixes tenants %q and %q", tenant, p.Tenant)
 		}
-		if err := checkBeforeWrite(p); err != nil {
+		if err := l.CheckBeforeWrite(p); err != nil {
 			return nil, err
 		}
 		keys[i] = p.Key
@@ -211,7 +211,23 @@ func (l *Ledger) finishAnswer(a Answer, it *Item) Answer {
 	return a
 }
 
+// CheckBeforeWrite returns the first problem of a before-write request that makes it unusable under this
+// ledger's configuration: checkBeforeWrite's, then a destination or owner its tenant may not name.
+// Batches check every item with it before anything is written.
+func (l *Ledger) CheckBeforeWrite(p BeforeWriteParams) error {
+	if err := checkBeforeWrite(p); err != nil {
+		return err
+	}
+	return l.cfg.checkAllowed(p)
+}
+
 func checkBeforeWrite(p BeforeWriteParams) error {
+	for _, f := range [...]struct{ name, value string }{{"reference", p.Reference}, {"destination", p.Destination},
+		{"owner", p.Owner}, {"workflow", p.Workflow}, {"execution_id", p.ExecutionID}} {
+		if problem := TextProblem(f.value); problem != "" {
+			return Invalid(f.name, problem)
+		}
+	}
 	switch {
 	case p.Tenant == "":
 		return Invalid("tenant", "is required")
@@ -732,7 +748,7 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 	case p.Finding == FindingFound && p.ExternalID == "":
 		return Report{}, Invalid("external_id", "is required when the finding is found")
 	}
-	evidence := strings.TrimSpace(p.Evidence)
+	evidence := EscapeControls(strings.TrimSpace(p.Evidence)) // never refused for its characters (text.go)
 	var rep Report
 	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
 		if it == nil {
@@ -853,7 +869,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 	if err := CheckResolve(p); err != nil {
 		return nil, "", err
 	}
-	evidence := strings.TrimSpace(p.Evidence)
+	evidence := EscapeControls(strings.TrimSpace(p.Evidence)) // never refused for its characters (text.go)
 	reason := ReasonRecorded
 	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
 		if it == nil {

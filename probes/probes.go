@@ -208,7 +208,9 @@ func (p *Prober) RunOnce(ctx context.Context) (Counts, error) {
 		mu.Unlock()
 		for _, it := range found {
 			r := p.readers[it.Destination]
-			if r == nil || !it.Probeable() {
+			// An item of a tenant the destination is not open to (written before its tenants were set) is
+			// never read: the lookup's credentials read for the destination's tenants only.
+			if r == nil || !it.Probeable() || !p.cfg.Ledger.Config().DestinationAllows(it.Destination, it.Tenant) {
 				continue
 			}
 			read, due := p.next(it, r.lookup)
@@ -318,7 +320,7 @@ func (p *Prober) probe(ctx, stop context.Context, r *reader, it *items.Item, n i
 		finding = items.FindingFound
 	case a.outcome == items.ProbeAbsent && n >= len(r.lookup.SettleAfter):
 		finding = items.FindingAbsent
-	case a.outcome == items.ProbeFailed && failed >= r.lookup.MaxFailedReads:
+	case a.outcome == items.ProbeFailed && (failed >= r.lookup.MaxFailedReads || a.final):
 		finding = items.FindingLookupFailed
 	}
 	changed := false

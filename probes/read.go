@@ -80,20 +80,30 @@ func (r *reader) release() { <-r.slots }
 
 // answer is what one read saw.
 type answer struct {
+	// url is the URL read, as it may be shown (secret query values redacted).
 	url        string
 	status     int
 	outcome    string
 	externalID string
 	detail     string
+	// final is set for a failed read no later read can do better than (the item's values cannot stand in
+	// the URL): the lookup fails at once.
+	final bool
 }
 
-// read looks the item up once. It never returns the answer's body or a header: only the status, what the
-// path held, or why the read failed.
+// read looks the item up once. It never returns the answer's body, a header or a secret: only the
+// status, what the path held, or why the read failed.
 func (r *reader) read(ctx context.Context, it *items.Item, idempotencyKey string) answer {
-	target := expand(r.lookup.URL, map[string]string{"{reference}": it.Reference, "{idempotency_key}": idempotencyKey, "{key}": it.Key})
-	a := answer{url: target, outcome: items.ProbeFailed}
-	if it.Reference == "" && strings.Contains(r.lookup.URL, "{reference}") {
-		a.detail = "the item has no reference to look up"
+	a := r.get(ctx, it, idempotencyKey)
+	a.detail = r.lookup.redact(a.detail)
+	return a
+}
+
+func (r *reader) get(ctx context.Context, it *items.Item, idempotencyKey string) answer {
+	target, shown, err := r.lookup.requestURL(map[string]string{"{reference}": it.Reference, "{idempotency_key}": idempotencyKey, "{key}": it.Key})
+	a := answer{url: shown, outcome: items.ProbeFailed}
+	if err != nil {
+		a.url, a.detail, a.final = r.lookup.URL, err.Error(), true
 		return a
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)

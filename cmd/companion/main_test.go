@@ -229,7 +229,7 @@ func TestSIGTERMLetsRunningRequestsFinish(t *testing.T) {
 	}
 	defer conn.Close()
 	body := `{"key":"slow-1","payload":{"a":1}}`
-	fmt.Fprintf(conn, "POST /v1/before-write HTTP/1.1\r\nHost: companion\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
+	fmt.Fprintf(conn, "POST /v1/before-write HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
 	time.Sleep(300 * time.Millisecond) // the server has the headers: the request is running
 
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {

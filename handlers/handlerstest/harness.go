@@ -138,6 +138,8 @@ type Request struct {
 	Header http.Header
 	// HideLength sends the body without a Content-Length (chunked).
 	HideLength bool
+	// Host is the Host the request names; the service's own address when empty.
+	Host string
 }
 
 // Response is what came back.
@@ -205,6 +207,9 @@ func (s *Service) Do(req Request) Response {
 	}
 	if req.Token != "" {
 		hr.Header.Set("Authorization", "Bearer "+req.Token)
+	}
+	if req.Host != "" {
+		hr.Host = req.Host
 	}
 	switch {
 	case req.ContentType == "-":

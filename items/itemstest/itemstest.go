@@ -53,6 +53,8 @@ func Exercise(t *testing.T, open func(t *testing.T) items.Store, opts Options) {
 	t.Run("Leases", func(t *testing.T) { exerciseLeases(t, open) })
 	t.Run("Fingerprints", func(t *testing.T) { exerciseFingerprints(t, open) })
 	t.Run("HistoryBound", func(t *testing.T) { exerciseHistoryBound(t, open, opts) })
+	t.Run("TextFields", func(t *testing.T) { exerciseTextFields(t, open) })
+	t.Run("AllowLists", func(t *testing.T) { exerciseAllowLists(t, open) })
 	t.Run("Concurrency", func(t *testing.T) {
 		if opts.SkipConcurrency != "" {
 			t.Skip(opts.SkipConcurrency)
@@ -145,10 +147,20 @@ type harness struct {
 
 func newHarness(t *testing.T, open func(t *testing.T) items.Store) *harness {
 	t.Helper()
+	return newHarnessWith(t, open, nil)
+}
+
+// newHarnessWith is newHarness with the suite's configuration changed by change first.
+func newHarnessWith(t *testing.T, open func(t *testing.T) items.Store, change func(*items.Config)) *harness {
+	t.Helper()
 	c := &Clock{now: epoch}
 	store := open(t)
 	ctx := context.Background()
-	l, err := items.NewLedger(ctx, store, suiteConfig(c.Now))
+	cfg := suiteConfig(c.Now)
+	if change != nil {
+		change(&cfg)
+	}
+	l, err := items.NewLedger(ctx, store, cfg)
 	if err != nil {
 		t.Fatalf("NewLedger: %v", err)
 	}

@@ -360,7 +360,7 @@ func TestBadConfigStopsTheStartNamingLineAndField(t *testing.T) {
 		{"typo of max_attempts", "defaults:\n  dedupe: none\n" + strings.Repeat("# a comment\n", 7) +
 			"destinations:\n  crm:\n    dedupe: lookup\n  billing:\n    max_attempt: 5\n",
 			[]string{"line 14: destinations.billing.max_attempt: unknown field (did you mean max_attempts?)"}},
-		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts, public_url, max_clock_skew, series)"}},
+		{"unknown section", "defaults:\n  dedupe: key\nslack: {}\n", []string{"line 3: slack: unknown field (known here: defaults, destinations, tokens, alerts, public_url, max_clock_skew, series, allowed_hosts, trusted_proxies, tenants)"}},
 		{"typo in a token", "tokens:\n  - name: a\n    tenant: acme\n    role: workflow\n    secret_evn: X\n", []string{"line 5: tokens[0].secret_evn: unknown field (did you mean secret_env?)"}},
 		{"typo in a route", "alerts:\n  routes:\n    - workflow: a*\n      ownr: U1\n", []string{"line 4: alerts.routes[0].ownr: unknown field (did you mean owner?)"}},
 		{"typo under defaults", "defaults:\n  lease_second: 60\n", []string{"line 2: defaults.lease_second: unknown field (did you mean lease_seconds?)"}},

@@ -13,12 +13,12 @@ import (
 // duration or whole seconds.
 func TestMaxClockSkew(t *testing.T) {
 	m := &Main{Getenv: func(string) string { return "" }}
-	cfg, _, _, _, err := m.settings(serveOptions{})
+	f, err := m.settings(serveOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.MaxClockSkew != items.DefaultMaxClockSkew || items.DefaultMaxClockSkew != 2*time.Second {
-		t.Fatalf("without a file: max_clock_skew %s, want 2s", cfg.MaxClockSkew)
+	if cfg := f.cfg; cfg.MaxClockSkew != items.DefaultMaxClockSkew || items.DefaultMaxClockSkew != 2*time.Second {
+		t.Fatalf("without a file: max_clock_skew %s, want 2s", f.cfg.MaxClockSkew)
 	}
 	for yaml, want := range map[string]time.Duration{"": 2 * time.Second, "max_clock_skew: 5s\n": 5 * time.Second,
 		"max_clock_skew: 3\n": 3 * time.Second, "max_clock_skew: 0s\n": 0} {

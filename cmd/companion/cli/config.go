@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"maps"
 	"math"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -47,6 +48,20 @@ type fileConfig struct {
 	MaxClockSkew field[durationValue] `yaml:"max_clock_skew"`
 	// Series says how long the measures over time are kept (series.go).
 	Series seriesConfig `yaml:"series"`
+	// AllowedHosts are the Host names a service with tokens answers besides the loopback ones
+	// (handlers.Config); COMPANION_ALLOWED_HOSTS overrides them.
+	AllowedHosts []field[string] `yaml:"allowed_hosts"`
+	// TrustedProxies are the reverse proxies whose X-Forwarded-For names the client (handlers.Config);
+	// COMPANION_TRUSTED_PROXIES overrides them.
+	TrustedProxies []field[string] `yaml:"trusted_proxies"`
+	// Tenants say, per tenant, which owners its requests may name.
+	Tenants map[string]tenantConfig `yaml:"tenants"`
+}
+
+// tenantConfig is what the configuration says about one tenant.
+type tenantConfig struct {
+	// Owners are the owners (Slack users or channels) the tenant's requests may name in owner.
+	Owners []field[string] `yaml:"owners"`
 }
 
 // destinationConfig is what the configuration says about one destination.
@@ -66,6 +81,8 @@ type destinationConfig struct {
 	Retention field[durationValue] `yaml:"retention"`
 	// Lookup makes the service probe the destination's unknown items itself (probes.go).
 	Lookup *lookupConfig `yaml:"lookup"`
+	// Tenants are the tenants whose requests may name the destination; none: every tenant.
+	Tenants []field[string] `yaml:"tenants"`
 }
 
 // tokenConfig is one token of the file. The secret is named, not written: secret_env is an environment
@@ -176,7 +193,7 @@ func loadConfig(path string, getenv func(string) string) (items.Config, alerts.R
 	return f.cfg, f.routing, f.tokens, f.publicURL, err
 }
 
-// fileSettings is what the configuration file says.
+// fileSettings is what the configuration file says (and, from settings, the environment with it).
 type fileSettings struct {
 	cfg     items.Config
 	routing alerts.Routing
@@ -184,6 +201,8 @@ type fileSettings struct {
 	lookups map[string]probes.Lookup
 	// publicURL is the service's address as people reach it; empty when the file names none.
 	publicURL string
+	// allowedHosts and trustedProxies are the edge's (handlers.Config).
+	allowedHosts, trustedProxies []string
 }
 
 // readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
@@ -270,10 +289,86 @@ func readConfig(path string, getenv func(string) string) (fileSettings, error) {
 			probs.add(f.Line, "public_url", err.Error())
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(fc.Tenants)) {
+		where := "tenants." + name
+		owners := listOf(fc.Tenants[name].Owners, where+".owners", func(string) string { return "" }, probs)
+		if !items.ValidKeyPart(name) {
+			probs.add(problemLineOf(fc.Tenants[name].Owners), where, fmt.Sprintf("%q is not a tenant: a tenant %s", name, items.PartRule))
+		}
+		if len(owners) > 0 {
+			if cfg.Owners == nil {
+				cfg.Owners = map[string][]string{}
+			}
+			cfg.Owners[name] = owners
+		}
+	}
+	cfg.RoutedOwners = configOwners(cfg, routing)
+	settings := fileSettings{cfg: cfg, routing: routing, tokens: tokens, lookups: lookups, publicURL: fc.PublicURL.Value,
+		allowedHosts:   listOf(fc.AllowedHosts, "allowed_hosts", handlers.CheckAllowedHost, probs),
+		trustedProxies: listOf(fc.TrustedProxies, "trusted_proxies", checkTrustedProxy, probs)}
 	if err := probs.err(); err != nil {
 		return fileSettings{}, err
 	}
-	return fileSettings{cfg: cfg, routing: routing, tokens: tokens, lookups: lookups, publicURL: fc.PublicURL.Value}, nil
+	return settings, nil
+}
+
+// listOf reads a list of text entries, each checked by problem ("" for a good one); the entries with a
+// problem are named with their line and left out.
+func listOf(list []field[string], where string, problem func(string) string, probs *configProblems) []string {
+	var out []string
+	for i, f := range list {
+		name := fmt.Sprintf("%s[%d]", where, i)
+		if !check(f, name, probs) {
+			continue
+		}
+		v := strings.TrimSpace(f.Value)
+		if p := problem(v); p != "" {
+			probs.add(f.Line, name, fmt.Sprintf("%q %s", v, p))
+			continue
+		}
+		if v == "" {
+			probs.add(f.Line, name, "is empty")
+			continue
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// problemLineOf is the line of a list's first entry, for a problem of the list as a whole.
+func problemLineOf(list []field[string]) int {
+	for _, f := range list {
+		if f.Line > 0 {
+			return f.Line
+		}
+	}
+	return 0
+}
+
+// checkTrustedProxy returns what is wrong with a trusted_proxies entry: an IP address or a CIDR range.
+func checkTrustedProxy(s string) string {
+	if net.ParseIP(s) != nil {
+		return ""
+	}
+	if _, _, err := net.ParseCIDR(s); err == nil {
+		return ""
+	}
+	return "is not an IP address or a CIDR range such as 10.0.0.0/8"
+}
+
+// splitList reads a comma-separated environment variable's entries, each checked by problem.
+func splitList(name, value string, problem func(string) string) ([]string, error) {
+	var out []string
+	for _, v := range strings.Split(value, ",") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		if p := problem(v); p != "" {
+			return nil, usageErrorf("%s: %q %s", name, v, p)
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }
 
 // retentionProblem is the ledger's problem with a destination's retention and what to write instead:
@@ -558,6 +653,12 @@ func (dc destinationConfig) destination(where string, probs *configProblems) ite
 		}
 		d.Retention = time.Duration(dc.Retention.Value)
 	}
+	d.Tenants = listOf(dc.Tenants, where+".tenants", func(t string) string {
+		if !items.ValidKeyPart(t) {
+			return "is not a tenant: a tenant " + items.PartRule
+		}
+		return ""
+	}, probs)
 	return d
 }
 

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/replaysafe/companion/handlers"
 )
 
 // debugHandler serves Go's profiles (net/http/pprof) under /debug/pprof/. It is served only on the
@@ -41,7 +43,9 @@ func (m *Main) serveDebug(ln net.Listener, log *slog.Logger) {
 	if ln == nil {
 		return
 	}
-	srv := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second,
+	// The profiles have no token: like the service in open mode, they answer only a request naming a
+	// loopback Host, so a page whose name was rebound to 127.0.0.1 cannot read them.
+	srv := &http.Server{Handler: handlers.LoopbackHosts(debugHandler()), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 	served := make(chan error, 1)
 	go func() {

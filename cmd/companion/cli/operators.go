@@ -25,7 +25,9 @@ import (
 func init() {
 	commands = append(commands,
 		command{"items", "list, show and resolve items (operator API; items list|show|resolve)", (*Main).items},
-		command{"stats", "show the post-release measures (operator API)", (*Main).stats},
+		command{"stats", "show the post-release measures (operator API)", func(m *Main, ctx context.Context, args []string) error {
+			return m.printingData(func() error { return m.stats(ctx, args) })
+		}},
 	)
 }
 
@@ -222,11 +224,11 @@ func (m *Main) items(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "list":
-		return m.itemsList(ctx, args[1:])
+		return m.printingData(func() error { return m.itemsList(ctx, args[1:]) })
 	case "show":
-		return m.itemsShow(ctx, args[1:])
+		return m.printingData(func() error { return m.itemsShow(ctx, args[1:]) })
 	case "resolve":
-		return m.itemsResolve(ctx, args[1:])
+		return m.printingData(func() error { return m.itemsResolve(ctx, args[1:]) })
 	}
 	if guess := likely(args[0], []string{"list", "show", "resolve"}); guess != "" {
 		return usageErrorf("items: unknown subcommand %q (did you mean %s? run \"companion items --help\")", args[0], guess)

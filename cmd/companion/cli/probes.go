@@ -28,6 +28,11 @@ type lookupConfig struct {
 	MaxBody field[int]              `yaml:"max_response_bytes"`
 	Conc    field[int]              `yaml:"concurrency"`
 	Rate    field[float64]          `yaml:"rate_per_second"`
+
+	// Query are secret query parameters, named as headers are (env or file).
+	Query map[string]headerConfig `yaml:"query"`
+	// InsecureHTTP lets a lookup that sends secrets use plain http to a host that is not loopback.
+	InsecureHTTP field[bool] `yaml:"insecure_http"`
 }
 
 // foundConfig is the found rule: the status, and the JSON path whose non-empty value is the external id.
@@ -36,8 +41,9 @@ type foundConfig struct {
 	Path   field[string] `yaml:"path"`
 }
 
-// headerConfig names where a header's secret value is: an environment variable (or, when that is unset,
-// the file <env>_FILE names) or a file. The value itself is never written in the file.
+// headerConfig names where a header's (or a secret query parameter's) value is: an environment variable
+// (or, when that is unset, the file <env>_FILE names) or a file. The value itself is never written in the
+// file.
 type headerConfig struct {
 	Env   field[string] `yaml:"env"`
 	File  field[string] `yaml:"file"`
@@ -97,34 +103,29 @@ func (lc *lookupConfig) lookup(where string, getenv func(string) string, probs *
 			*d.dst = time.Duration(d.f.Value)
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(lc.Headers)) {
-		hc := lc.Headers[name]
-		hw := where + ".headers." + name
-		hline := max(hc.Env.Line, hc.File.Line, hc.Value.Line)
-		line["headers."+name] = hline
-		env, file := check(hc.Env, hw+".env", probs), check(hc.File, hw+".file", probs)
-		var value string
-		var err error
-		switch {
-		case hc.Value.Set:
-			probs.add(hc.Value.Line, hw+".value", "header values are secrets and are not written in the config file; name them with env or file")
-			continue
-		case env && file:
-			probs.add(hc.File.Line, hw+".file", "give env or file, not both")
-			continue
-		case env:
-			value, err = secretFromEnv(hc.Env.Value, getenv)
-		case file:
-			value, err = secretFromFile(hc.File.Value)
-		default:
-			probs.add(hline, hw, "needs env or file")
-			continue
+	if check(lc.InsecureHTTP, where+".insecure_http", probs) {
+		l.InsecureHTTP = lc.InsecureHTTP.Value
+		line["url"] = max(line["url"], lc.InsecureHTTP.Line)
+	}
+	for _, sec := range []struct {
+		section string
+		secrets map[string]headerConfig
+		add     func(name, value string)
+	}{
+		{"headers", lc.Headers, func(name, value string) { l.Headers = append(l.Headers, probes.Header{Name: name, Value: value}) }},
+		{"query", lc.Query, func(name, value string) { l.Query = append(l.Query, probes.QueryParam{Name: name, Value: value}) }},
+	} {
+		for _, name := range slices.Sorted(maps.Keys(sec.secrets)) {
+			hc := sec.secrets[name]
+			hw := where + "." + sec.section + "." + name
+			hline := max(hc.Env.Line, hc.File.Line, hc.Value.Line)
+			line[sec.section+"."+name] = hline
+			line[sec.section] = max(line[sec.section], hline)
+			value, ok := hc.secret(hw, getenv, probs)
+			if ok {
+				sec.add(name, value)
+			}
 		}
-		if err != nil {
-			probs.add(hline, hw, err.Error())
-			continue
-		}
-		l.Headers = append(l.Headers, probes.Header{Name: name, Value: value})
 	}
 	for _, p := range l.WithDefaults().Check() {
 		n := line[p.Field]
@@ -134,6 +135,35 @@ func (lc *lookupConfig) lookup(where string, getenv func(string) string, probs *
 		probs.add(n, where+"."+p.Field, p.Problem)
 	}
 	return l
+}
+
+// secret resolves the value where hc names it (env or file); problems name where (the header or query
+// parameter) and its line, never the value.
+func (hc headerConfig) secret(where string, getenv func(string) string, probs *configProblems) (string, bool) {
+	hline := max(hc.Env.Line, hc.File.Line, hc.Value.Line)
+	env, file := check(hc.Env, where+".env", probs), check(hc.File, where+".file", probs)
+	var value string
+	var err error
+	switch {
+	case hc.Value.Set:
+		probs.add(hc.Value.Line, where+".value", "these values are secrets and are not written in the config file; name them with env or file")
+		return "", false
+	case env && file:
+		probs.add(hc.File.Line, where+".file", "give env or file, not both")
+		return "", false
+	case env:
+		value, err = secretFromEnv(hc.Env.Value, getenv)
+	case file:
+		value, err = secretFromFile(hc.File.Value)
+	default:
+		probs.add(hline, where, "needs env or file")
+		return "", false
+	}
+	if err != nil {
+		probs.add(hline, where, err.Error())
+		return "", false
+	}
+	return value, true
 }
 
 // prober builds the prober of the configured lookups, or nil when there are none.
@@ -148,15 +178,6 @@ func newProber(ledger *items.Ledger, lookups map[string]probes.Lookup, log *slog
 	// A read in progress at a stop gets half the stop's time to finish, so that recording its finding and
 	// giving back the claims left end before serve closes the store.
 	return probes.New(probes.Config{Ledger: ledger, Store: store, Lookups: lookups, Logger: log, StopGrace: ShutdownTimeout / 2})
-}
-
-// lookups reads the configured lookups (the config file is read again: it is small, and read at start).
-func (m *Main) lookups(o serveOptions) (map[string]probes.Lookup, error) {
-	if o.configPath == "" {
-		return nil, nil
-	}
-	f, err := readConfig(o.configPath, m.Getenv)
-	return f.lookups, err
 }
 
 // runProbes runs the prober on the sweep's schedule until Close. Close cancels the loop's context and

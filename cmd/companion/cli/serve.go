@@ -21,6 +21,7 @@ import (
 
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/internal/loopback"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
 	"github.com/replaysafe/companion/items/sqlitestore"
@@ -127,25 +128,22 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usageErrorf("--addr (COMPANION_ADDR) %q: %v; give host:port, e.g. --addr %s", o.addr, err, addrSuggestion(o.addr))
 	}
-	if o.debugAddr != "" && !loopback(o.debugAddr) {
+	if o.debugAddr != "" && !loopbackAddr(o.debugAddr) {
 		return usageErrorf("--debug-addr (COMPANION_DEBUG_ADDR) %q: the profiles are served on a loopback address only (127.0.0.1:6060)", o.debugAddr)
 	}
 	if m.Getenv("GOGC") == "" {
 		debug.SetGCPercent(handlers.GCPercent)
 	}
-	cfg, routing, tokens, publicURL, err := m.settings(o)
+	settings, err := m.settings(o)
 	if err != nil {
 		return err
 	}
-	lookups, err := m.lookups(o)
-	if err != nil {
-		return err
-	}
+	cfg, routing, tokens, publicURL, lookups := settings.cfg, settings.routing, settings.tokens, settings.publicURL, settings.lookups
 	slack, err := m.slack()
 	if err != nil {
 		return err
 	}
-	if len(tokens) == 0 && !loopback(o.addr) {
+	if len(tokens) == 0 && !loopbackAddr(o.addr) {
 		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
 			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), e.g. "+
 			"COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more "+
@@ -209,7 +207,8 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 	}
 	hc := handlers.Config{Ledger: ledger, Tokens: tokens, Open: len(tokens) == 0, Logger: log, MetricsOpen: o.metricsOpen,
-		Version: versionString(), StoreKind: strings.Fields(where)[0]}
+		Version: versionString(), StoreKind: strings.Fields(where)[0],
+		AllowedHosts: settings.allowedHosts, TrustedProxies: settings.trustedProxies, PublicURL: publicURL}
 	alertSvc.handlersConfig(&hc)
 	hc.Metrics = handlers.NewMetrics()
 	if prober != nil {
@@ -287,41 +286,116 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	// The file by its absolute path, in the message and the config field alike: the one read, whatever
 	// the directory serve was started in.
 	configFile := absPath(o.configPath)
-	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s", versionString(), addr, storeLine,
-		configLine(configFile, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober)),
+	warnings := settings.warnings()
+	warned := ""
+	if len(warnings) > 0 {
+		warned = "; warnings: " + strings.Join(warnings, "; ")
+	}
+	log.Info(fmt.Sprintf("companion %s serving on http://%s; store %s; %s; auth %s; sweep %s; alerts %s; probes %s%s", versionString(), addr, storeLine,
+		configLine(configFile, cfg), auth, o.sweepEvery, alertSvc.where, probesDescription(prober), warned),
 		slog.String("addr", addr), slog.String("store", where), slog.String("config", configFile), slog.Bool("auth", len(tokens) > 0),
-		slog.Bool("metrics_open", o.metricsOpen || len(tokens) == 0), slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil), slog.String("slack_identity", slackIdentity))
+		slog.Bool("metrics_open", o.metricsOpen || len(tokens) == 0), slog.String("sweep", o.sweepEvery), slog.Bool("slack", slack != nil),
+		slog.String("slack_identity", slackIdentity), slog.Any("warnings", warnings))
 	return nil
 }
 
-// settings combines the configuration file and the token sources.
-// The public URL (alert lines link to the console under it) is COMPANION_PUBLIC_URL, else the file's public_url.
-func (m *Main) settings(o serveOptions) (items.Config, alerts.Routing, []handlers.Token, string, error) {
-	cfg := items.Config{MaxClockSkew: items.DefaultMaxClockSkew}
-	var routing alerts.Routing
-	var fileTokens []handlers.Token
-	var publicURL string
+// warnings are what the start line says about the service's exposure that the operator may not mean:
+// request owners nobody restricts, a lookup any tenant can make read with its credentials, a tenant the
+// configuration names that no token has, allowed_hosts without tokens.
+func (f fileSettings) warnings() []string {
+	tenants := []string{handlers.OpenPrincipal.Tenant}
+	if len(f.tokens) > 0 {
+		tenants = nil
+		for _, t := range f.tokens {
+			if !slices.Contains(tenants, t.Tenant) {
+				tenants = append(tenants, t.Tenant)
+			}
+		}
+		slices.Sort(tenants)
+	}
+	var out []string
+	var free []string
+	for _, t := range tenants {
+		if _, limited := f.cfg.OwnersOf(t); !limited {
+			free = append(free, t)
+		}
+	}
+	if len(free) > 0 {
+		out = append(out, fmt.Sprintf("request owners are unrestricted for tenant %s: a workflow may send its items' alerts to any Slack user or channel "+
+			"(list them under tenants.<tenant>.owners, or name owners in the alert routes)", strings.Join(free, ", ")))
+	}
+	if len(tenants) > 1 {
+		for _, name := range slices.Sorted(maps.Keys(f.lookups)) {
+			if len(f.cfg.Destination(name).Tenants) == 0 {
+				out = append(out, fmt.Sprintf("destination %s has a lookup and no tenants list while tokens of %d tenants (%s) are configured: "+
+					"each of them can make it read with its credentials (give it tenants: [...])", name, len(tenants), strings.Join(tenants, ", ")))
+			}
+		}
+	}
+	if len(f.tokens) == 0 && len(f.allowedHosts) > 0 {
+		out = append(out, "allowed_hosts is ignored without tokens: the service answers localhost and loopback addresses only")
+	}
+	if len(f.tokens) > 0 && f.publicURL == "" && len(f.allowedHosts) == 0 {
+		out = append(out, "the console accepts forms only when opened as localhost or a loopback address: "+
+			"set public_url (COMPANION_PUBLIC_URL) to the address people open it at")
+	}
+	if len(f.tokens) > 0 {
+		named := map[string][]string{}
+		for t := range f.cfg.Owners {
+			named[t] = append(named[t], "tenants."+t)
+		}
+		for _, d := range slices.Sorted(maps.Keys(f.cfg.Destinations)) {
+			for _, t := range f.cfg.Destinations[d].Tenants {
+				named[t] = append(named[t], "destinations."+d+".tenants")
+			}
+		}
+		for _, t := range slices.Sorted(maps.Keys(named)) {
+			if !slices.Contains(tenants, t) {
+				out = append(out, fmt.Sprintf("%s names tenant %s, which no token has", strings.Join(named[t], " and "), t))
+			}
+		}
+	}
+	return out
+}
+
+// settings combines the configuration file (lookups included), the token sources and the environment's
+// overrides: the public URL (alert lines link to the console under it) is COMPANION_PUBLIC_URL, else the
+// file's public_url; the allowed hosts COMPANION_ALLOWED_HOSTS, else allowed_hosts; the trusted proxies
+// COMPANION_TRUSTED_PROXIES, else trusted_proxies.
+func (m *Main) settings(o serveOptions) (fileSettings, error) {
+	f := fileSettings{cfg: items.Config{MaxClockSkew: items.DefaultMaxClockSkew}}
 	if o.configPath != "" {
 		var err error
-		if cfg, routing, fileTokens, publicURL, err = loadConfig(o.configPath, m.Getenv); err != nil {
-			return items.Config{}, alerts.Routing{}, nil, "", err
+		if f, err = readConfig(o.configPath, m.Getenv); err != nil {
+			return fileSettings{}, err
 		}
 	}
 	if v := m.Getenv("COMPANION_PUBLIC_URL"); v != "" {
 		if err := checkPublicURL(v); err != nil {
-			return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("COMPANION_PUBLIC_URL: %w", err)
+			return fileSettings{}, fmt.Errorf("COMPANION_PUBLIC_URL: %w", err)
 		}
-		publicURL = v
+		f.publicURL = v
+	}
+	var err error
+	if v := m.Getenv("COMPANION_ALLOWED_HOSTS"); v != "" {
+		if f.allowedHosts, err = splitList("COMPANION_ALLOWED_HOSTS", v, handlers.CheckAllowedHost); err != nil {
+			return fileSettings{}, err
+		}
+	}
+	if v := m.Getenv("COMPANION_TRUSTED_PROXIES"); v != "" {
+		if f.trustedProxies, err = splitList("COMPANION_TRUSTED_PROXIES", v, checkTrustedProxy); err != nil {
+			return fileSettings{}, err
+		}
 	}
 	envTokens, err := m.envTokens()
 	if err != nil {
-		return items.Config{}, alerts.Routing{}, nil, "", err
+		return fileSettings{}, err
 	}
-	tokens := append(envTokens, fileTokens...)
-	if err := handlers.CheckTokens(tokens); err != nil {
-		return items.Config{}, alerts.Routing{}, nil, "", fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
+	f.tokens = append(envTokens, f.tokens...)
+	if err := handlers.CheckTokens(f.tokens); err != nil {
+		return fileSettings{}, fmt.Errorf("tokens (COMPANION_TOKENS and the config file together): %w", err)
 	}
-	return cfg, routing, tokens, publicURL, nil
+	return f, nil
 }
 
 // envTokens reads COMPANION_TOKENS, or the file COMPANION_TOKENS_FILE names.
@@ -382,17 +456,13 @@ func tokenNames(tokens []handlers.Token) string {
 	return strings.Join(parts, ", ")
 }
 
-// loopback reports whether addr listens on a loopback interface only.
-func loopback(addr string) bool {
+// loopbackAddr reports whether addr listens on a loopback interface only.
+func loopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return loopback.Name(host)
 }
 
 // openStore opens the store the ledger lives in. It is the one place the store is chosen: MongoDB when

@@ -93,9 +93,9 @@ func serviceAnswers(t *testing.T) [][]byte {
 	if err != nil || a.Decision != "proceed" {
 		t.Fatalf("before-write: %+v %v", a, err)
 	}
-	post("/v1/before-write", string(r.appendItem(nil, 1, 1)), 200)                                                   // skip, in progress
-	post("/v1/before-write", `{"key":"agree:i0000001:write:0","payload":{"other":true}}`, 200)                       // conflict
-	post("/v1/before-write", `{"key":"agree:\u0065scaped:write:0","payload":{},"reference":"QT <\"7\"> é\t&"}`, 200) // escapes
+	post("/v1/before-write", string(r.appendItem(nil, 1, 1)), 200)                                                          // skip, in progress
+	post("/v1/before-write", `{"key":"agree:i0000001:write:0","payload":{"other":true}}`, 200)                              // conflict
+	post("/v1/before-write", `{"key":"agree:\u0065scaped:write:0","payload":{},"reference":"QT <\"7\"> é\\ \u2028&"}`, 200) // escapes
 	post("/v1/after-write", string(appendReport(nil, benchAnswer{Key: a.Key, Claim: "c_wrong"})), 409)
 	post("/v1/after-write", string(appendReport(nil, a)), 200)
 	post("/v1/before-write", `{"key":""}`, 400)

@@ -507,14 +507,11 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if !once {
 		return usageErrorf("sweep: give --once (serve sweeps on its own schedule, --sweep-every)")
 	}
-	cfg, routing, _, publicURL, err := m.settings(o)
+	settings, err := m.settings(o)
 	if err != nil {
 		return err
 	}
-	lookups, err := m.lookups(o)
-	if err != nil {
-		return err
-	}
+	cfg, routing, publicURL, lookups := settings.cfg, settings.routing, settings.publicURL, settings.lookups
 	slack, err := m.slack()
 	if err != nil {
 		return err
