@@ -15,6 +15,7 @@ require (
 	github.com/slack-go/slack v0.35.0
 	go.mongodb.org/mongo-driver/v2 v2.10.0
 	go.yaml.in/yaml/v3 v3.0.6
+	golang.org/x/crypto/x509roots/fallback v0.0.0-20261030153154-30a33513ff6d
 	golang.org/x/net v0.60.0
 	modernc.org/sqlite v1.62.0
 )
