@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# companion's image: a static binary FROM scratch, run as a non-root user, its ledger in /data.
+# companion's image: a static binary on an empty base, run as a non-root user, its ledger in /data.
 #
 #   docker build --build-arg VERSION=$(git describe --tags --always --dirty) -t companion .
 #
@@ -16,13 +16,13 @@ COPY . .
 ARG GOPROXY
 # The version companion --version, GET /healthz and the start line report: the tag or commit.
 ARG VERSION=dev
+# WORKDIR makes the ledger's directory (the builder has no mkdir); the build runs in /src.
+WORKDIR /out/data
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath \
+    cd /src && CGO_ENABLED=0 go build -trimpath \
       -ldflags "-s -w -X github.com/replaysafe/companion/cmd/companion/cli.Version=${VERSION}" \
       -o /out/companion ./cmd/companion
-# The ledger's directory, made without a mkdir: the builder needs nothing but Go and a shell.
-WORKDIR /out/data
 
 FROM scratch
 COPY --from=build /out/companion /companion

@@ -76,7 +76,7 @@ else
 	done
 	cp -L /etc/ssl/certs/ca-certificates.crt "$fs/etc/ssl/certs/"
 	tar -C "$fs" -cf "$work/builder.tar" . &&
-		podman import --change 'ENV PATH=/go/bin:/usr/local/go/bin:/bin' --change 'ENV GOPATH=/go' \
+		podman import --quiet --change 'ENV PATH=/go/bin:/usr/local/go/bin:/bin' --change 'ENV GOPATH=/go' \
 			--change 'ENV GOTOOLCHAIN=local' --change 'ENV HOME=/root' --change 'WORKDIR /go' \
 			"$work/builder.tar" "$builder" >/dev/null ||
 		machine "podman import of the Go builder failed"
@@ -118,7 +118,7 @@ echo "image: USER $user; ENV ${envs[*]}; HEALTHCHECK $check; ENTRYPOINT $entry"
 rootfs="$work/rootfs"
 mkdir -p "$rootfs"
 ctr=$(podman create "$image") && podman export "$ctr" | tar -C "$rootfs" --numeric-owner -xpf - || { fail "export"; finish; }
-podman rm -f "$ctr" >/dev/null
+podman rm -f "$ctr" >/dev/null 2>&1
 ctr=
 ls "$rootfs"/bin/sh "$rootfs"/etc/ssl 2>/dev/null && fail "the image holds a shell or CA files" || pass "no shell, no CA files in the image: $(cd "$rootfs" && find . -mindepth 1 -maxdepth 1 | sort | tr '\n' ' ')"
 uid=${user%%:*}
