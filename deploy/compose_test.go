@@ -88,8 +88,8 @@ func TestComposeLoads(t *testing.T) {
 	if d.healthcheck[0] != d.entrypoint[0] || d.healthcheck[1] != "healthcheck" {
 		t.Errorf("the image's HEALTHCHECK %v is not its program's healthcheck command (ENTRYPOINT %v)", d.healthcheck, d.entrypoint)
 	}
-	if env(companion, "POSTGRES_SCHEMA") != "companion" || !strings.Contains(read(t, "deploy/postgres/init-data.sh"), `schema="${COMPANION_POSTGRES_SCHEMA:-companion}"`) {
-		t.Errorf("companion's schema %q is not the one postgres/init-data.sh makes", env(companion, "POSTGRES_SCHEMA"))
+	if env(companion, "POSTGRES_SCHEMA") != "companion" || !strings.Contains(read(t, "deploy/postgres/companion-schema.sh"), `schema="${COMPANION_POSTGRES_SCHEMA:-companion}"`) {
+		t.Errorf("companion's schema %q is not the one postgres/companion-schema.sh makes", env(companion, "POSTGRES_SCHEMA"))
 	}
 	if c := companion.DependsOn["postgres"].Condition; c != types.ServiceConditionHealthy {
 		t.Errorf("companion starts on postgres %q", c)
@@ -134,10 +134,10 @@ func TestComposeLoads(t *testing.T) {
 	if postgres.Image != "postgres:16" {
 		t.Errorf("postgres: %s, want n8n-hosting's postgres:16", postgres.Image)
 	}
-	initScript := read(t, "deploy/postgres/init-data.sh")
+	initScript := read(t, "deploy/postgres/init-data.sh") + read(t, "deploy/postgres/companion-schema.sh")
 	for _, v := range envNames(postgres) {
 		if !slices.Contains([]string{"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}, v) && !strings.Contains(initScript, "${"+v) {
-			t.Errorf("postgres is given %s, which neither the postgres image nor init-data.sh reads", v)
+			t.Errorf("postgres is given %s, which neither the postgres image nor its init scripts read", v)
 		}
 	}
 

@@ -90,7 +90,7 @@ go mod download || fail "go mod download"
 version=$(git describe --tags --always --dirty 2>/dev/null || echo unknown)
 image="localhost/companion:image-test"
 t=$(date +%s)
-if ! podman build --isolation=chroot --format docker --build-arg GO_IMAGE="$builder" --build-arg VERSION="$version" \
+if ! podman build --isolation=chroot --format docker --layers=false --build-arg GO_IMAGE="$builder" --build-arg VERSION="$version" \
 	--build-arg GOPROXY=file:///goproxy --volume "$(go env GOMODCACHE)/cache/download:/goproxy:ro" \
 	-t "$image" . >"$work/build.log" 2>&1; then
 	tail -30 "$work/build.log"
