@@ -63,22 +63,24 @@ func loadManifests(t *testing.T, dir string) manifests {
 		if err := yaml.Unmarshal([]byte(read(t, path)), &meta); err != nil {
 			t.Fatal(err)
 		}
+		var into any
 		switch meta.Kind {
 		case "Deployment":
 			m.deployment = &appsv1.Deployment{}
-			decodeStrict(t, path, m.deployment)
+			into = m.deployment
 		case "Service":
 			m.service = &corev1.Service{}
-			decodeStrict(t, path, m.service)
+			into = m.service
 		case "PodDisruptionBudget":
 			m.pdb = &policyv1.PodDisruptionBudget{}
-			decodeStrict(t, path, m.pdb)
+			into = m.pdb
 		case "PersistentVolumeClaim":
 			m.pvc = &corev1.PersistentVolumeClaim{}
-			decodeStrict(t, path, m.pvc)
+			into = m.pvc
 		default:
 			t.Fatalf("%s: kind %q", path, meta.Kind)
 		}
+		decodeStrict(t, path, into)
 	}
 	if m.deployment == nil || m.service == nil {
 		t.Fatalf("%s: no Deployment or no Service", dir)
