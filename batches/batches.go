@@ -146,7 +146,7 @@ func (s *Service) Prepare(ctx context.Context, b Batch) (PrepareResult, error) {
 	s.ledger.KeyFingerprints(ps)
 	now := s.ledger.Now()
 	registered := make([]bool, len(ps))
-	_, err = s.ledger.Store().TransitionMany(ctx, b.Tenant, keys, func(i int, cur *items.Item) (*items.Item, error) {
+	_, err = s.ledger.TransitionMany(ctx, b.Tenant, keys, func(i int, cur *items.Item) (*items.Item, error) {
 		registered[i] = false
 		if cur != nil {
 			return nil, nil

@@ -23,11 +23,12 @@ func (s *server) healthz(c *gin.Context) {
 	c.Render(http.StatusOK, jsonLine{body})
 }
 
-// readyz answers 200 when the store can be read and written, 503 store_unavailable otherwise.
+// readyz answers 200 when the ledger can durably write now, 503 store_unavailable otherwise: while the
+// store cannot be reached, and from a write it could not record until a write succeeds (items.Ledger.Ready).
 func (s *server) readyz(c *gin.Context) {
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()
-	if err := s.ledger.Store().Ping(ctx); err != nil {
+	if err := s.ledger.Ready(ctx); err != nil {
 		s.writeError(c, err)
 		return
 	}

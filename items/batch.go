@@ -29,7 +29,7 @@ func (l *Ledger) AfterWriteMany(ctx context.Context, tenant string, ps []AfterWr
 	now := l.now()
 	reports := make([]Report, len(ps))
 	refused := make([]error, len(ps))
-	stored, err := l.store.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
+	stored, err := l.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
 		// A store may call fn again for the same report after losing a race: start from nothing.
 		reports[i], refused[i] = Report{}, nil
 		if cur == nil {

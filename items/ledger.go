@@ -13,6 +13,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -26,6 +27,8 @@ type Ledger struct {
 	// skew is the margin past its end at which a lease counts as expired on this process's clock: the
 	// configured MaxClockSkew for a shared store without a clock of its own, else zero (see leaseNow).
 	skew time.Duration
+	// unwritable is the write the store could not record, while none has succeeded since (ready.go).
+	unwritable atomic.Pointer[unwritable]
 }
 
 // NewLedger returns a ledger over store. It reads (or, on a new store, creates) the ledger secret.
@@ -142,7 +145,7 @@ func (l *Ledger) BeforeWrite(ctx context.Context, p BeforeWriteParams) (Answer, 
 		return Answer{}, err
 	}
 	var ans Answer
-	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(cur *Item) (*Item, error) {
+	it, err := l.transition(ctx, p.Tenant, p.Key, func(cur *Item) (*Item, error) {
 		now, err := l.leaseNow(ctx)
 		if err != nil {
 			return nil, err
@@ -177,7 +180,7 @@ func (l *Ledger) BeforeWriteMany(ctx context.Context, tenant string, ps []Before
 	// store decides an item again (after a conflicting write), where the decisions start over.
 	var now time.Time
 	last := -1
-	stored, err := l.store.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
+	stored, err := l.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
 		if i <= last || now.IsZero() {
 			var err error
 			if now, err = l.leaseNow(ctx); err != nil {
@@ -466,7 +469,7 @@ func (l *Ledger) enteredUnknown(it *Item, now time.Time) {
 // whether the item changed.
 func (l *Ledger) ExpireLease(ctx context.Context, tenant, key string) (bool, error) {
 	changed := false
-	_, err := l.store.Transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
+	_, err := l.transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
 		changed = false
 		if cur == nil {
 			return nil, nil
@@ -552,7 +555,7 @@ func (l *Ledger) AfterWrite(ctx context.Context, p AfterWriteParams) (Report, er
 	}
 	now := l.now()
 	var rep Report
-	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(cur *Item) (*Item, error) {
+	it, err := l.transition(ctx, p.Tenant, p.Key, func(cur *Item) (*Item, error) {
 		if cur == nil {
 			return nil, ErrNotFound
 		}
@@ -750,7 +753,7 @@ func (l *Ledger) Reconcile(ctx context.Context, p ReconcileParams) (Report, erro
 	}
 	evidence := EscapeControls(strings.TrimSpace(p.Evidence)) // never refused for its characters (text.go)
 	var rep Report
-	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
+	it, err := l.transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
 		if it == nil {
 			return nil, ErrNotFound
 		}
@@ -871,7 +874,7 @@ func (l *Ledger) Resolve(ctx context.Context, p ResolveParams) (*Item, Reason, e
 	}
 	evidence := EscapeControls(strings.TrimSpace(p.Evidence)) // never refused for its characters (text.go)
 	reason := ReasonRecorded
-	it, err := l.store.Transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
+	it, err := l.transition(ctx, p.Tenant, p.Key, func(it *Item) (*Item, error) {
 		if it == nil {
 			return nil, ErrNotFound
 		}

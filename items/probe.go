@@ -110,7 +110,7 @@ type ProbeClaim struct {
 // changed. Returns ErrNotFound, ErrUnavailable.
 func (l *Ledger) RecordProbe(ctx context.Context, tenant, key string, attempt int, r ProbeRead, by string) (bool, error) {
 	changed := false
-	_, err := l.store.Transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
+	_, err := l.transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
 		changed = false
 		if cur == nil {
 			return nil, ErrNotFound

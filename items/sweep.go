@@ -63,7 +63,7 @@ func (l *Ledger) sameKeyRetryPossible(it *Item, dest Destination, now time.Time)
 func (l *Ledger) MarkNeedsPerson(ctx context.Context, tenant, key string) (string, error) {
 	now := l.now()
 	var cause string
-	_, err := l.store.Transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
+	_, err := l.transition(ctx, tenant, key, func(cur *Item) (*Item, error) {
 		if cur == nil {
 			return nil, ErrNotFound
 		}
@@ -98,7 +98,7 @@ func (l *Ledger) RecordAlerts(ctx context.Context, tenant string, marks []AlertM
 		keys[i] = m.Key
 	}
 	changed := make([]bool, len(marks))
-	_, err := l.store.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
+	_, err := l.TransitionMany(ctx, tenant, keys, func(i int, cur *Item) (*Item, error) {
 		m := marks[i]
 		changed[i] = false
 		if cur == nil || !cur.NeedsPerson || cur.NeedsPersonCause != m.Cause || cur.Attempt != m.Attempt || cur.AlertStatus == status {

@@ -84,7 +84,10 @@ type Store struct {
 	lastID int64
 }
 
-var _ items.Store = (*Store)(nil)
+var (
+	_ items.Store       = (*Store)(nil)
+	_ items.WriteProber = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the ledger in dataDir and migrates its schema; a ledger of an earlier
 // layout is converted first (convert.go), which takes a while for a large one.
@@ -800,6 +803,19 @@ func (s *Store) Ping(ctx context.Context) error {
 		return unavailable(err)
 	}
 	return nil
+}
+
+// probeWriteBytes is what ProbeWrite writes: more pages than a group of item writes appends to the
+// write-ahead log, so that where they cannot grow it, it cannot either. A ping rewrites one page, which a
+// log that a failed write has just extended still holds room for, on a disk with no room left.
+const probeWriteBytes = 64 << 10
+
+// ProbeWrite implements items.WriteProber: it replaces one row of random bytes (probeWriteBytes) in the
+// meta table through the writer's connection, as durably as an item's write.
+func (s *Store) ProbeWrite(ctx context.Context) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO meta (name, value) VALUES ('write_probe', randomblob(?))
+		ON CONFLICT (name) DO UPDATE SET value = excluded.value`, probeWriteBytes)
+	return unavailable(err)
 }
 
 // Close implements items.Store. A WAL checkpoint runs as the last connection closes.

@@ -183,13 +183,21 @@ func TestRefusesNonLoopbackWithoutTokens(t *testing.T) {
 			p.Close()
 			t.Fatalf("%s: started without tokens", addr)
 		}
-		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") || !strings.Contains(err.Error(), "COMPANION_TOKENS") ||
-			!strings.Contains(err.Error(), "e.g. COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more") {
+		if !strings.Contains(err.Error(), "refusing to listen on "+addr+" without tokens") ||
+			!strings.Contains(err.Error(), "COMPANION_TOKENS_FILE=/run/secrets/companion_tokens (a Docker or Kubernetes secret)") ||
+			!strings.Contains(err.Error(), "e.g. n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more") {
 			t.Errorf("%s: %v", addr, err)
 		}
 		if cli.ExitCode(err) != 1 {
 			t.Errorf("%s: exit code %d", addr, cli.ExitCode(err))
 		}
+	}
+	// The image's setting: COMPANION_ADDR on every interface, no tokens given. It stops; it never binds
+	// loopback instead, where nothing outside the container could reach it.
+	p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir(), "COMPANION_ADDR": "0.0.0.0:0"})
+	if err := p.Run(context.Background(), []string{"serve"}); err == nil || !strings.Contains(err.Error(), "COMPANION_TOKENS_FILE") {
+		p.Close()
+		t.Errorf("COMPANION_ADDR=0.0.0.0:0 without tokens: %v", err)
 	}
 	for _, addr := range []string{"127.0.0.1:0", "localhost:0", "[::1]:0"} {
 		p := newProgram(map[string]string{"COMPANION_DATA_DIR": t.TempDir()})

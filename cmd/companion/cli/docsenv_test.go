@@ -150,7 +150,7 @@ var secretEnv = regexp.MustCompile(`(?:secret_env:|\{env:)\s*([A-Z_][A-Z0-9_]*)`
 
 // TestDocsEnvironmentVariables: every COMPANION_*, SLACK_* and MONGODB_* variable the docs name is one
 // the code reads, but the names a configuration example chooses for its own secrets (secret_env:
-// COMPANION_SECRET_N8N, and its _FILE form).
+// COMPANION_SECRET_N8N, and its _FILE form) and the variables of the compose file (deploy/.env).
 func TestDocsEnvironmentVariables(t *testing.T) {
 	read := envTheCodeReads(t)
 	docs := docFiles(t)
@@ -163,6 +163,15 @@ func TestDocsEnvironmentVariables(t *testing.T) {
 		for _, m := range secretEnv.FindAllStringSubmatch(string(b), -1) {
 			chosen[m[1]], chosen[m[1]+"_FILE"] = true, true
 		}
+	}
+	// The compose file's own variables (COMPANION_VERSION, COMPANION_POSTGRES_PASSWORD, …) are the
+	// deployment's, defined in deploy/.env, as docker compose reads them.
+	env, err := os.ReadFile(filepath.Join(repoRoot, "deploy", ".env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z][A-Z0-9_]*)=`).FindAllStringSubmatch(string(env), -1) {
+		chosen[m[1]] = true
 	}
 	n := 0
 	for _, d := range docs {

@@ -144,10 +144,12 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(tokens) == 0 && !loopbackAddr(o.addr) {
+		// Never a quiet fallback to loopback: in a container nothing could reach it there.
 		return fmt.Errorf("refusing to listen on %s without tokens: anyone who can reach it could claim, report and "+
-			"resolve items. Set COMPANION_TOKENS=name:tenant:role:secret (or tokens: in the config file), e.g. "+
-			"COMPANION_TOKENS=n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 with secrets of 16 characters or more "+
-			"(openssl rand -hex 16 prints one; callers send the secret alone as Bearer), "+
+			"resolve items. Give tokens as a secret file: COMPANION_TOKENS_FILE=/run/secrets/companion_tokens (a Docker or "+
+			"Kubernetes secret) holding name:tenant:role:secret lines, e.g. n8n:default:workflow:SECRET1,ops:default:operator:SECRET2 "+
+			"with secrets of 16 characters or more (openssl rand -hex 16 prints one; callers send the secret alone as Bearer); "+
+			"or set COMPANION_TOKENS to the same, or tokens: in the config file; "+
 			"or listen on a loopback address such as 127.0.0.1:8080", o.addr)
 	}
 
