@@ -111,6 +111,22 @@ var TransportErrors = []TransportError{
 	{"DEPTH_ZERO_SELF_SIGNED_CERT", "tls", true},
 }
 
+// SMTPReply maps the class of an SMTP reply code (its first digit) that refused a message to the after-write
+// error class of the contract. The mail server answered and holds no message, so nothing was committed
+// either way; a 4xx (421, 451: try later) is a refusal for now, retried after a backoff, and a 5xx (550: no such
+// mailbox) a refusal for good, never retried automatically (API.md, additions of 2026-12-07: class rejected).
+type SMTPReply struct {
+	Digit string
+	Class string
+}
+
+// SMTPReplies is the SMTP table both renderings of the n8n Evidence and the Companion node use
+// (n8n-node/nodes/Companion/evidence.ts SMTP_REPLY_CLASSES).
+var SMTPReplies = []SMTPReply{
+	{"4", "connection_refused"},
+	{"5", "rejected"},
+}
+
 // Settings are the values a builder fills in before using a template. `companion templates
 // render` takes them as flags; the committed templates use DefaultSettings, which point at a
 // local `companion serve` and the local sandbox receiver so an import works as it is.
