@@ -144,11 +144,6 @@ type Settings struct {
 	// CredentialID is the id of that credential in the n8n instance; empty lets the builder pick
 	// the credential after import.
 	CredentialID string
-	// OperatorCredentialName names the n8n "Bearer Auth" credential of the error workflow: a token with
-	// the operator role, which may list a failed execution's items (GET /v1/items?execution_id=).
-	OperatorCredentialName string
-	// OperatorCredentialID is its id in the n8n instance; empty lets the builder pick it after import.
-	OperatorCredentialID string
 	// Token is what the Make blueprints put in their Authorization header; Make has no portable
 	// credential reference, so it is a placeholder to replace.
 	Token string
@@ -168,7 +163,6 @@ func DefaultSettings() Settings {
 		WriteURL:               "http://127.0.0.1:9090/records",
 		LookupURL:              "http://127.0.0.1:9090/records",
 		CredentialName:         "companion",
-		OperatorCredentialName: "companion operator",
 		Token:                  "REPLACE_WITH_YOUR_COMPANION_TOKEN",
 		WriteTimeoutMillis:     10000,
 	}
@@ -187,9 +181,6 @@ func (s Settings) Validate() error {
 	}
 	if s.CredentialName == "" {
 		return fmt.Errorf("--credential: must not be empty")
-	}
-	if s.OperatorCredentialName == "" {
-		return fmt.Errorf("--operator-credential: must not be empty")
 	}
 	if s.WriteTimeoutMillis < 1000 || s.WriteTimeoutMillis > 300000 {
 		return fmt.Errorf("--write-timeout-ms: want 1000-300000, got %d", s.WriteTimeoutMillis)

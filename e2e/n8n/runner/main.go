@@ -33,7 +33,8 @@ import (
 
 const token = "e2e-secret-token-0123456789"
 
-// operatorToken is the error workflow's: it lists a failed execution's items, an operator call.
+// operatorToken is the runner's own, for the lists only an operator may read (by batch); n8n holds none: its
+// one credential, the error workflow's too, has the workflow token.
 const operatorToken = "e2e-operator-token-0123456789"
 
 // Workflow ids given to the imported templates.
@@ -392,7 +393,6 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.WriteURL = e.receiver + "/records"
 	s.LookupURL = e.receiver + "/records"
 	s.CredentialID = "e2eCompanionCred"
-	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
 	// What a builder does after importing the sub-workflows (companion templates render --claim-workflow-id …).
 	s.ClaimWorkflowID, s.ReportWorkflowID = workflowIDs["companion-claim"], workflowIDs["companion-report"]
@@ -439,9 +439,9 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := writeItemsVariants(dir, s); err != nil {
 		return err
 	}
-	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
+	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
 		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}},%s]`,
-		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
+		s.CredentialID, s.CredentialName, token, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
 	credFile := filepath.Join(e.work, "credentials.json")
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		return err
