@@ -159,12 +159,12 @@ type Settings struct {
 // DefaultSettings are the settings of the committed templates.
 func DefaultSettings() Settings {
 	return Settings{
-		ServiceURL:             "http://127.0.0.1:8080",
-		WriteURL:               "http://127.0.0.1:9090/records",
-		LookupURL:              "http://127.0.0.1:9090/records",
-		CredentialName:         "companion",
-		Token:                  "REPLACE_WITH_YOUR_COMPANION_TOKEN",
-		WriteTimeoutMillis:     10000,
+		ServiceURL:         "http://127.0.0.1:8080",
+		WriteURL:           "http://127.0.0.1:9090/records",
+		LookupURL:          "http://127.0.0.1:9090/records",
+		CredentialName:     "companion",
+		Token:              "REPLACE_WITH_YOUR_COMPANION_TOKEN",
+		WriteTimeoutMillis: 10000,
 	}
 }
 
