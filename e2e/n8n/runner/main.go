@@ -67,6 +67,8 @@ type env struct {
 	dropped   atomic.Int32
 	procs     []*exec.Cmd
 	logs      []string
+	// install is the community node as the README installs it (install.go).
+	install *nodeInstall
 }
 
 func main() {
@@ -99,9 +101,11 @@ func run() int {
 		{"single: the same invoice with another amount after it was written is answered 409 and sends nothing", scenarioConflict},
 		{"single: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, each written once", scenarioSingleItems},
 		{"single: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSingleRefused},
+		{"single: twenty items in one delivery, the destination refusing two (400, 429) and one write timing out: 20 ledger items in their states, one record per written key, answered once 503", scenarioSingleTwenty},
 		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
 		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
 		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
+		{"email: 550 is failed with class rejected, nothing kept, answered 422; delivered again, nothing is sent", scenarioEmail550},
 		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
 		{"side by side: Remove Duplicates loses a refused write's redelivery; the template writes it once", scenarioSideBySide},
 		{"batch: three items claimed and written once each", scenarioBatch},
@@ -123,7 +127,7 @@ func run() int {
 		{"node: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioNode429},
 		{"node: the same trigger twice writes once (Already done)", scenarioNodeTwice},
 		{"node: the same trigger twice at once writes once (one Wait)", scenarioNodeTwiceAtOnce},
-		{"node: Send Email in the write slot sends one message: clean, twice, twice at once", scenarioNodeEmail},
+		{"node: Send Email in the write slot sends one message: clean, twice, twice at once; a 550 is failed/rejected, answered 422, nothing sent again", scenarioNodeEmail},
 		{"sub: clean run through companion: claim and companion: report writes once; the claim names the calling execution", scenarioSubClean},
 		{"sub: the same delivery twice in a row writes once; the second is answered 200 from the stored result", scenarioSubTwice},
 		{"sub: the same delivery twice at once writes once; the other is answered 503 (in progress)", scenarioSubTwiceAtOnce},
@@ -139,6 +143,9 @@ func run() int {
 		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
 		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
 		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
+		{"node: twenty items in one delivery through a renamed Before write, the destination refusing two (400, 429) and one write timing out: 20 ledger items in their states, one record per written key, answered once 503", scenarioNodeTwenty},
+		{"node: n8n's credential test: the workflow token passes; a wrong token, a URL without companion, a closed port each fail with their reason", scenarioNodeCredentialTest},
+		{"install: the README's npm install into ~/.n8n/nodes adds the package alone, its Docker recipe loads without NODE_PATH; a guarded write through each writes once", scenarioInstall},
 		{"noanswer: single, three items, the third's claim gets no answer: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSingleNoAnswer},
 		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
 		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
@@ -279,7 +286,7 @@ func (e *env) spawn(ctx context.Context, name string, extraEnv []string, bin str
 		return err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Env = append(withoutNodePath(os.Environ()), extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f
 	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
@@ -370,16 +377,16 @@ func (e *env) n8nEnv(brokerPort int) []string {
 		"N8N_SECURE_COOKIE=false",
 		"N8N_RUNNERS_TASK_TIMEOUT=60",
 		"EXECUTIONS_MODE=regular",
-		// The community node, built from n8n-node/ and copied here (nodeExtensions); its
-		// require("n8n-workflow") resolves to n8n's own copy through NODE_PATH.
-		"N8N_CUSTOM_EXTENSIONS=" + filepath.Join(e.work, "custom"),
-		"NODE_PATH=" + filepath.Dir(filepath.Dir(filepath.Dir(e.n8nBin))),
+		// The community node as the README's Docker recipe mounts it (install.go); the other install, into
+		// N8N_USER_FOLDER/.n8n/nodes, n8n finds by itself. No NODE_PATH: the node's require("n8n-workflow")
+		// finds n8n's own copy, as it must in n8n's Docker image.
+		"N8N_CUSTOM_EXTENSIONS=" + e.install.extensions,
 	}
 }
 
 func (e *env) n8nCLI(ctx context.Context, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, e.nodeBin, append([]string{e.n8nBin}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(withoutNodePath(os.Environ()), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("n8n %s: %w\n%s", strings.Join(args, " "), err, out)
@@ -412,9 +419,11 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := writeWorkflow(dir, "email-write.json", emailWorkflowID, emailWorkflow(s)); err != nil {
 		return err
 	}
-	if err := e.nodeExtensions(filepath.Join(e.work, "custom")); err != nil {
+	in, err := e.installNode(ctx)
+	if err != nil {
 		return err
 	}
+	e.install = in
 	nodeWrite, nodeEmail, err := e.nodeWorkflows()
 	if err != nil {
 		return err
