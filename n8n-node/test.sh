@@ -40,7 +40,7 @@ if [[ -z ${N8N_NODE_NO_SERVICE:-} ]]; then
 		sleep 0.2
 	done
 fi
-out=$(node --test --test-reporter=tap dist/test/ 2>&1) || { echo "$out"; echo "n8n-node: tests failed" >&2; exit 1; }
+out=$(node --test --test-reporter=tap dist/test/*.test.js 2>&1) || { echo "$out"; echo "n8n-node: tests failed" >&2; exit 1; }
 pass=$(grep -E '^# pass ' <<<"$out" | awk '{print $3}')
 skipped=$(grep -cE '# SKIP' <<<"$out" || true)
 tarball=$(npm pack --silent)
