@@ -122,7 +122,8 @@ is judged and reported in one run before any is answered), and **Retry On Fail O
 - its success output is the write: ` + "`succeeded`" + `, with the external id read from Settings →
   ` + "`external_id_fields`" + `;
 - its error output is judged from the error: an HTTP status where the node gives one, a transport code
-  (table below), an SMTP reply (4xx/5xx: the server refused the message, so nothing was committed);
+  (table below), an SMTP reply (the server refused the message, so nothing was committed: a 4xx is retried after a
+  backoff, a 5xx is class ` + "`rejected`" + `, refused for good, never retried and answered 422);
   anything else is ` + "`unknown`" + `, never "not sent";
 - an HTTP Request node keeps Options → Response → *Include Response Headers and Status* and *Never
   Error*, and the header ` + "`Idempotency-Key`" + ` = ` + "`{{ $json.idempotency_key }}`" + `: every status then
