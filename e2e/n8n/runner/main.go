@@ -87,10 +87,42 @@ func run() int {
 		fmt.Println("0 passed, 1 failed")
 		return 1
 	}
-	scenarios := []struct {
-		name string
-		fn   func(context.Context, *env) error
-	}{
+	passed, failed := 0, 0
+	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
+	only := strings.Split(os.Getenv("E2E_ONLY"), "|")
+	for _, s := range scenarioList() {
+		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.name, p) }) {
+			continue
+		}
+		start := time.Now()
+		err := runScenario(ctx, e, s.name, s.fn)
+		if err != nil {
+			failed++
+			fmt.Printf("FAIL %s (%.1fs): %v\n", s.name, time.Since(start).Seconds(), err)
+			continue
+		}
+		passed++
+		fmt.Printf("ok   %s (%.1fs)\n", s.name, time.Since(start).Seconds())
+	}
+	if failed > 0 {
+		e.dumpLogs()
+	}
+	fmt.Printf("%d passed, %d failed\n", passed, failed)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
+// scenario is one scenario of the run, in the order the run takes them.
+type scenario struct {
+	name string
+	fn   func(context.Context, *env) error
+}
+
+// scenarioList is every scenario of a whole run (docs/templates.md states how many).
+func scenarioList() []scenario {
+	return []scenario{
 		{"single: clean run writes once and records succeeded", scenarioClean},
 		{"single: commit-then-drop is unknown with one effect, answered 503; re-send retries with the same key", scenarioDrop},
 		{"single: 429 is failed, answered 503; a re-run after Retry-After writes once", scenario429},
@@ -150,31 +182,6 @@ func run() int {
 		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
 		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
 	}
-	passed, failed := 0, 0
-	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
-	only := strings.Split(os.Getenv("E2E_ONLY"), "|")
-	for _, s := range scenarios {
-		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.name, p) }) {
-			continue
-		}
-		start := time.Now()
-		err := runScenario(ctx, e, s.name, s.fn)
-		if err != nil {
-			failed++
-			fmt.Printf("FAIL %s (%.1fs): %v\n", s.name, time.Since(start).Seconds(), err)
-			continue
-		}
-		passed++
-		fmt.Printf("ok   %s (%.1fs)\n", s.name, time.Since(start).Seconds())
-	}
-	if failed > 0 {
-		e.dumpLogs()
-	}
-	fmt.Printf("%d passed, %d failed\n", passed, failed)
-	if failed > 0 {
-		return 1
-	}
-	return 0
 }
 
 // The scenarios share one ledger and one receiver, so each must use invoices of its own: a scenario that
