@@ -15,8 +15,8 @@ import (
 // The template using the community node is hand-written (HandWritten); this checks its graph the
 // way the generated ones are checked: names unique and every connection between existing nodes,
 // the four Before write outputs wired, the write's two outputs into After write, Continue (using
-// error output) on the write and no Retry On Fail there, the idempotency key forwarded, and the
-// After write expressions pointing at the Before write node.
+// error output) on the write and no Retry On Fail there, the idempotency key forwarded, and After
+// write's Key and Claim left to paired items (no node named).
 func TestCommunityNodeTemplate(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(HandWritten[0])))
 	if err != nil {
@@ -108,9 +108,11 @@ func TestCommunityNodeTemplate(t *testing.T) {
 	if params["After write"]["operation"] != "afterWrite" {
 		t.Errorf("After write operation %v", params["After write"]["operation"])
 	}
+	// Key and Claim left empty: After write finds each item's claim through paired items, so renaming Before write
+	// breaks nothing. An expression naming a node would.
 	for _, f := range []string{"key", "claim"} {
-		if v, _ := params["After write"][f].(string); !strings.Contains(v, "$('Before write').item.json.companion."+f) {
-			t.Errorf("After write %s = %q, want it read from the Before write node", f, v)
+		if v, ok := params["After write"][f]; ok && v != "" {
+			t.Errorf("After write %s = %q, want it empty (found through paired items, whatever Before write is called)", f, v)
 		}
 	}
 	hdr, _ := json.Marshal(params[NodeWrite]["headerParameters"])
@@ -122,8 +124,9 @@ func TestCommunityNodeTemplate(t *testing.T) {
 	}
 }
 
-// The community node classifies transport failures with its own copy of TransportErrors
-// (n8n-node/nodes/Companion/evidence.ts); the two must not drift apart.
+// The community node classifies transport failures and SMTP replies with its own copies of TransportErrors
+// and SMTPReplies (n8n-node/nodes/Companion/evidence.ts); they must not drift apart. (Both classifiers also
+// run the one table of testdata/write-evidence.json.)
 func TestCommunityNodeTransportClassesMatch(t *testing.T) {
 	src, err := os.ReadFile(filepath.Join("..", "n8n-node", "nodes", "Companion", "evidence.ts"))
 	if err != nil {
@@ -162,6 +165,20 @@ func TestCommunityNodeTransportClassesMatch(t *testing.T) {
 	slices.Sort(wantPre)
 	if !slices.Equal(gotPre, wantPre) {
 		t.Errorf("PRE_DISPATCH_CLASSES %v, want %v", gotPre, wantPre)
+	}
+	smtp := regexp.MustCompile(`SMTP_REPLY_CLASSES[^=]*= \{([^}]*)\}`).FindStringSubmatch(string(src))
+	if smtp == nil {
+		t.Fatal("SMTP_REPLY_CLASSES not found in evidence.ts")
+	}
+	var gotSMTP, wantSMTP []string
+	for _, m := range regexp.MustCompile(`'(\d)': '([a-z_]+)'`).FindAllStringSubmatch(smtp[1], -1) {
+		gotSMTP = append(gotSMTP, m[1]+"="+m[2])
+	}
+	for _, r := range SMTPReplies {
+		wantSMTP = append(wantSMTP, r.Digit+"="+r.Class)
+	}
+	if !slices.Equal(gotSMTP, wantSMTP) {
+		t.Errorf("evidence.ts SMTP_REPLY_CLASSES %v\nblueprints SMTPReplies %v", gotSMTP, wantSMTP)
 	}
 }
 
@@ -207,9 +224,9 @@ func TestCommunityNodeTemplateAnswers(t *testing.T) {
 		t.Errorf("Check delivery differs from guarded-write's:\n%v", params[NodeCheckDelivery]["jsCode"])
 	}
 	answer, _ := params["Answer"]["jsCode"].(string)
-	tail := single["Answer"][strings.Index(single["Answer"], "const finalStatus"):]
+	tail := single["Answer"][strings.Index(single["Answer"], "// Refused for good"):]
 	if !strings.HasSuffix(answer, tail) || !strings.Contains(answer, "const itemOf = (j) =>") {
-		t.Errorf("the Answer does not decide as guarded-write's Answer does (its code from %q on must be the same, after its own itemOf)", "const finalStatus")
+		t.Errorf("the Answer does not decide as guarded-write's Answer does (its code from %q on must be the same, after its own itemOf)", "// Refused for good")
 	}
 	to := func(from string, out int) string {
 		c := wf.Connections[from].Main

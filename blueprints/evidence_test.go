@@ -3,16 +3,46 @@ package blueprints
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
+// writeEvidenceCase is one row of testdata/write-evidence.json: what a write node gave (its success or error
+// output) and the evidence it means. The Companion community node's tests run the same table
+// (n8n-node/test/evidence.test.ts), so the two classifiers cannot drift apart.
+type writeEvidenceCase struct {
+	Name   string          `json:"name"`
+	Output string          `json:"output"`
+	Item   json.RawMessage `json:"item"`
+	Want   json.RawMessage `json:"want"`
+}
+
+func writeEvidenceCases(t *testing.T) []writeEvidenceCase {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "write-evidence.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table struct {
+		Cases []writeEvidenceCase `json:"cases"`
+	}
+	if err := json.Unmarshal(b, &table); err != nil {
+		t.Fatal(err)
+	}
+	if len(table.Cases) < 10 {
+		t.Fatalf("testdata/write-evidence.json holds %d cases", len(table.Cases))
+	}
+	return table.Cases
+}
+
 // TestEvidenceJudgesAnyWriteNode runs the Evidence node's code of the rendered guarded-write template
-// in Node.js, with $json and $() as n8n gives them, against what real write nodes return: an HTTP
-// Request's full response, Send Email's nodemailer info (no statusCode), and the error output of each
-// (an error object, or only a message). Node.js runs n8n itself, so it is on every machine that runs
-// the e2e; the test says so and skips where it is missing.
+// in Node.js, with $json and $() as n8n gives them, against what real write nodes return (the table of
+// testdata/write-evidence.json): an HTTP Request's full response, Send Email's nodemailer info (no
+// statusCode), and the error output of each (an error object, or only a message). Node.js runs n8n
+// itself, so it is on every machine that runs the e2e; the test says so and skips where it is missing.
 func TestEvidenceJudgesAnyWriteNode(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -28,40 +58,15 @@ func TestEvidenceJudgesAnyWriteNode(t *testing.T) {
 		t.Fatal("guarded-write has no Evidence node")
 	}
 	const claim = `{"key": "invoice-742:reminder:2", "claim": "c_1"}`
-	for _, c := range []struct {
-		name, item string
-		want       map[string]any
-	}{
-		{"HTTP 201 with an id", `{"statusCode": 201, "headers": {"x-request-id": "r-1"}, "body": {"id": "rec-9"}}`,
-			map[string]any{"outcome": "succeeded", "http_status": 201.0, "external_id": "rec-9", "receiver_request_id": "r-1"}},
-		{"HTTP 503 with Retry-After", `{"statusCode": 503, "headers": {"retry-after": "30"}, "body": "busy"}`,
-			map[string]any{"outcome": "failed", "http_status": 503.0, "retry_after": 30.0, "error": map[string]any{"class": "http", "code": "503", "message": "busy"}}},
-		{"HTTP 302 proves nothing", `{"statusCode": 302, "headers": {}, "body": ""}`,
-			map[string]any{"outcome": "unknown", "http_status": 302.0}},
-		{"Send Email success has no statusCode", `{"accepted": ["c-19@example.com"], "rejected": [], "messageId": "<m-1@n8n>", "response": "250 OK queued"}`,
-			map[string]any{"outcome": "succeeded", "external_id": "<m-1@n8n>"}},
-		{"a record node's success", `{"id": 42, "name": "row"}`,
-			map[string]any{"outcome": "succeeded", "external_id": "42"}},
-		{"SMTP 451 is refused, nothing committed", `{"write_error": "Message failed: 451 4.3.0 try again later"}`,
-			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "smtp_451", "message": "Message failed: 451 4.3.0 try again later"}}},
-		{"SMTP 550 is refused", `{"write_error": "Can't send mail - all recipients were rejected: 550 5.1.1 no such user"}`,
-			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "smtp_550", "message": "Can't send mail - all recipients were rejected: 550 5.1.1 no such user"}}},
-		{"SMTP 421 greeting", `{"write_error": "Invalid greeting. response=421 busy: 421 busy"}`,
-			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "smtp_421", "message": "Invalid greeting. response=421 busy: 421 busy"}}},
-		{"a connection dropped after the message is unknown", `{"write_error": "Connection closed unexpectedly"}`,
-			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "other", "code": "", "message": "Connection closed unexpectedly"}}},
-		{"refused in the message is not dispatched", `{"write_error": "connect ECONNREFUSED 127.0.0.1:2525"}`,
-			map[string]any{"outcome": "failed", "error": map[string]any{"class": "connection_refused", "code": "ECONNREFUSED", "message": "connect ECONNREFUSED 127.0.0.1:2525"}}},
-		{"a transport code on an error object", `{"write_error": {"code": "ECONNRESET", "message": "socket hang up"}}`,
-			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "connection_reset", "code": "ECONNRESET", "message": "socket hang up"}}},
-		{"an API error with its HTTP status", `{"write_error": {"httpCode": "429", "message": "Too many requests"}}`,
-			map[string]any{"outcome": "failed", "http_status": 429.0, "error": map[string]any{"class": "http", "code": "429", "message": "Too many requests"}}},
-		{"an error that says nothing is unknown", `{"write_error": "Something went wrong"}`,
-			map[string]any{"outcome": "unknown", "error": map[string]any{"class": "other", "code": "", "message": "Something went wrong"}}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
+	for _, c := range writeEvidenceCases(t) {
+		// The template's Write error node marks an error-output item write_error.
+		item := string(c.Item)
+		if c.Output == "error" {
+			item = `{"write_error": ` + item + `}`
+		}
+		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
-			prog := `const $json = ` + c.item + `;
+			prog := `const $json = ` + item + `;
 const $ = (name) => ({ item: { json: ` + claim + ` }, first: () => ({ json: { external_id_fields: '` + ExternalIDFields + `' } }) });
 const out = (() => {` + code + `})();
 process.stdout.write(JSON.stringify(out.json));`
@@ -73,7 +78,9 @@ process.stdout.write(JSON.stringify(out.json));`
 			delete(got, "key")
 			delete(got, "claim")
 			delete(got, "result")
-			w, _ := json.Marshal(c.want)
+			var want map[string]any
+			_ = json.Unmarshal(c.Want, &want)
+			w, _ := json.Marshal(want)
 			g, _ := json.Marshal(got)
 			if string(w) != string(g) {
 				t.Errorf("report\n got %s\nwant %s", g, w)
@@ -136,6 +143,7 @@ func TestWebhookAnswersMakeSendersRedeliver(t *testing.T) {
 		{"written and 429", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "http_status": 429, "retry_after": 7}}`, 503, "7", "surface"},
 		{"written and refused for good", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "http_status": 422}}`, 422, nil, "surface"},
 		{"SMTP 451", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "error": {"class": "connection_refused", "code": "smtp_451"}}}`, 503, "60", "surface"},
+		{"SMTP 550 (rejected: refused for good)", `{"key": "k", "decision": "proceed", "state": "failed", "evidence": {"outcome": "failed", "error": {"class": "rejected", "code": "smtp_550"}}}`, 422, nil, "surface"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -111,6 +111,22 @@ var TransportErrors = []TransportError{
 	{"DEPTH_ZERO_SELF_SIGNED_CERT", "tls", true},
 }
 
+// SMTPReply maps the class of an SMTP reply code (its first digit) that refused a message to the after-write
+// error class of the contract. The mail server answered and holds no message, so nothing was committed
+// either way; a 4xx (421, 451: try later) is a refusal for now, retried after a backoff, and a 5xx (550: no such
+// mailbox) a refusal for good, never retried automatically (API.md, additions of 2026-12-07: class rejected).
+type SMTPReply struct {
+	Digit string
+	Class string
+}
+
+// SMTPReplies is the SMTP table both renderings of the n8n Evidence and the Companion node use
+// (n8n-node/nodes/Companion/evidence.ts SMTP_REPLY_CLASSES).
+var SMTPReplies = []SMTPReply{
+	{"4", "connection_refused"},
+	{"5", "rejected"},
+}
+
 // Settings are the values a builder fills in before using a template. `companion templates
 // render` takes them as flags; the committed templates use DefaultSettings, which point at a
 // local `companion serve` and the local sandbox receiver so an import works as it is.
@@ -128,11 +144,6 @@ type Settings struct {
 	// CredentialID is the id of that credential in the n8n instance; empty lets the builder pick
 	// the credential after import.
 	CredentialID string
-	// OperatorCredentialName names the n8n "Bearer Auth" credential of the error workflow: a token with
-	// the operator role, which may list a failed execution's items (GET /v1/items?execution_id=).
-	OperatorCredentialName string
-	// OperatorCredentialID is its id in the n8n instance; empty lets the builder pick it after import.
-	OperatorCredentialID string
 	// Token is what the Make blueprints put in their Authorization header; Make has no portable
 	// credential reference, so it is a placeholder to replace.
 	Token string
@@ -148,13 +159,12 @@ type Settings struct {
 // DefaultSettings are the settings of the committed templates.
 func DefaultSettings() Settings {
 	return Settings{
-		ServiceURL:             "http://127.0.0.1:8080",
-		WriteURL:               "http://127.0.0.1:9090/records",
-		LookupURL:              "http://127.0.0.1:9090/records",
-		CredentialName:         "companion",
-		OperatorCredentialName: "companion operator",
-		Token:                  "REPLACE_WITH_YOUR_COMPANION_TOKEN",
-		WriteTimeoutMillis:     10000,
+		ServiceURL:         "http://127.0.0.1:8080",
+		WriteURL:           "http://127.0.0.1:9090/records",
+		LookupURL:          "http://127.0.0.1:9090/records",
+		CredentialName:     "companion",
+		Token:              "REPLACE_WITH_YOUR_COMPANION_TOKEN",
+		WriteTimeoutMillis: 10000,
 	}
 }
 
@@ -171,9 +181,6 @@ func (s Settings) Validate() error {
 	}
 	if s.CredentialName == "" {
 		return fmt.Errorf("--credential: must not be empty")
-	}
-	if s.OperatorCredentialName == "" {
-		return fmt.Errorf("--operator-credential: must not be empty")
 	}
 	if s.WriteTimeoutMillis < 1000 || s.WriteTimeoutMillis > 300000 {
 		return fmt.Errorf("--write-timeout-ms: want 1000-300000, got %d", s.WriteTimeoutMillis)

@@ -85,7 +85,7 @@ const batchAnswerJS = `// What the webhook answers for the whole delivery. A sen
 // 409 an item got conflict: the same key with a different payload (a person decides);
 // 503 + Retry-After: an item a later delivery can still finish (in progress, retry later, a write that failed
 //     retryably or is unknown, waiting for its owner or a lookup); the soonest of their retry times;
-// 422 items were refused for good (a 4xx, failed_permanent) and none can still finish;
+// 422 items were refused for good (a 4xx, an SMTP 5xx, failed_permanent) and none can still finish;
 // 200 every item's effect exists.
 // The body lists every item (key, state, external id, its own answer) in the order of the delivery.
 const all = $input.all().map((it) => it.json);
@@ -97,7 +97,7 @@ if (nothingClaimed) {
   const body = { error: 'missing_fields', status: 400, message: 'the delivery lacks ' + d.missing.join(', ') + more + '; nothing was claimed', missing: d.missing, missing_total: d.missing_total, execution_id: String($execution.id) };
   return [{ json: { status: 400, retry_after: null, later: 'now', end: 'done', body } }];
 }
-const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
+` + refusedForGoodJS + `
 const answerOf = (r) => {
   const ev = r.evidence || {};
   // A call companion refused: its own status for a refused content (400, 413), 503 when companion could not
@@ -111,7 +111,7 @@ const answerOf = (r) => {
   if (r.decision === 'conflict') return { answer: 409 };
   if (r.state === 'succeeded') return { answer: 200 };
   if (r.decision === 'skip' && r.reason === 'failed_permanent') return { answer: 422 };
-  if (r.state === 'failed' && finalStatus(Number(ev.http_status))) return { answer: 422 };
+  if (r.state === 'failed' && refusedForGood(ev)) return { answer: 422 };
   const ra = Number(r.retry_after ?? ev.retry_after);
   return { answer: 503, retry_after: ra > 0 ? ra : (r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60) };
 };

@@ -19,6 +19,15 @@ func transportClassesJS() string {
 	return "{ " + strings.Join(parts, ", ") + " }"
 }
 
+// smtpClassesJS renders SMTPReplies as a JS object literal keyed by the reply code's first digit.
+func smtpClassesJS() string {
+	var parts []string
+	for _, r := range SMTPReplies {
+		parts = append(parts, fmt.Sprintf("%s: '%s'", r.Digit, r.Class))
+	}
+	return "{ " + strings.Join(parts, ", ") + " }"
+}
+
 func preDispatchClassesJS() string {
 	seen := map[string]bool{}
 	var out []string
@@ -41,14 +50,15 @@ func evidenceJS(claimNode string) string { return evidenceJSFrom(claimNode, "Set
 // evidenceJSFrom is evidenceJS reading Settings → external_id_fields from settingsNode (the report
 // sub-workflow has no Settings node).
 func evidenceJSFrom(claimNode, settingsNode string) string {
-	return strings.NewReplacer("CLAIM_NODE", claimNode, "SETTINGS_NODE", settingsNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
+	return strings.NewReplacer("CLAIM_NODE", claimNode, "SETTINGS_NODE", settingsNode, "TRANSPORT", transportClassesJS(), "PRE_DISPATCH", preDispatchClassesJS(), "SMTP_CLASSES", smtpClassesJS()).Replace(`// What came back from the write, as evidence for POST /v1/after-write. The write node runs with
 // On Error → Continue (using error output), so every item it returns arrives here:
 // - an HTTP Request node (Never Error, Include Response Headers and Status) gives {statusCode, headers,
 //   body}: it is judged by the status;
 // - any other node (Send Email, Gmail, Sheets, Slack, …) that returns an item on its success output has
 //   written: succeeded, with the external id read from the first of Settings → external_id_fields found;
 // - its error output arrives through "Write error" as write_error and is judged from the error: an HTTP
-//   status where the node gives one, a transport code, an SMTP reply code; anything else is unknown.
+//   status where the node gives one, a transport code, an SMTP reply code (4xx for now, 5xx for good);
+//   anything else is unknown.
 const claim = $('CLAIM_NODE').item.json;
 const report = { key: claim.key, claim: claim.claim };
 const clip = (s) => String(s ?? '').slice(0, 300);
@@ -99,7 +109,7 @@ if ($json.write_error === undefined) {
   const classes = TRANSPORT;
   const code = String(e.code || (e.cause && e.cause.code) || (message.match(/\b[A-Z][A-Z_]{3,}\b/g) || []).find((c) => classes[c]) || '');
   // An SMTP reply (nodemailer puts it after a colon: "Message failed: 451 4.3.0 try later").
-  const smtp = /: ([45]\d\d)[ -]/.exec(message);
+  const smtp = /: ([45])(\d\d)[ -]/.exec(message);
   if (status >= 100 && status <= 599) {
     byStatus(status, e.headers || {}, message);
   } else if (classes[code]) {
@@ -107,11 +117,11 @@ if ($json.write_error === undefined) {
     report.outcome = PRE_DISPATCH.includes(classes[code]) ? 'failed' : 'unknown';
     report.error = { class: classes[code], code, message };
   } else if (smtp) {
-    // The mail server answered and refused the message (4xx: try later, 5xx: never): it holds no
-    // message, so nothing was committed. The contract's class for "refused, nothing committed" is
-    // connection_refused: retried after a backoff, never counted as a possible dispatch.
+    // The mail server answered and refused the message: it holds none, so nothing was committed. A 4xx
+    // (421, 451: try later) is connection_refused, retried after a backoff; a 5xx (550: never) is rejected,
+    // failed for good and never retried automatically.
     report.outcome = 'failed';
-    report.error = { class: 'connection_refused', code: 'smtp_' + smtp[1], message };
+    report.error = { class: SMTP_CLASSES[smtp[1]], code: 'smtp_' + smtp[1] + smtp[2], message };
   } else {
     report.outcome = 'unknown';
     report.error = { class: 'other', code, message };
@@ -246,14 +256,14 @@ const answerJS = `// What the webhook answers. Senders redeliver on a non-2xx an
 // 400 the delivery lacks fields, or companion refused the claim (a field out of its rules): nothing was
 //     claimed and a redelivery of the same body cannot help;
 // 409 conflict: the same key arrived with a different payload (a person decides);
-// 422 the destination refused the write for good (a 4xx): the same content would be refused again;
+// 422 the destination refused the write for good (a 4xx, an SMTP 5xx): the same content would be refused again;
 // 503 + Retry-After: anything a later delivery can still finish: in progress, retry later, a write that
 //     failed retryably or is unknown, an item waiting for its owner, companion unable to record the claim.
 // One item is answered as it is. Several items (your trigger gave several, e.g. after a Split Out) are answered
 // once for all of them, first match wins: 400, 409, 500, 503 (the soonest Retry-After), 422, 200; the body
 // lists each item's own answer.
 const itemOf = (j) => j; // an item's end as this template gives it
-const finalStatus = (s) => s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s);
+` + refusedForGoodJS + `
 const one = (r) => {
   const ev = r.evidence || {};
   let status = 503;
@@ -264,7 +274,7 @@ const one = (r) => {
   else if (r.state === 'succeeded') status = 200;
   else if (r.surface) status = 500;
   else if (r.decision === 'skip' && r.reason === 'failed_permanent') status = 422;
-  else if (r.state === 'failed' && finalStatus(Number(ev.http_status))) status = 422;
+  else if (r.state === 'failed' && refusedForGood(ev)) status = 422;
   if (status !== 503) retryAfter = null;
   else if (!(Number(retryAfter) > 0)) retryAfter = r.decision === 'skip' && r.reason === 'in_progress' ? 30 : 60;
   let body;
@@ -309,6 +319,16 @@ if (answers.length > 1) {
   };
 }
 return [{ json: { status: a.status, retry_after: a.retry_after === null ? null : String(a.retry_after), later: a.status === 503 ? 'later' : 'now', end: a.end, body: a.body } }];`
+
+// refusedForGoodJS says whether a write's evidence is a refusal for good: a 4xx other than 408, 409, 425 and 429,
+// or a refusal without a status (class rejected: an SMTP 5xx). The webhooks answer it 422: the same content
+// would be refused again.
+const refusedForGoodJS = `// Refused for good: a 4xx other than 408, 409, 425, 429, or a refusal without a status (class rejected: an
+// SMTP 5xx). The same content would be refused again.
+const refusedForGood = (ev) => {
+  const s = Number(ev.http_status);
+  return (s >= 400 && s < 500 && ![408, 409, 425, 429].includes(s)) || (!!ev.error && ev.error.class === 'rejected');
+};`
 
 // doneJS continues the workflow after the answer: one item per item of the run.
 const doneJS = `// Continue your workflow from here: $json.external_id and $json.result describe the write, one item per

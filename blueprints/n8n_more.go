@@ -143,14 +143,13 @@ func n8nErrorWorkflow(t Template, s Settings) N8nWorkflow {
 	p.SendQuery = true
 	p.QueryParameters = &NameValueList{Parameters: []NameValue{
 		{Name: "execution_id", Value: "={{ $json.execution_id }}"},
-		{Name: "state", Value: "in_flight"},
 		{Name: "limit", Value: "500"},
 	}}
 	p.Options.Response = fullResponse()
 	// 500 items a page; 40 pages are the 20,000 items of 40 full batch calls.
 	p.Options.Pagination = cursorPages(40)
 	get.Parameters = p
-	get.Notes = "The items whose latest claim this execution made, still in flight: one output item per page of 500. Needs the operator credential (the list is an operator call)."
+	get.Notes = "The items whose latest claim this execution made: one output item per page of 500. A workflow token may list them (execution_id alone, with limit and cursor); the next node keeps those still in flight."
 	g.add(get)
 	g.connect("Settings", 0, "Claims of the execution")
 	g.add(codeNode("Unknown reports", "runOnceForAllItems", `// Report each claim this execution still holds as unknown: the write may or may not have gone out,
@@ -162,7 +161,8 @@ const out = [];
 for (const page of $input.all()) {
   const res = page.json;
   if (res.statusCode !== 200 || !res.body || !Array.isArray(res.body.items)) {
-    // Fail loudly: a 403 means the credential is not an operator token, and the claims stay in flight.
+    // Fail loudly: the claims would stay in flight (a 403: a companion older than this template refuses the list
+    // to a workflow token; a 401: the credential holds no token of that companion).
     throw new Error('GET /v1/items?execution_id=' + settings.execution_id + ' answered ' + res.statusCode + ': ' + JSON.stringify(res.body).slice(0, 200));
   }
   for (const item of res.body.items) {
@@ -175,12 +175,6 @@ return out;`, [2]int{660, y}))
 	g.connect("Claims of the execution", 0, "Unknown reports")
 	g.add(reportHTTPAt(s, "Report unknown", "={{ $('Settings').first().json.companion_url }}", PathAfterWrite, "={{ JSON.stringify($json) }}", [2]int{880, y}))
 	g.connect("Unknown reports", 0, "Report unknown")
-	// Every call of the error workflow goes with the operator credential.
-	for i := range g.nodes {
-		if g.nodes[i].Credentials != nil {
-			g.nodes[i].Credentials = map[string]N8nCredentialRef{"httpBearerAuth": {ID: s.OperatorCredentialID, Name: s.OperatorCredentialName}}
-		}
-	}
 	return g.workflow(t, s)
 }
 

@@ -61,7 +61,7 @@ func templateList(n8n bool) string {
 // are the ones the files use.
 func n8nReadme(s Settings) string {
 	d := DefaultSettings()
-	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", d.ServiceURL, "WRITE", d.WriteURL, "OPCRED", s.OperatorCredentialName, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields, "SUBWORKFLOWS", subWorkflowReadme()).Replace(n8nReadmeText)
+	return strings.NewReplacer("LIST", templateList(true), "DECISIONS", decisionTable(), "TRANSPORT", transportTable(), "SERVICE", d.ServiceURL, "WRITE", d.WriteURL, "CRED", s.CredentialName, "NODEWRITE", NodeWrite, "NODELOOKUP", NodeLookup, "KINDTABLE", WriteKindTable(), "EXTERNALID", ExternalIDFields, "SUBWORKFLOWS", subWorkflowReadme()).Replace(n8nReadmeText)
 }
 
 func makeReadme(s Settings) string {
@@ -90,8 +90,8 @@ LIST- **` + "`guarded-write-node.json`" + `** — the single-item guarded write 
 2. Workflows → **Import from File** (or ` + "`n8n import:workflow --input=<file>`" + `), one file per workflow.
    Import ` + "`error-workflow.json`" + ` too, then open each guarded-write workflow → Settings → **Error workflow** →
    choose it (` + "`companion templates render --error-workflow-id ID`" + ` writes the id in for you). The error
-   workflow lists the failed execution's items (` + "`GET /v1/items?execution_id=`" + `, an operator call), so it uses a
-   second **Bearer Auth** credential named ` + "`OPCRED`" + ` holding a token with the ` + "`operator`" + ` role.
+   workflow lists the failed execution's items (` + "`GET /v1/items?execution_id=`" + `, which a ` + "`workflow`" + ` token may
+   read) with the same credential.
 3. Open the **Settings** node and fill it in (next section), replace the slot, publish the workflow.
 
 Own defaults (URLs, credential id, error workflow id) in every file at once:
@@ -122,7 +122,8 @@ is judged and reported in one run before any is answered), and **Retry On Fail O
 - its success output is the write: ` + "`succeeded`" + `, with the external id read from Settings →
   ` + "`external_id_fields`" + `;
 - its error output is judged from the error: an HTTP status where the node gives one, a transport code
-  (table below), an SMTP reply (4xx/5xx: the server refused the message, so nothing was committed);
+  (table below), an SMTP reply (the server refused the message, so nothing was committed: a 4xx is retried after a
+  backoff, a 5xx is class ` + "`rejected`" + `, refused for good, never retried and answered 422);
   anything else is ` + "`unknown`" + `, never "not sent";
 - an HTTP Request node keeps Options → Response → *Include Response Headers and Status* and *Never
   Error*, and the header ` + "`Idempotency-Key`" + ` = ` + "`{{ $json.idempotency_key }}`" + `: every status then

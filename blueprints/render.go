@@ -186,8 +186,6 @@ func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&s.LookupURL, "lookup-url", d.LookupURL, "the example lookup of the lookup-reconcile template (GET ?reference=)")
 	fs.StringVar(&s.CredentialName, "credential", d.CredentialName, "name of the n8n Bearer Auth credential holding the companion token")
 	fs.StringVar(&s.CredentialID, "credential-id", d.CredentialID, "id of that credential in your n8n (optional)")
-	fs.StringVar(&s.OperatorCredentialName, "operator-credential", d.OperatorCredentialName, "name of the n8n Bearer Auth credential of the error workflow (an operator token)")
-	fs.StringVar(&s.OperatorCredentialID, "operator-credential-id", d.OperatorCredentialID, "id of that credential in your n8n (optional)")
 	fs.StringVar(&s.Token, "token", d.Token, "what the Make blueprints put after \"Bearer \" (a placeholder by default)")
 	fs.IntVar(&s.WriteTimeoutMillis, "write-timeout-ms", d.WriteTimeoutMillis, "how long the write may take before it counts as a timeout (unknown)")
 	fs.StringVar(&s.ErrorWorkflowID, "error-workflow-id", d.ErrorWorkflowID, "id of the imported error workflow, set as the n8n workflows' error workflow")

@@ -270,6 +270,8 @@ func TestAnswersMatchTheOpenAPIDocument(t *testing.T) {
 	get(op, "/v1/items?needs_person=true&limit=10")
 	get(op, "/v1/items?limit=1")
 	get(op, "/v1/items?state=bogus") // 400
+	get(wf, "/v1/items?execution_id=41&limit=5")
+	get(wf, "/v1/items?state=unknown") // 403
 	get(op, "/v1/stats")
 	get(op, "/v1/stats/series")
 	get(op, "/v1/stats/series?step=1d&destination=crm")

@@ -159,7 +159,8 @@ func (s *server) endpoints() []endpoint {
 		{http.MethodPost, "/v1/reconcile", Workflow, s.reconcile},
 		{http.MethodGet, "/v1/items/:key", Workflow, s.getItem},
 		{http.MethodPost, "/v1/items/:key/resolve", Operator, s.resolve},
-		{http.MethodGet, "/v1/items", Operator, s.listItems},
+		// A workflow token may list by execution_id alone (listItems refuses it every other filter).
+		{http.MethodGet, "/v1/items", Workflow, s.listItems},
 		{http.MethodGet, "/v1/stats", Operator, s.stats},
 		{http.MethodGet, "/v1/stats/series", Operator, s.statsSeries},
 		{http.MethodGet, "/metrics", s.metricsAccess, s.metrics},

@@ -79,7 +79,7 @@ func (s *server) beforeWrite(c *gin.Context) {
 // errorEvidence is the error object a workflow passes along. Its unknown members are ignored: tools
 // hand over whole error objects.
 type errorEvidence struct {
-	Class   string    `json:"class" validate:"omitempty,oneof=validation dns connection_refused tls timeout connection_reset http other"`
+	Class   string    `json:"class" validate:"omitempty,oneof=validation dns connection_refused tls timeout connection_reset http other rejected"`
 	Code    looseText `json:"code" validate:"-"`
 	Message looseText `json:"message" validate:"-"`
 	// MisplacedStatus is an http_status given inside error, where it is ignored like any other member;

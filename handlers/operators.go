@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -99,7 +100,32 @@ type listView struct {
 	Unreadable []string `json:"unreadable,omitempty"`
 }
 
+// byExecutionOnly are the query parameters a workflow token may give GET /v1/items: the list of one
+// execution's items, which an error workflow reads (API.md, additions of 2026-12-07).
+var byExecutionOnly = map[string]bool{"execution_id": true, "limit": true, "cursor": true}
+
+// workflowListRefusal is the 403 of a workflow token's list with a filter other than execution_id, or
+// without it; nil for an operator, and for the list a workflow token may read.
+func workflowListRefusal(p Principal, q url.Values) error {
+	if p.Role == RoleOperator {
+		return nil
+	}
+	allowed := q.Get("execution_id") != ""
+	for name := range q {
+		allowed = allowed && byExecutionOnly[name]
+	}
+	if allowed {
+		return nil
+	}
+	return &items.Error{Code: CodeForbidden, Message: "a workflow token lists only by execution, GET /v1/items?execution_id=ID " +
+		"(with limit and cursor); every other filter needs an operator token; " + p.Name + " is a " + string(p.Role) + " token"}
+}
+
 func (s *server) listItems(c *gin.Context) {
+	if err := workflowListRefusal(principal(c), c.Request.URL.Query()); err != nil {
+		s.writeError(c, err)
+		return
+	}
 	if s.operators == nil {
 		s.writeError(c, errNoOperatorStore)
 		return

@@ -113,6 +113,51 @@ func TestListItemsByExecution(t *testing.T) {
 	}
 }
 
+// A workflow token lists one execution's items of its own tenant (an error workflow's call), and nothing
+// else: every other filter, or none, is the operator's (403, before any parameter is read).
+func TestListItemsByExecutionWithAWorkflowToken(t *testing.T) {
+	t.Parallel()
+	svc, _ := operatorService(t, items.Config{}, nil)
+	for i := range 3 {
+		svc.Claim(fmt.Sprintf("inv-%d", i), map[string]any{"execution_id": "41", "destination": "billing"})
+	}
+	svc.Claim("inv-9", map[string]any{"execution_id": "42"})
+	r := svc.Get(handlerstest.WorkflowAcme, "/v1/items?execution_id=41")
+	handlerstest.Expect(t, r, http.StatusOK, "", "")
+	if got := fmt.Sprint(keysIn(r)); got != "[inv-2 inv-1 inv-0]" {
+		t.Errorf("execution 41 lists %s for a workflow token, want [inv-2 inv-1 inv-0]", got)
+	}
+	var paged []string
+	cursor := ""
+	for range 4 {
+		r := svc.Get(handlerstest.WorkflowAcme, "/v1/items?execution_id=41&limit=2&cursor="+url.QueryEscape(cursor))
+		handlerstest.Expect(t, r, http.StatusOK, "", "")
+		paged = append(paged, keysIn(r)...)
+		if cursor = r.Str("next_cursor"); cursor == "" {
+			break
+		}
+	}
+	if fmt.Sprint(paged) != "[inv-2 inv-1 inv-0]" {
+		t.Errorf("pages of 2 for a workflow token = %v", paged)
+	}
+	if got := svc.Get(handlerstest.WorkflowGlobex, "/v1/items?execution_id=41"); got.Status != http.StatusOK || len(keysIn(got)) != 0 {
+		t.Errorf("another tenant's workflow token lists %d %v", got.Status, keysIn(got))
+	}
+	for _, q := range []string{"", "?limit=5", "?execution_id=", "?execution_id=41&state=in_flight", "?execution_id=41&destination=billing",
+		"?execution_id=41&batch_id=x", "?execution_id=41&needs_person=true", "?execution_id=41&reference=QT", "?execution_id=41&owner=U1",
+		"?execution_id=41&older_than=0", "?execution_id=41&workflow=inv", "?execution_id=41&bogus=1", "?state=lost"} {
+		r := svc.Get(handlerstest.WorkflowAcme, "/v1/items"+q)
+		handlerstest.Expect(t, r, http.StatusForbidden, handlers.CodeForbidden, "")
+		if !strings.Contains(r.Str("error.message"), "execution_id") {
+			t.Errorf("%s: the refusal does not say what a workflow token may list: %s", q, r.Body)
+		}
+	}
+	// The list a workflow token may read is checked like an operator's.
+	handlerstest.Expect(t, svc.Get(handlerstest.WorkflowAcme, "/v1/items?execution_id=41&limit=0"), http.StatusBadRequest, items.CodeInvalid, "limit")
+	handlerstest.Expect(t, svc.Get(handlerstest.WorkflowAcme, "/v1/items?execution_id=41&execution_id=42"), http.StatusBadRequest, items.CodeInvalid, "execution_id")
+	handlerstest.Expect(t, svc.Get(handlerstest.WorkflowAcme, "/v1/items?execution_id=41&cursor=abc"), http.StatusBadRequest, items.CodeInvalid, "cursor")
+}
+
 func TestListItemsByReference(t *testing.T) {
 	t.Parallel()
 	svc, _ := operatorService(t, items.Config{}, nil)

@@ -27,10 +27,23 @@ const (
 	ClassHTTP ErrorClass = "http"
 	// ClassOther: anything else.
 	ClassOther ErrorClass = "other"
+	// ClassRejected: the destination refused the write for good and committed nothing, without an HTTP
+	// status (an SMTP 5xx, another protocol's permanent refusal). Like a 4xx, it is not retried
+	// automatically; like a 4xx, the request reached the destination, so it counts as possibly dispatched.
+	ClassRejected ErrorClass = "rejected"
 )
 
 // ErrorClasses lists every error class.
-var ErrorClasses = []ErrorClass{ClassValidation, ClassDNS, ClassConnectionRefused, ClassTLS, ClassTimeout, ClassConnectionReset, ClassHTTP, ClassOther}
+var ErrorClasses = []ErrorClass{ClassValidation, ClassDNS, ClassConnectionRefused, ClassTLS, ClassTimeout, ClassConnectionReset, ClassHTTP, ClassOther, ClassRejected}
+
+// errorClassWords lists the error classes for a message: "validation, dns, …".
+var errorClassWords = func() string {
+	words := make([]string, len(ErrorClasses))
+	for i, c := range ErrorClasses {
+		words[i] = string(c)
+	}
+	return strings.Join(words, ", ")
+}()
 
 // Valid reports whether c is a known error class.
 func (c ErrorClass) Valid() bool {
@@ -125,6 +138,9 @@ func Classify(e Evidence, attempt int, dest Destination, now time.Time) Classifi
 		return Classification{State: StateFailed, Retryable: true, RetryAt: now, Definitive: true}
 	case e.Class == ClassDNS || e.Class == ClassConnectionRefused:
 		return Classification{State: StateFailed, Retryable: true, RetryAt: now.Add(Backoff(attempt)), Definitive: true}
+	case e.Class == ClassRejected:
+		// A permanent refusal without a status: what a 4xx other than 408, 409, 425, 429 is with one.
+		return Classification{State: StateFailed, Definitive: true}
 	}
 	return Classification{State: StateUnknown}
 }

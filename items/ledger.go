@@ -535,7 +535,7 @@ func CheckAfterWrite(p AfterWriteParams) error {
 	case !p.Outcome.Valid():
 		return Invalid("outcome", "must be one of succeeded, failed, unknown")
 	case p.Class != "" && !p.Class.Valid():
-		return Invalid("error.class", "must be one of validation, dns, connection_refused, tls, timeout, connection_reset, http, other")
+		return Invalid("error.class", "must be one of "+errorClassWords)
 	case p.HTTPStatus != 0 && (p.HTTPStatus < 100 || p.HTTPStatus > 599):
 		return Invalid("http_status", "must be 100-599")
 	case p.RetryAfter != nil && *p.RetryAfter < 0:

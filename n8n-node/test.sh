@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The n8n community node package: install (lock file, no install scripts), lint as n8n's node
-# starter does, build, unit tests (node --test on the compiled output), npm pack. The tests in
+# starter does, build, unit tests (node --test on the compiled output), npm pack, then n8n's own
+# verification scanner (@n8n/scan-community-package, offline: scripts/scan.mjs) over the sources and
+# the tarball's files, failing on any error or warning. The tests in
 # test/service.test.ts run the node against a real `companion serve` (built from ../cmd/companion,
 # SQLite in a temporary directory, one workflow token, a free loopback port), started here and
 # stopped on exit; N8N_NODE_NO_SERVICE=1 skips them. Prints
-# "n8n-node: N tests passed, tarball <file>" on success; exits non-zero on any failure.
+# "n8n-node: N tests passed (M suites skipped), scanner clean, tarball <file>" on success; exits
+# non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -37,8 +40,11 @@ if [[ -z ${N8N_NODE_NO_SERVICE:-} ]]; then
 		sleep 0.2
 	done
 fi
-out=$(node --test --test-reporter=tap dist/test/ 2>&1) || { echo "$out"; echo "n8n-node: tests failed" >&2; exit 1; }
+out=$(node --test --test-reporter=tap dist/test/*.test.js 2>&1) || { echo "$out"; echo "n8n-node: tests failed" >&2; exit 1; }
 pass=$(grep -E '^# pass ' <<<"$out" | awk '{print $3}')
 skipped=$(grep -cE '# SKIP' <<<"$out" || true)
 tarball=$(npm pack --silent)
-echo "n8n-node: ${pass} tests passed (${skipped} suites skipped), tarball ${tarball}"
+# n8n's verification scanner over the sources and the tarball's files, offline: any error or warning fails.
+scan=$(node scripts/scan.mjs "$tarball") || { echo "$scan"; echo "n8n-node: n8n's scanner found problems" >&2; exit 1; }
+echo "$scan"
+echo "n8n-node: ${pass} tests passed (${skipped} suites skipped), scanner clean, tarball ${tarball}"

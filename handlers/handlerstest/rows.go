@@ -497,11 +497,13 @@ func afterWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 			{"timeout", class("timeout"), unknown},
 			{"connection_reset", class("connection_reset"), unknown},
 			{"other", class("other"), unknown},
+			{"rejected", class("rejected"), permanent},
 			{"outcome unknown", map[string]any{"outcome": "unknown"}, unknown},
 			// http_status decides over error.class
 			{"404 with class timeout", failed(map[string]any{"http_status": 404, "error": map[string]any{"class": "timeout"}}), permanent},
 			{"502 with class validation", failed(map[string]any{"http_status": 502, "error": map[string]any{"class": "validation"}}), unknown},
 			{"429 with class http", failed(map[string]any{"http_status": 429, "error": map[string]any{"class": "http"}}), backoff},
+			{"502 with class rejected", failed(map[string]any{"http_status": 502, "error": map[string]any{"class": "rejected"}}), unknown},
 		}
 		for i, tc := range cases {
 			key := fmt.Sprintf("cls-%d", i)
@@ -655,6 +657,7 @@ func afterWriteRows(t *testing.T, open func(t *testing.T) items.Store) {
 			{map[string]any{"http_status": 429}, items.StateFailed, true},
 			{map[string]any{"error": map[string]any{"class": "validation"}}, items.StateFailed, true},
 			{map[string]any{"error": map[string]any{"class": "connection_refused"}}, items.StateFailed, true},
+			{map[string]any{"error": map[string]any{"class": "rejected"}}, items.StateFailed, false},
 			{map[string]any{"http_status": 503, "retry_after": 5}, items.StateUnknown, false},
 			{map[string]any{"http_status": 500}, items.StateUnknown, false},
 			{map[string]any{"http_status": 408}, items.StateUnknown, false},

@@ -204,6 +204,29 @@ func exerciseClassification(t *testing.T, open func(t *testing.T) items.Store) {
 		}
 	})
 
+	t.Run("Classify07_RejectedIsPermanentAndPossiblyDispatched", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t, open)
+		// An SMTP 5xx (the server refused the message for good): failed, not retried, nobody needed; the
+		// stored class is rejected, kept through a reload of the item.
+		h.checkReport("k", h.aw("k", failedClass(h.claim("k", payloadA).Claim, items.ClassRejected)),
+			wantReport{State: items.StateFailed, Reason: items.ReasonRecorded, Attempt: 1})
+		h.checkFailed("k", false, time.Time{})
+		if it := h.item("k"); it.FailureClass != items.ClassRejected || it.Attempts[0].FailureClass != items.ClassRejected || it.NeedsPerson {
+			t.Errorf("failure_class %q, attempt's %q, needs_person %v", it.FailureClass, it.Attempts[0].FailureClass, it.NeedsPerson)
+		}
+		h.advance(time.Hour)
+		h.checkAnswer("k", h.bw("k", payloadA), want{Decision: items.Skip, Reason: items.ReasonFailedPermanent, State: items.StateFailed, Attempt: 1})
+		// The destination received the write: another payload under the key is a conflict, never a retry.
+		h.checkAnswer("k", h.bw("k", payloadB), want{Decision: items.Conflict, Reason: items.ReasonFingerprintMismatch, State: items.StateFailed, Attempt: 1})
+		// It is definitive: an unknown item becomes failed on it.
+		u := h.claim("u", payloadA, dest(destSearchable)).Claim
+		h.aw("u", unknownOutcome(u))
+		h.checkReport("u", h.aw("u", failedClass(u, items.ClassRejected)),
+			wantReport{State: items.StateFailed, Reason: items.ReasonRecorded, Attempt: 1})
+		h.checkFailed("u", false, time.Time{})
+	})
+
 	t.Run("Classify08_TransportClassesAndUnknownOutcomeAreUnknown", func(t *testing.T) {
 		t.Parallel()
 		h := newHarness(t, open)

@@ -87,6 +87,8 @@ var storedWords = []string{
 	"validation", "dns", "connection_refused", "tls", "timeout", "connection_reset", "http", "other",
 	// alert statuses, the default destination
 	"pending", "sent", "default",
+	// error classes added later
+	"rejected",
 }
 
 // storedWordNumbers maps a word to its number in storedWords; longestWord is the longest word's length.

@@ -10,6 +10,7 @@ import { describe, it } from 'node:test';
 import type { INode, INodeProperties, INodeTypes, IDataObject } from 'n8n-workflow';
 import { NodeHelpers, Workflow } from 'n8n-workflow';
 
+import { CompanionApi } from '../credentials/CompanionApi.credentials';
 import { Companion } from '../nodes/Companion/Companion.node';
 
 const type = new Companion();
@@ -52,11 +53,30 @@ describe('description', () => {
 		}
 	});
 
-	it('the credential is tested by the node', () => {
-		assert.deepEqual(type.description.credentials, [
-			{ name: 'companionApi', required: true, testedBy: 'companionApiTest' },
-		]);
-		assert.equal(typeof type.methods.credentialTest.companionApiTest, 'function');
+	it('the credential is tested declaratively, by one list both roles may read, with a word for each refusal', () => {
+		assert.deepEqual(type.description.credentials, [{ name: 'companionApi', required: true }]);
+		const test = new CompanionApi().test;
+		assert.equal(test.request.method, 'GET');
+		assert.equal(test.request.url, '/v1/items');
+		assert.deepEqual(test.request.qs, { execution_id: 'n8n-credential-test', limit: 1 });
+		const codes = (test.rules ?? []).map((r) => (r.type === 'responseCode' ? r.properties.value : r.type));
+		assert.deepEqual(codes, [401, 403, 404, 503]);
+	});
+
+	it('the icons have a light and a dark variant, each file shipped', () => {
+		const cred = new CompanionApi().icon as { light: string; dark: string };
+		const nodeIcon = type.description.icon as { light: string; dark: string };
+		for (const [dir, icon] of [
+			['credentials', cred],
+			[join('nodes', 'Companion'), nodeIcon],
+		] as const) {
+			assert.notEqual(icon.light, icon.dark);
+			for (const file of [icon.light, icon.dark]) {
+				// dist/test → dist/<dir>/<file>, as build.mjs copies the icons
+				const svg = readFileSync(join(__dirname, '..', dir, file.replace(/^file:/, '')), 'utf8');
+				assert.match(svg, /^<svg /);
+			}
+		}
 	});
 
 	it("the template's Companion nodes use known parameters and option values", () => {

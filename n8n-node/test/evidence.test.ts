@@ -1,6 +1,8 @@
 // Unit tests of the evidence classification, the decision → output routing and the batching of
 // the Companion node, run with node's built-in runner on the compiled output (npm test).
 import { strict as assert } from 'node:assert';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
 
 import {
@@ -20,6 +22,24 @@ import {
 } from '../nodes/Companion/evidence';
 
 const NOW = Date.parse('2026-12-01T06:00:00Z');
+
+// The one table both classifiers run: the n8n templates' Evidence code (blueprints/evidence_test.go) and
+// this node's classifyWriteItem. dist/test → the repository's blueprints/testdata.
+describe('classifyWriteItem: the table the templates share (blueprints/testdata/write-evidence.json)', () => {
+	const file = join(__dirname, '..', '..', '..', 'blueprints', 'testdata', 'write-evidence.json');
+	const { cases } = JSON.parse(readFileSync(file, 'utf8')) as {
+		cases: Array<{ name: string; output: 'success' | 'error'; item: unknown; want: Record<string, unknown> }>;
+	};
+	assert.ok(cases.length >= 10, `${file} holds ${cases.length} cases`);
+	for (const c of cases) {
+		it(c.name, () => {
+			const json = c.output === 'error' ? { error: c.item } : (c.item as Record<string, unknown>);
+			const { result: _result, ...got } = classifyWriteItem(json, NOW) as unknown as Record<string, unknown>;
+			void _result;
+			assert.deepEqual(got, c.want);
+		});
+	}
+});
 
 describe('classifyWriteItem: success output', () => {
 	it('a 2xx full response is succeeded with the id, request id and body', () => {
@@ -136,14 +156,14 @@ describe('classifyWriteItem: error output', () => {
 		});
 	});
 
-	it('an SMTP refusal (4xx/5xx reply) is failed, class connection_refused, code smtp_NNN', () => {
-		for (const [msg, code] of [
-			['Message failed: 451 4.3.0 try again later', 'smtp_451'],
-			["Can't send mail - all recipients were rejected: 550 5.1.1 no such user", 'smtp_550'],
+	it('an SMTP refusal is failed: a 4xx connection_refused (retried later), a 5xx rejected (never retried)', () => {
+		for (const [msg, cls, code] of [
+			['Message failed: 451 4.3.0 try again later', 'connection_refused', 'smtp_451'],
+			["Can't send mail - all recipients were rejected: 550 5.1.1 no such user", 'rejected', 'smtp_550'],
 		]) {
 			assert.deepEqual(classifyWriteItem({ write_error: msg }, NOW), {
 				outcome: 'failed',
-				error: { class: 'connection_refused', code, message: msg },
+				error: { class: cls, code, message: msg },
 			});
 		}
 		assert.equal(classifyWriteItem({ error: 'Connection closed unexpectedly' }, NOW).outcome, 'unknown');

@@ -4,7 +4,8 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 
-import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INode, INodeExecutionData, INodeTypes, ISourceData } from 'n8n-workflow';
+import { createRunExecutionData, NodeConnectionTypes, Workflow, WorkflowDataProxy } from 'n8n-workflow';
 
 import { Companion } from '../nodes/Companion/Companion.node';
 
@@ -29,6 +30,7 @@ function fakeContext(
 		getExecutionId: () => '77',
 		getNode: () => ({ name: 'Before write', type: 'n8n-nodes-companion.companion', typeVersion: 1, parameters: {} }),
 		continueOnFail: () => false,
+		getParentNodes: () => [],
 		getCredentials: async () => ({ baseUrl: 'http://companion.test/', token: 't' }),
 		helpers: {
 			httpRequestWithAuthentication: async (cred: string, opts: IDataObject) => {
@@ -185,6 +187,100 @@ describe('After write', () => {
 		assert.equal(sent[3].retry_after, 3);
 		assert.deepEqual(out.map((o) => o.json.key), ['k:0', 'k:1', 'k:2', 'k:3']);
 		assert.deepEqual(out.map((o) => o.pairedItem), [0, 1, 2, 3].map((item) => ({ item })));
+	});
+
+	it('finds each item\'s claim through paired items, whatever Before write is called, through a write that replaces the JSON', async () => {
+		// A real n8n-workflow Workflow and WorkflowDataProxy (the version n8n 2.41.1 runs) over the run data of
+		// "Claim invoices" (a Before write renamed), a write whose success and error outputs replace the items'
+		// JSON, and the Merge "Both outcomes" that feeds After write.
+		const type = 'n8n-nodes-companion.companion';
+		const node = (name: string, t: string, parameters: IDataObject = {}): INode => ({
+			id: name, name, type: t, typeVersion: 1, position: [0, 0], parameters: parameters as INode['parameters'],
+		});
+		const nodes = [
+			node('Claim invoices', type, { operation: 'beforeWrite' }),
+			node('Claim other things', type, { operation: 'beforeWrite' }),
+			node('Write', 'x.write'),
+			node('Both outcomes', 'x.merge'),
+			node('After write', type, { operation: 'afterWrite' }),
+		];
+		const to = (n: string, index = 0) => ({ node: n, type: NodeConnectionTypes.Main, index });
+		const connections = {
+			'Claim invoices': { main: [[to('Write')], [], [], []] },
+			'Claim other things': { main: [[to('Write')], [], [], []] },
+			Write: { main: [[to('Both outcomes', 0)], [to('Both outcomes', 1)]] },
+			'Both outcomes': { main: [[to('After write')]] },
+		};
+		const plain = { description: { properties: [] } };
+		const companion = new Companion();
+		const nodeTypes = {
+			getByName: (t: string) => (t === type ? companion : plain),
+			getByNameAndVersion: (t: string) => (t === type ? companion : plain),
+			getKnownTypes: () => ({}),
+		} as unknown as INodeTypes;
+		const workflow = new Workflow({ nodes, connections, active: false, nodeTypes });
+		const task = (main: INodeExecutionData[][], source: ISourceData[]) => [{ startTime: 0, executionIndex: 0, executionTime: 1, source, data: { main } }];
+		const claimed = (k: string) => ({ json: { invoice: k, companion: { key: `inv:${k}`, claim: `c_${k}`, decision: 'proceed' } } });
+		const written = [
+			{ json: { statusCode: 201, headers: {}, body: { id: 'r-a' } }, pairedItem: { item: 0 } },
+			{ json: { statusCode: 201, headers: {}, body: { id: 'r-c' } }, pairedItem: { item: 2 } },
+		];
+		const failed = [{ json: { error: { message: 'read ECONNRESET', code: 'ECONNRESET' } }, pairedItem: { item: 1 } }];
+		const merged = [
+			{ ...written[0], pairedItem: { item: 0, input: 0 } },
+			{ ...written[1], pairedItem: { item: 1, input: 0 } },
+			{ ...failed[0], pairedItem: { item: 0, input: 1 } },
+		];
+		const run = createRunExecutionData({
+			resultData: {
+				runData: {
+					'Claim invoices': task([[claimed('a'), claimed('b'), claimed('c')], [], [], []], []),
+					Write: task([written, failed], [{ previousNode: 'Claim invoices', previousNodeOutput: 0 }]),
+					'Both outcomes': task([merged], [
+						{ previousNode: 'Write', previousNodeOutput: 0 },
+						{ previousNode: 'Write', previousNodeOutput: 1 },
+					]),
+				},
+			},
+		});
+		const self = nodes[4];
+		// The input as n8n gives it to a node: each item paired with the previous node's output item it is
+		// (WorkflowExecute's addPairedItemLineage).
+		const input = merged.map((it, item) => ({ ...it, pairedItem: { item } }));
+		const executeData = { node: self, data: { main: [input] }, source: { main: [{ previousNode: 'Both outcomes', previousNodeOutput: 0 }] } };
+		const calls: Call[] = [];
+		const ctx = fakeContext(
+			(name) => ({ operation: 'afterWrite', key: '', claim: '', externalId: '', options: {} })[name],
+			input,
+			(c) => ({ items: (c.body.items as IDataObject[]).map((it) => ({ key: it.key, state: 'x', reason: 'recorded' })) }),
+			calls,
+		) as unknown as IDataObject;
+		ctx.getNode = () => self;
+		// n8n-core's getParentNodes: the workflow's parents of a node, nearest first, with their parameters.
+		ctx.getParentNodes = (name: string) =>
+			workflow.getParentNodes(name).map((n) => ({ ...workflow.nodes[n], disabled: false }));
+		ctx.getWorkflowDataProxy = (i: number) =>
+			new WorkflowDataProxy(workflow, run, 0, i, 'After write', input, {}, 'manual', {}, executeData).getDataProxy();
+		ctx.logger = { debug: () => undefined };
+		await new Companion().execute.call(ctx as unknown as IExecuteFunctions);
+		const sent = calls[0].body.items as IDataObject[];
+		assert.deepEqual(sent.map((s) => [s.key, s.claim, s.outcome]), [
+			['inv:a', 'c_a', 'succeeded'],
+			['inv:c', 'c_c', 'succeeded'],
+			['inv:b', 'c_b', 'unknown'],
+		]);
+	});
+
+	it('an item that carries its claim (a write that passes its input on) is its own claim', async () => {
+		const calls: Call[] = [];
+		const params = (name: string): unknown => ({ operation: 'afterWrite', key: '', claim: '', externalId: '', options: {} })[name];
+		const ctx = fakeContext(params, [{ json: { companion: { key: 'k:1', claim: 'c_1' }, id: 'row-1' } }], (c) => ({
+			items: (c.body.items as IDataObject[]).map((it) => ({ key: it.key, state: 'succeeded', reason: 'recorded' })),
+		}), calls) as unknown as IDataObject;
+		ctx.getParentNodes = () => [];
+		ctx.getWorkflowDataProxy = () => ({});
+		await new Companion().execute.call(ctx as unknown as IExecuteFunctions);
+		assert.deepEqual((calls[0].body.items as IDataObject[]).map((s) => [s.key, s.claim, s.external_id]), [['k:1', 'c_1', 'row-1']]);
 	});
 
 	it('an item without a claim fails with a message saying where to map it from', async () => {

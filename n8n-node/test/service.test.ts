@@ -5,8 +5,9 @@
 import { strict as assert } from 'node:assert';
 import { describe, it } from 'node:test';
 
-import type { ICredentialTestFunctions, IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
+import type { IDataObject, IExecuteFunctions, INodeExecutionData } from 'n8n-workflow';
 
+import { CompanionApi } from '../credentials/CompanionApi.credentials';
 import { Companion } from '../nodes/Companion/Companion.node';
 
 const URL_ = process.env.COMPANION_TEST_URL ?? '';
@@ -118,23 +119,21 @@ describe('against companion serve', { skip }, () => {
 		assert.match(String(attention[1].error), /items\[1\]\.key/);
 	});
 
-	it('the credential test: ready and token accepted; a wrong token and a dead URL are refused', async () => {
-		const test = new Companion().methods.credentialTest.companionApiTest;
-		// helpers.request with simple: false, as n8n's request helper answers it.
-		const fn = {
-			helpers: {
-				request: async (o: IDataObject) => {
-					const res = await fetch(String(o.uri), { headers: o.headers as Record<string, string> });
-					return { statusCode: res.status };
-				},
-			},
-		} as unknown as ICredentialTestFunctions;
-		const cred = (data: Record<string, string>) => ({ id: '1', name: 'c', type: 'companionApi', data });
-		assert.equal((await test.call(fn, cred({ baseUrl: URL_, token: TOKEN }))).status, 'OK');
-		const wrong = await test.call(fn, cred({ baseUrl: URL_ + '/', token: 'wrong' }));
-		assert.deepEqual(wrong, { status: 'Error', message: 'companion refused the token (401 unauthorized)' });
-		const dead = await test.call(fn, cred({ baseUrl: 'http://127.0.0.1:9', token: TOKEN }));
-		assert.equal(dead.status, 'Error');
-		assert.match(dead.message, /cannot reach http:\/\/127\.0\.0\.1:9/);
+	it('the credential test request: the token accepted is 200, a wrong one 401 with its own message', async () => {
+		const { request, rules } = new CompanionApi().test;
+		// The baseURL expression's JavaScript, as n8n evaluates it with the credential's data.
+		const expr = String(request.baseURL).replace(/^=\{\{(.*)\}\}$/s, '$1');
+		const base = (baseUrl: string) => new Function('$credentials', `return ${expr}`)({ baseUrl }) as string;
+		assert.equal(base(URL_ + '//'), URL_);
+		const send = async (token: string) => {
+			const qs = new URLSearchParams(Object.entries(request.qs ?? {}).map(([k, v]): [string, string] => [k, String(v)]));
+			return await fetch(`${base(URL_ + '/')}${request.url}?${qs}`, { method: request.method, headers: { Authorization: `Bearer ${token}` } });
+		};
+		const ok = await send(TOKEN);
+		assert.equal(ok.status, 200, 'a workflow token may list an execution\'s items');
+		assert.deepEqual(((await ok.json()) as IDataObject).items, []);
+		const wrong = await send('wrong-token-0123456789');
+		assert.equal(wrong.status, 401);
+		assert.ok(rules?.some((r) => r.type === 'responseCode' && r.properties.value === 401 && /refused the token/.test(r.properties.message)));
 	});
 });

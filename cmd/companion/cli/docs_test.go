@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/companion/blueprints"
 	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
@@ -173,7 +172,6 @@ var commandStart = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*=\S*\s+)*(companion|\S*
 func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) []docCommand {
 	t.Helper()
 	var out []docCommand
-	credentials := blueprints.DefaultSettings()
 	add := func(where, text string, mistake bool) {
 		for _, words := range shellCommands(t, text) {
 			if args, ok := afterCompanion(words); ok {
@@ -230,8 +228,6 @@ func companionCommands(t *testing.T, docs []docFile, cmds map[string][]string) [
 			case !commandStart.MatchString(s.text), !strings.Contains(s.text, " "), outputLine.MatchString(s.text):
 				// Not a command, or the program's name or path alone (`./cmd/companion`,
 				// `https://ops.example.com/companion`): a name in prose.
-			case s.text == credentials.CredentialName || s.text == credentials.OperatorCredentialName:
-				// `companion operator`: the name of the templates' n8n credential, not a command.
 			default:
 				// `companion items` alone: an example of a mistake, which the program must refuse.
 				add(fmt.Sprintf("%s:%d", d.name, s.line), s.text, strings.HasPrefix(after, "alone"))

@@ -221,3 +221,36 @@ func scenarioEmailTwice(ctx context.Context, e *env) error {
 	}
 	return e.expectMail(key, "succeeded", 1, 1)
 }
+
+// refusedForGood is the 550 story through one email workflow (run delivers a body to it and checks the
+// webhook's status): the SMTP sink refuses the message with 550 and keeps nothing; the item is failed with the
+// class rejected (a refusal for good), answered 422; delivered again, nothing is sent (skip/failed_permanent,
+// 422 again) and the sink holds no message for it.
+func (e *env) refusedForGood(invoice int, run func(body any, want int) (map[string]any, error)) error {
+	body, key, _ := reminder(invoice)
+	if err := e.mailFault("reject_550"); err != nil {
+		return err
+	}
+	if _, err := run(body, 422); err != nil {
+		return err
+	}
+	if err := e.expectMail(key, "failed", 1, 0); err != nil {
+		return err
+	}
+	if it, _ := e.item(key); it.FailureClass != "rejected" {
+		return fmt.Errorf("ledger %s: failure class %q, want rejected (smtp_550)", key, it.FailureClass)
+	}
+	out, err := run(body, 422)
+	if err != nil {
+		return fmt.Errorf("delivered again: %w", err)
+	}
+	if decision(out) != "skip/failed_permanent" {
+		return fmt.Errorf("delivered again: answered %v, want skip/failed_permanent", out)
+	}
+	return e.expectMail(key, "failed", 1, 0)
+}
+
+// scenarioEmail550: a 550 through the template with Send Email.
+func scenarioEmail550(ctx context.Context, e *env) error {
+	return e.refusedForGood(5006, e.runEmail)
+}

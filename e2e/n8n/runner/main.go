@@ -33,7 +33,8 @@ import (
 
 const token = "e2e-secret-token-0123456789"
 
-// operatorToken is the error workflow's: it lists a failed execution's items, an operator call.
+// operatorToken is the runner's own, for the lists only an operator may read (by batch); n8n holds none: its
+// one credential, the error workflow's too, has the workflow token.
 const operatorToken = "e2e-operator-token-0123456789"
 
 // Workflow ids given to the imported templates.
@@ -66,6 +67,8 @@ type env struct {
 	dropped   atomic.Int32
 	procs     []*exec.Cmd
 	logs      []string
+	// install is the community node as the README installs it (install.go).
+	install *nodeInstall
 }
 
 func main() {
@@ -84,68 +87,10 @@ func run() int {
 		fmt.Println("0 passed, 1 failed")
 		return 1
 	}
-	scenarios := []struct {
-		name string
-		fn   func(context.Context, *env) error
-	}{
-		{"single: clean run writes once and records succeeded", scenarioClean},
-		{"single: commit-then-drop is unknown with one effect, answered 503; re-send retries with the same key", scenarioDrop},
-		{"single: 429 is failed, answered 503; a re-run after Retry-After writes once", scenario429},
-		{"single: the same trigger twice writes once", scenarioTwice},
-		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
-		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
-		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
-		{"single: the same invoice with another amount after it was written is answered 409 and sends nothing", scenarioConflict},
-		{"single: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, each written once", scenarioSingleItems},
-		{"single: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSingleRefused},
-		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
-		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
-		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
-		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
-		{"side by side: Remove Duplicates loses a refused write's redelivery; the template writes it once", scenarioSideBySide},
-		{"batch: three items claimed and written once each", scenarioBatch},
-		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
-		{"batch: commit-then-drop on one item leaves only it unknown, answered 503", scenarioBatchDrop},
-		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
-		{"batch: an item missing its invoice is answered 400 naming it; nothing claimed, nothing written", scenarioBatchMissingFields},
-		{"batch: a conflict is answered 409; the other item is written once", scenarioBatchConflict},
-		{"batch: a 429 is answered 503 with its Retry-After; delivered again after it, each item written once", scenarioBatchRetryLater},
-		{"batch: a key companion refuses is answered 400 naming it with companion's words; nothing of the call claimed or written", scenarioBatchRefused},
-		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
-		{"lookup: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, one stored, one written, one whose lookup fails: answered once 503", scenarioLookupItems},
-		{"lookup: a reference companion refuses in the key is answered 400 with companion's words; nothing claimed, nothing written", scenarioLookupRefused},
-		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
-		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},
-		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
-		{"node: clean run writes once and records succeeded with the record's id", scenarioNodeClean},
-		{"node: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioNodeDrop},
-		{"node: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioNode429},
-		{"node: the same trigger twice writes once (Already done)", scenarioNodeTwice},
-		{"node: the same trigger twice at once writes once (one Wait)", scenarioNodeTwiceAtOnce},
-		{"node: Send Email in the write slot sends one message: clean, twice, twice at once", scenarioNodeEmail},
-		{"sub: clean run through companion: claim and companion: report writes once; the claim names the calling execution", scenarioSubClean},
-		{"sub: the same delivery twice in a row writes once; the second is answered 200 from the stored result", scenarioSubTwice},
-		{"sub: the same delivery twice at once writes once; the other is answered 503 (in progress)", scenarioSubTwiceAtOnce},
-		{"sub: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioSub429},
-		{"sub: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioSubDrop},
-		{"sub: the same key with another payload is a conflict, answered 409; nothing written", scenarioSubConflict},
-		{"sub: a delivery missing its fields is answered 400 and claims nothing", scenarioSubMissingFields},
-		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
-		{"sub: three items through one call of each sub-workflow keep their own claims; a dropped one alone is unknown", scenarioSubItems},
-		{"sub: Send Email in the write slot: Message-ID recorded, kept-then-dropped unknown and not re-sent, 451 then one message", scenarioSubEmail},
-		{"sub: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSubRefused},
-		{"node: a delivery missing its fields is answered 400 and claims nothing", scenarioNodeMissingFields},
-		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
-		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
-		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
-		{"noanswer: single, three items, the third's claim gets no answer: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSingleNoAnswer},
-		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
-		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
-	}
 	passed, failed := 0, 0
 	// A name prefix ("node:"), or several separated by | ("single: three|sub: a key"): runs only those scenarios.
 	only := strings.Split(os.Getenv("E2E_ONLY"), "|")
-	for _, s := range scenarios {
+	for _, s := range scenarioList() {
 		if !slices.ContainsFunc(only, func(p string) bool { return strings.HasPrefix(s.name, p) }) {
 			continue
 		}
@@ -167,6 +112,76 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// scenario is one scenario of the run, in the order the run takes them.
+type scenario struct {
+	name string
+	fn   func(context.Context, *env) error
+}
+
+// scenarioList is every scenario of a whole run (docs/templates.md states how many).
+func scenarioList() []scenario {
+	return []scenario{
+		{"single: clean run writes once and records succeeded", scenarioClean},
+		{"single: commit-then-drop is unknown with one effect, answered 503; re-send retries with the same key", scenarioDrop},
+		{"single: 429 is failed, answered 503; a re-run after Retry-After writes once", scenario429},
+		{"single: the same trigger twice writes once", scenarioTwice},
+		{"single: the same trigger twice at once writes once; the duplicate is answered 503", scenarioTwiceAtOnce},
+		{"single: a delivery missing its fields is answered 400 and claims nothing", scenarioMissingFields},
+		{"single: a delivery during Retry-After is answered 503 by the write's ledger, then writes once", scenarioTriggerRetryLater},
+		{"single: the same invoice with another amount after it was written is answered 409 and sends nothing", scenarioConflict},
+		{"single: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, each written once", scenarioSingleItems},
+		{"single: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSingleRefused},
+		{"single: twenty items in one delivery, the destination refusing two (400, 429) and one write timing out: 20 ledger items in their states, one record per written key, answered once 503", scenarioSingleTwenty},
+		{"email: Send Email (no statusCode) records succeeded with the Message-ID; one message", scenarioEmailClean},
+		{"email: kept then dropped before the reply is unknown, answered 503; the re-run sends nothing (dedupe none); one message", scenarioEmailDrop},
+		{"email: 451 is failed with nothing kept, answered 503; the re-run sends one message", scenarioEmail451},
+		{"email: 550 is failed with class rejected, nothing kept, answered 422; delivered again, nothing is sent", scenarioEmail550},
+		{"email: the same trigger twice, and twice at once, sends one message", scenarioEmailTwice},
+		{"side by side: Remove Duplicates loses a refused write's redelivery; the template writes it once", scenarioSideBySide},
+		{"batch: three items claimed and written once each", scenarioBatch},
+		{"batch: re-run of a finished batch writes nothing new", scenarioBatchRerun},
+		{"batch: commit-then-drop on one item leaves only it unknown, answered 503", scenarioBatchDrop},
+		{"batch: 1,050 items go in three calls of at most 500, each written once", scenarioBatchLarge},
+		{"batch: an item missing its invoice is answered 400 naming it; nothing claimed, nothing written", scenarioBatchMissingFields},
+		{"batch: a conflict is answered 409; the other item is written once", scenarioBatchConflict},
+		{"batch: a 429 is answered 503 with its Retry-After; delivered again after it, each item written once", scenarioBatchRetryLater},
+		{"batch: a key companion refuses is answered 400 naming it with companion's words; nothing of the call claimed or written", scenarioBatchRefused},
+		{"lookup: unknown after a drop is reconciled by reference, no second write", scenarioLookup},
+		{"lookup: three items at once, one refused with 429 and one dropped: each reported by the template, answered once 503; delivered again, one stored, one written, one whose lookup fails: answered once 503", scenarioLookupItems},
+		{"lookup: a reference companion refuses in the key is answered 400 with companion's words; nothing claimed, nothing written", scenarioLookupRefused},
+		{"error workflow: a failed execution's claim is reported unknown at once", scenarioErrorWorkflow},
+		{"error workflow: a failed re-run's claim, registered by an earlier run's batch, is found by execution and reported unknown", scenarioErrorWorkflowRerun},
+		{"error workflow: all 600 claims of a failed batch execution, two status pages, are reported unknown", scenarioErrorWorkflowBatch},
+		{"node: clean run writes once and records succeeded with the record's id", scenarioNodeClean},
+		{"node: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioNodeDrop},
+		{"node: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioNode429},
+		{"node: the same trigger twice writes once (Already done)", scenarioNodeTwice},
+		{"node: the same trigger twice at once writes once (one Wait)", scenarioNodeTwiceAtOnce},
+		{"node: Send Email in the write slot sends one message: clean, twice, twice at once; a 550 is failed/rejected, answered 422, nothing sent again", scenarioNodeEmail},
+		{"sub: clean run through companion: claim and companion: report writes once; the claim names the calling execution", scenarioSubClean},
+		{"sub: the same delivery twice in a row writes once; the second is answered 200 from the stored result", scenarioSubTwice},
+		{"sub: the same delivery twice at once writes once; the other is answered 503 (in progress)", scenarioSubTwiceAtOnce},
+		{"sub: 429 is failed, answered 503; a re-run after Retry-After writes once", scenarioSub429},
+		{"sub: commit-then-drop is unknown with one effect, answered 503; the re-send retries with the same key", scenarioSubDrop},
+		{"sub: the same key with another payload is a conflict, answered 409; nothing written", scenarioSubConflict},
+		{"sub: a delivery missing its fields is answered 400 and claims nothing", scenarioSubMissingFields},
+		{"sub: a caller failing after its write has its claim reported unknown by the error workflow", scenarioSubErrorWorkflow},
+		{"sub: three items through one call of each sub-workflow keep their own claims; a dropped one alone is unknown", scenarioSubItems},
+		{"sub: Send Email in the write slot: Message-ID recorded, kept-then-dropped unknown and not re-sent, 451 then one message", scenarioSubEmail},
+		{"sub: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioSubRefused},
+		{"node: a delivery missing its fields is answered 400 and claims nothing", scenarioNodeMissingFields},
+		{"node: the same invoice with another amount is answered 409 and sends nothing", scenarioNodeConflict},
+		{"node: three items at once, one refused with 429 and one dropped: each reported by After write, answered once 503; delivered again, each written once", scenarioNodeItems},
+		{"node: a key companion refuses is answered 400 with companion's words; nothing claimed, nothing written", scenarioNodeRefused},
+		{"node: twenty items in one delivery through a renamed Before write, the destination refusing two (400, 429) and one write timing out: 20 ledger items in their states, one record per written key, answered once 503", scenarioNodeTwenty},
+		{"node: n8n's credential test: the workflow token passes; a wrong token, a URL without companion, a closed port each fail with their reason", scenarioNodeCredentialTest},
+		{"install: the README's npm install into ~/.n8n/nodes adds the package alone, its Docker recipe loads without NODE_PATH; a guarded write through each writes once", scenarioInstall},
+		{"noanswer: single, three items, the third's claim gets no answer: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSingleNoAnswer},
+		{"noanswer: node, three items in one batch call that gets no answer: each answered 503 no_answer, nothing claimed; delivered again, each written once", scenarioNodeNoAnswer},
+		{"noanswer: sub, three items, companion: claim gets no answer for the third: two written once, the third answered 503 no_answer and not claimed; delivered again, written once", scenarioSubNoAnswer},
+	}
 }
 
 // The scenarios share one ledger and one receiver, so each must use invoices of its own: a scenario that
@@ -278,7 +293,7 @@ func (e *env) spawn(ctx context.Context, name string, extraEnv []string, bin str
 		return err
 	}
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), extraEnv...)
+	cmd.Env = append(withoutNodePath(os.Environ()), extraEnv...)
 	cmd.Stdout, cmd.Stderr = f, f
 	ownGroup(cmd)
 	if err := cmd.Start(); err != nil {
@@ -369,16 +384,16 @@ func (e *env) n8nEnv(brokerPort int) []string {
 		"N8N_SECURE_COOKIE=false",
 		"N8N_RUNNERS_TASK_TIMEOUT=60",
 		"EXECUTIONS_MODE=regular",
-		// The community node, built from n8n-node/ and copied here (nodeExtensions); its
-		// require("n8n-workflow") resolves to n8n's own copy through NODE_PATH.
-		"N8N_CUSTOM_EXTENSIONS=" + filepath.Join(e.work, "custom"),
-		"NODE_PATH=" + filepath.Dir(filepath.Dir(filepath.Dir(e.n8nBin))),
+		// The community node as the README's Docker recipe mounts it (install.go); the other install, into
+		// N8N_USER_FOLDER/.n8n/nodes, n8n finds by itself. No NODE_PATH: the node's require("n8n-workflow")
+		// finds n8n's own copy, as it must in n8n's Docker image.
+		"N8N_CUSTOM_EXTENSIONS=" + e.install.extensions,
 	}
 }
 
 func (e *env) n8nCLI(ctx context.Context, env []string, args ...string) error {
 	cmd := exec.CommandContext(ctx, e.nodeBin, append([]string{e.n8nBin}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(withoutNodePath(os.Environ()), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("n8n %s: %w\n%s", strings.Join(args, " "), err, out)
@@ -392,7 +407,6 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	s.WriteURL = e.receiver + "/records"
 	s.LookupURL = e.receiver + "/records"
 	s.CredentialID = "e2eCompanionCred"
-	s.OperatorCredentialID = "e2eOperatorCred"
 	s.ErrorWorkflowID = workflowIDs["error-workflow"]
 	// What a builder does after importing the sub-workflows (companion templates render --claim-workflow-id …).
 	s.ClaimWorkflowID, s.ReportWorkflowID = workflowIDs["companion-claim"], workflowIDs["companion-report"]
@@ -412,9 +426,11 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := writeWorkflow(dir, "email-write.json", emailWorkflowID, emailWorkflow(s)); err != nil {
 		return err
 	}
-	if err := e.nodeExtensions(filepath.Join(e.work, "custom")); err != nil {
+	in, err := e.installNode(ctx)
+	if err != nil {
 		return err
 	}
+	e.install = in
 	nodeWrite, nodeEmail, err := e.nodeWorkflows()
 	if err != nil {
 		return err
@@ -439,9 +455,9 @@ func (e *env) startN8n(ctx context.Context, n8nPort, brokerPort int) error {
 	if err := writeItemsVariants(dir, s); err != nil {
 		return err
 	}
-	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
+	cred := fmt.Sprintf(`[{"id":"%s","name":"%s","type":"httpBearerAuth","data":{"token":"%s"}},`+
 		`{"id":"%s","name":"%s","type":"smtp","data":{"user":"","password":"","host":"127.0.0.1","port":%d,"secure":false,"disableStartTls":true}},%s]`,
-		s.CredentialID, s.CredentialName, token, s.OperatorCredentialID, s.OperatorCredentialName, operatorToken, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
+		s.CredentialID, s.CredentialName, token, smtpCredID, smtpCredName, e.smtpPort, e.nodeCredential())
 	credFile := filepath.Join(e.work, "credentials.json")
 	if err := os.WriteFile(credFile, []byte(cred), 0o600); err != nil {
 		return err

@@ -17,6 +17,10 @@ import (
 	"github.com/replaysafe/companion/blueprints"
 )
 
+// itemsWriteTimeoutMillis bounds the write of the several-items workflows; the twenty-item scenarios hold one
+// write's answer longer than that.
+const itemsWriteTimeoutMillis = 4000
+
 const (
 	// guarded-write with one item per element of the delivery's items.
 	singleItemsWorkflowID = "e2eSingleItems01"
@@ -55,7 +59,11 @@ func writeItemsVariants(dir string, s blueprints.Settings) error {
 			}
 		}
 		tpl.WebhookPath = v.path
-		wf := blueprints.RenderN8n(tpl, s)
+		// A write that times out after 4 s instead of 10 s, so the twenty-item scenario's slow write is a timeout
+		// without waiting long (the other items' writes answer in milliseconds).
+		ts := s
+		ts.WriteTimeoutMillis = itemsWriteTimeoutMillis
+		wf := blueprints.RenderN8n(tpl, ts)
 		withSplitItems(&wf, v.name, "e2e-"+v.id+"-webhook")
 		if err := writeWorkflow(dir, v.file, v.id, wf); err != nil {
 			return err
@@ -319,9 +327,10 @@ func scenarioBatchRefused(ctx context.Context, e *env) error {
 }
 
 const (
-	// guarded-write-node with one item per element of the delivery's items.
+	// guarded-write-node with one item per element of the delivery's items, its Before write renamed.
 	nodeItemsWorkflowID = "e2eNodeItems0001"
 	nodeItemsPath       = "companion/guarded-write-node-items"
+	renamedBeforeWrite  = "Claim each reminder"
 )
 
 // nodeItemsWorkflow is the community-node workflow (as nodeWorkflows renders it) with a Code node between
@@ -338,9 +347,16 @@ func nodeItemsWorkflow(write map[string]any) (map[string]any, error) {
 	wf["id"] = nodeItemsWorkflowID
 	wf["name"] = "companion: guarded write with the Companion node, several items (e2e)"
 	for _, n := range wf["nodes"].([]any) {
-		if n := n.(map[string]any); n["name"] == "Webhook" {
+		n := n.(map[string]any)
+		switch n["name"] {
+		case "Webhook":
 			n["parameters"].(map[string]any)["path"] = nodeItemsPath
 			n["webhookId"] = "e2e-node-items-webhook-01"
+		case "Before write":
+			// Renamed, as a builder names the node for what it claims: After write finds the claims anyway.
+			n["name"] = renamedBeforeWrite
+		case blueprints.NodeWrite:
+			n["parameters"].(map[string]any)["options"].(map[string]any)["timeout"] = itemsWriteTimeoutMillis
 		}
 	}
 	wf["nodes"] = append(wf["nodes"].([]any), map[string]any{
@@ -348,6 +364,17 @@ func nodeItemsWorkflow(write map[string]any) (map[string]any, error) {
 		"parameters": map[string]any{"mode": "runOnceForAllItems", "jsCode": "return $input.first().json.body.items.map((body) => ({ json: { body } }));"},
 	})
 	conns := wf["connections"].(map[string]any)
+	conns[renamedBeforeWrite] = conns["Before write"]
+	delete(conns, "Before write")
+	for _, outs := range conns {
+		for _, out := range outs.(map[string]any)["main"].([]any) {
+			for _, c := range out.([]any) {
+				if c := c.(map[string]any); c["node"] == "Before write" {
+					c["node"] = renamedBeforeWrite
+				}
+			}
+		}
+	}
 	conns["Split items"] = conns["Webhook"]
 	conns["Webhook"] = map[string]any{"main": []any{[]any{map[string]any{"node": "Split items", "type": "main", "index": 0}}}}
 	return wf, nil
@@ -388,4 +415,72 @@ func scenarioNodeRefused(ctx context.Context, e *env) error {
 		return err
 	}
 	return e.expectRefused(code, out, ref, key)
+}
+
+// twentyItems delivers twenty invoice reminders in one delivery to path (a workflow fed several items): the
+// receiver refuses the 5th with 400 (for good) and the 12th with 429 (Retry-After 1 s), and holds the 18th's
+// answer past the write's timeout after committing it. Every item is claimed, written and reported in that one
+// execution: 17 succeeded with one record each, the 400 failed for good and the 429 failed retryably with
+// none, the timed-out one unknown (class timeout) with the one record it committed; the delivery is answered
+// once, 503 with the soonest Retry-After, each item with its own answer (200, 422, 503).
+func (e *env) twentyItems(path string, first int) error {
+	invoices := make([]int, 20)
+	for i := range invoices {
+		invoices[i] = first + i
+	}
+	events, keys, refs := reminders(invoices...)
+	const refused, later, slow = 4, 11, 17
+	for _, f := range []map[string]any{
+		{"fault": "reject_400", "count": 1, "reference": refs[refused]},
+		{"fault": "reject_429", "count": 1, "reference": refs[later], "retry_after": 1},
+		{"fault": "commit_then_delay", "count": 1, "reference": refs[slow], "delay_ms": itemsWriteTimeoutMillis + 2000},
+	} {
+		if err := e.fault(f); err != nil {
+			return err
+		}
+	}
+	code, h, out, err := e.triggerHeader(path, map[string]any{"items": events})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	each := map[string]int{}
+	for i, key := range keys {
+		state, records, answer := "succeeded", 1, 200
+		switch i {
+		case refused:
+			state, records, answer = "failed", 0, 422
+		case later:
+			state, records, answer = "failed", 0, 503
+		case slow:
+			state, answer = "unknown", 503
+		}
+		each[key] = answer
+		if err := e.expect(key, state, 1, refs[i], records); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i, class := range map[int]string{refused: "http", later: "http", slow: "timeout"} {
+		if it, _ := e.item(keys[i]); it.FailureClass != class {
+			errs = append(errs, fmt.Errorf("ledger %s: failure class %q (http_status %d, cause %q), want %s", keys[i], it.FailureClass, it.HTTPStatus, it.Cause, class))
+		}
+	}
+	if it, _ := e.item(keys[refused]); it.HTTPStatus != 400 {
+		errs = append(errs, fmt.Errorf("ledger %s: http_status %d, want the receiver's 400", keys[refused], it.HTTPStatus))
+	}
+	if err := expectItemAnswers(code, h.Get("Retry-After"), out, 503, "1", each); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// scenarioSingleTwenty: twenty items in one delivery through guarded-write fed several items.
+func scenarioSingleTwenty(ctx context.Context, e *env) error {
+	return e.twentyItems(singleItemsPath, 1301)
+}
+
+// scenarioNodeTwenty: twenty items in one delivery through the community-node template fed several items,
+// whose Before write is renamed: After write finds every claim through paired items.
+func scenarioNodeTwenty(ctx context.Context, e *env) error {
+	return e.twentyItems(nodeItemsPath, 7501)
 }

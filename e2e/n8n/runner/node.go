@@ -1,9 +1,9 @@
 package main
 
-// The community node proof (issue 16): n8n-templates/guarded-write-node.json, whose Before write and
-// After write are the Companion node of n8n-node/ (loaded from its built dist through
-// N8N_CUSTOM_EXTENSIONS), run through the same events as the plain single-item template and counted
-// the same way at the receiver and at the SMTP sink.
+// The community node proof: n8n-templates/guarded-write-node.json, whose Before write and After write are
+// the Companion node of n8n-node/ (installed from its packed tarball as its README writes, install.go), run
+// through the same events as the plain single-item template and counted the same way at the receiver and
+// at the SMTP sink.
 
 import (
 	"context"
@@ -27,36 +27,19 @@ const (
 	nodeEmailPath       = "companion/guarded-write-node-email"
 	nodeCredID          = "companion-api" // the template's credential reference
 	nodeCredName        = "companion"
-	// nodeType is the node's type when n8n loads it from N8N_CUSTOM_EXTENSIONS (its CustomDirectoryLoader
-	// names every such package CUSTOM); the template names the community package's type.
-	nodeType          = "CUSTOM.companion"
+	// nodeCustomType is the node's type when n8n loads it from N8N_CUSTOM_EXTENSIONS (its
+	// CustomDirectoryLoader names every such package CUSTOM); the template names the community package's
+	// type, which the install into the nodes folder gives.
+	nodeCustomType    = "CUSTOM.companion"
 	nodeCommunityType = "n8n-nodes-companion.companion"
 	// templateWriteURL is the write slot's URL in the committed template (the sandbox receiver's default).
 	templateWriteURL = "http://127.0.0.1:9090/records"
 )
 
-// nodeExtensions copies the built package (dist/nodes, dist/credentials, dist/icons: what npm pack
-// ships) into dir/n8n-nodes-companion for N8N_CUSTOM_EXTENSIONS. A copy, not n8n-node/dist itself:
-// below n8n-node/ the node's require("n8n-workflow") would find the package's development copy in
-// n8n-node/node_modules instead of n8n's own (NODE_PATH points at n8n's, see n8nEnv).
-func (e *env) nodeExtensions(dir string) error {
-	dist := filepath.Join(e.root, "n8n-node", "dist")
-	if _, err := os.Stat(filepath.Join(dist, "nodes", "Companion", "Companion.node.js")); err != nil {
-		return fmt.Errorf("the community node is not built (e2e/n8n/run.sh builds n8n-node): %w", err)
-	}
-	dst := filepath.Join(dir, "n8n-nodes-companion")
-	for _, sub := range []string{"nodes", "credentials", "icons"} {
-		if err := os.CopyFS(filepath.Join(dst, "dist", sub), os.DirFS(filepath.Join(dist, sub))); err != nil {
-			return fmt.Errorf("copy the built node: %w", err)
-		}
-	}
-	return nil
-}
-
-// nodeWorkflows renders the community-node template as an importer loading the node from
-// N8N_CUSTOM_EXTENSIONS must: the node type rewritten to CUSTOM.companion, the write slot pointed at
-// the receiver. The second workflow swaps the write slot for n8n's Send Email node (destination
-// `mail`, dedupe none), on its own webhook path.
+// nodeWorkflows renders the community-node template with the write slot pointed at the receiver: as it is
+// (the community type, from the nodes folder), and with the write slot swapped for n8n's Send Email node
+// (destination `mail`, dedupe none, its own webhook path) and the type rewritten to CUSTOM.companion, as the
+// README says to import it for the custom extension.
 func (e *env) nodeWorkflows() (write, email map[string]any, err error) {
 	b, err := os.ReadFile(filepath.Join(e.root, "n8n-templates", "guarded-write-node.json"))
 	if err != nil {
@@ -66,12 +49,12 @@ func (e *env) nodeWorkflows() (write, email map[string]any, err error) {
 	if !strings.Contains(text, `"`+nodeCommunityType+`"`) || !strings.Contains(text, templateWriteURL) {
 		return nil, nil, fmt.Errorf("guarded-write-node.json no longer names %s or %s: update e2e/n8n/runner/node.go", nodeCommunityType, templateWriteURL)
 	}
-	text = strings.ReplaceAll(text, `"`+nodeCommunityType+`"`, `"`+nodeType+`"`)
 	text = strings.ReplaceAll(text, templateWriteURL, e.receiver+"/records")
 	if err := json.Unmarshal([]byte(text), &write); err != nil {
 		return nil, nil, err
 	}
-	if err := json.Unmarshal([]byte(text), &email); err != nil {
+	custom := strings.ReplaceAll(text, `"`+nodeCommunityType+`"`, `"`+nodeCustomType+`"`)
+	if err := json.Unmarshal([]byte(custom), &email); err != nil {
 		return nil, nil, err
 	}
 	write["id"] = nodeWorkflowID
@@ -217,7 +200,8 @@ func scenarioNodeTwiceAtOnce(ctx context.Context, e *env) error {
 }
 
 // scenarioNodeEmail: Send Email in the write slot (no statusCode in its output): one message for a
-// clean run, for the same trigger twice, and twice at once; the Message-ID is the external id.
+// clean run, for the same trigger twice, and twice at once; the Message-ID is the external id; a 550 is
+// failed/rejected, answered 422, and sends nothing when delivered again.
 func scenarioNodeEmail(ctx context.Context, e *env) error {
 	body, key, _ := reminder(7101)
 	if _, err := e.runNode(nodeEmailPath, body, 200); err != nil {
@@ -253,7 +237,11 @@ func scenarioNodeEmail(ctx context.Context, e *env) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	return e.expectMail(key, "succeeded", 1, 1)
+	if err := e.expectMail(key, "succeeded", 1, 1); err != nil {
+		return err
+	}
+	// A 550: After write reports it rejected, as the templates do (one table).
+	return e.refusedForGood(7103, func(body any, want int) (map[string]any, error) { return e.runNode(nodeEmailPath, body, want) })
 }
 
 // scenarioNodeMissingFields: a delivery without the fields the key is built from is answered 400

@@ -1,10 +1,7 @@
 import type {
-	ICredentialsDecrypted,
-	ICredentialTestFunctions,
 	IDataObject,
 	IExecuteFunctions,
 	IHttpRequestMethods,
-	INodeCredentialTestResult,
 	INodeExecutionData,
 	INodeType,
 	INodeTypeDescription,
@@ -221,19 +218,65 @@ async function beforeWrite(this: IExecuteFunctions): Promise<INodeExecutionData[
 	return out;
 }
 
+/** The Before write nodes before this one, nearest first: nodes of this node's own type (the community
+ * package's, or CUSTOM.companion from a custom extensions folder) whose operation is Before write, the
+ * operation's default. */
+function beforeWriteNodes(ctx: IExecuteFunctions): string[] {
+	const self = ctx.getNode();
+	return ctx
+		.getParentNodes(self.name, { includeNodeParameters: true })
+		.filter((n) => n.type === self.type && !n.disabled && (n.parameters?.operation ?? 'beforeWrite') === 'beforeWrite')
+		.map((n) => n.name);
+}
+
+/** The key and claim Before write gave the item that became input item i, whatever that node is called:
+ * n8n's paired items lead from the write's output (success or error) back to the Before write item it was
+ * written for, also through a write node that replaces the item's JSON and through Merge nodes. An item
+ * that carries companion itself (a write node that passes its input on) is its own claim. */
+function claimOf(ctx: IExecuteFunctions, beforeWrites: string[], i: number, json: IDataObject): { key: string; claim: string } {
+	const read = (c: unknown) => {
+		const d = (c ?? {}) as IDataObject;
+		return typeof d.claim === 'string' && d.claim && typeof d.key === 'string' ? { key: d.key, claim: d.claim } : undefined;
+	};
+	const proxy = ctx.getWorkflowDataProxy(i);
+	for (const name of beforeWrites) {
+		let paired: INodeExecutionData | undefined;
+		try {
+			paired = (proxy.$(name) as { item?: INodeExecutionData }).item;
+		} catch (error) {
+			// This item did not come through that node (another branch): the next one may be it.
+			ctx.logger.debug(`After write: item ${i} is not paired with an item of ${name}`, { error: (error as Error).message });
+			continue;
+		}
+		const found = read(paired?.json?.companion);
+		if (found) return found;
+	}
+	return read(json.companion) ?? { key: '', claim: '' };
+}
+
 async function afterWrite(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {
 	const items = this.getInputData();
 	const out: INodeExecutionData[] = [];
 	const pending: Array<{ index: number; report: IDataObject }> = [];
 	const now = Date.now();
+	// Looked up once, for the first item whose Key and Claim are left empty.
+	let beforeWrites: string[] | undefined;
 	for (let i = 0; i < items.length; i++) {
 		try {
-			const key = str(this, 'key', i);
-			const claim = str(this, 'claim', i);
+			let key = str(this, 'key', i);
+			let claim = str(this, 'claim', i);
+			if (!key && !claim) {
+				beforeWrites ??= beforeWriteNodes(this);
+				({ key, claim } = claimOf(this, beforeWrites, i, items[i].json as IDataObject));
+			}
 			if (!key || !claim) {
 				throw new NodeOperationError(
 					this.getNode(),
-					`Item ${i} has no ${key ? 'claim' : 'key'}: map Key and Claim from the Before write node's Proceed output`,
+					key || claim
+						? `Item ${i} has no ${key ? 'claim' : 'key'}: give both Key and Claim, or leave both empty`
+						: `Item ${i} has no claim: it did not come from the Proceed output of a Before write node (${
+								beforeWrites?.length ? beforeWrites.join(', ') : 'none precedes this node'
+							}) through the write; connect it so, or map Key and Claim`,
 					{ itemIndex: i },
 				);
 			}
@@ -324,7 +367,7 @@ export class Companion implements INodeType {
 	description: INodeTypeDescription = {
 		displayName: 'Companion',
 		name: 'companion',
-		icon: 'file:companion.svg',
+		icon: { light: 'file:companion.svg', dark: 'file:companion.dark.svg' },
 		group: ['transform'],
 		version: 1,
 		subtitle: '={{ {"beforeWrite": "Before write", "afterWrite": "After write", "reconcile": "Reconcile", "getItem": "Get item"}[$parameter["operation"]] }}',
@@ -342,59 +385,9 @@ export class Companion implements INodeType {
 			{
 				name: 'companionApi',
 				required: true,
-				testedBy: 'companionApiTest',
 			},
 		],
 		properties,
-	};
-
-	methods = {
-		credentialTest: {
-			async companionApiTest(
-				this: ICredentialTestFunctions,
-				credential: ICredentialsDecrypted,
-			): Promise<INodeCredentialTestResult> {
-				const data = credential.data ?? {};
-				const base = String(data.baseUrl ?? '').replace(/\/+$/, '');
-				const headers = { Authorization: `Bearer ${String(data.token ?? '')}` };
-				// The HTTP status of a GET, or the reason there was none (refused, DNS, TLS…).
-				const status = async (path: string, auth: boolean): Promise<number | string> => {
-					try {
-						// ICredentialTestFunctions offers only helpers.request in n8n-workflow 2.41.
-						// eslint-disable-next-line @n8n/community-nodes/no-deprecated-workflow-functions
-						const res = await this.helpers.request({
-							method: 'GET',
-							uri: base + path,
-							headers: auth ? headers : {},
-							json: true,
-							resolveWithFullResponse: true,
-							simple: false,
-						});
-						return Number(res.statusCode ?? res.status);
-					} catch (error) {
-						const f = describeFailure(error);
-						return f.status ?? `cannot reach ${base}: ${f.message ?? 'no answer'}`;
-					}
-				};
-				const ready = await status('/readyz', false);
-				if (typeof ready === 'string') return { status: 'Error', message: ready };
-				if (ready !== 200) {
-					return {
-						status: 'Error',
-						message: `${base}/readyz answered HTTP ${ready}: companion is not ready (is its store reachable?)`,
-					};
-				}
-				// An authenticated read of a key that does not exist: 404 means the token was accepted.
-				const read = await status('/v1/items/n8n-credential-test', true);
-				if (typeof read === 'string') return { status: 'Error', message: read };
-				if (read === 401) return { status: 'Error', message: 'companion refused the token (401 unauthorized)' };
-				if (read === 403) return { status: 'Error', message: 'the token lacks the workflow role (403 forbidden)' };
-				if (read !== 404 && read !== 200) {
-					return { status: 'Error', message: `the authenticated read answered HTTP ${read}` };
-				}
-				return { status: 'OK', message: 'companion is ready and accepts the token' };
-			},
-		},
 	};
 
 	async execute(this: IExecuteFunctions): Promise<INodeExecutionData[][]> {

@@ -36,6 +36,18 @@ export const TRANSPORT_CLASSES: Readonly<Record<string, string>> = {
 /** Classes known to fail before anything was sent: only these make a transport failure "failed". */
 export const PRE_DISPATCH_CLASSES: ReadonlySet<string> = new Set(['connection_refused', 'dns']);
 
+/**
+ * SMTP reply classes (the first digit of the reply code nodemailer puts in its error message) and the
+ * after-write error class each one means: the mail server answered and refused the message, so it holds
+ * none. 4xx is a refusal for now (421, 451: try later), retried after a backoff; 5xx is a refusal for good
+ * (550: no such mailbox), never retried automatically. The same table as the n8n templates
+ * (blueprints/model.go SMTPReplies).
+ */
+export const SMTP_REPLY_CLASSES: Readonly<Record<string, string>> = {
+	'4': 'connection_refused',
+	'5': 'rejected',
+};
+
 type Json = Record<string, unknown>;
 
 function isObject(v: unknown): v is Json {
@@ -114,8 +126,9 @@ export const EXTERNAL_ID_FIELDS = ['id', 'messageId'] as const;
  *   name it) is classified by the HTTP status the error carries (httpCode, statusCode, status, or
  *   "429 - …" in its message), else by its transport code (on the error, its cause, or named in
  *   its message: refused and DNS are failed, nothing was sent; timeout, reset, TLS are unknown),
- *   else by an SMTP reply code in its message (the mail server refused: failed, class
- *   connection_refused, code smtp_NNN), else `unknown` with class `other`.
+ *   else by an SMTP reply code in its message (the mail server refused and holds nothing: failed,
+ *   code smtp_NNN, class connection_refused for a 4xx, retried later, and rejected for a 5xx, never
+ *   retried), else `unknown` with class `other`.
  * - Any other item is a success: the write node answered on its success output without a status
  *   (Send Email, a database node, …); its `id` or `messageId` is the external id.
  */
@@ -159,10 +172,10 @@ export function classifyWriteItem(json: Json, nowMs: number): Evidence {
 		return { outcome: PRE_DISPATCH_CLASSES.has(cls) ? 'failed' : 'unknown', error: { class: cls, code, message } };
 	}
 	// An SMTP reply (nodemailer puts it after a colon: "Message failed: 451 4.3.0 try later"): the
-	// mail server refused the message and holds none, so nothing was committed.
-	const smtp = /: ([45]\d\d)[ -]/.exec(message);
+	// mail server refused the message and holds none, so nothing was committed; 4xx for now, 5xx for good.
+	const smtp = /: ([45])(\d\d)[ -]/.exec(message);
 	if (smtp) {
-		return { outcome: 'failed', error: { class: 'connection_refused', code: `smtp_${smtp[1]}`, message } };
+		return { outcome: 'failed', error: { class: SMTP_REPLY_CLASSES[smtp[1]], code: `smtp_${smtp[1]}${smtp[2]}`, message } };
 	}
 	return { outcome: 'unknown', error: { class: 'other', code, message } };
 }
