@@ -82,7 +82,8 @@ func axeCheck(t *testing.T, ctx context.Context, page string) int {
 // each status, a refused and a recorded resolution; a batch; find, empty and with matches of each kind;
 // the overview; an error page) and runs axe-core's WCAG 2.1 A and AA rules on each: 0 violations.
 func TestBrowserEveryPagePassesAxe(t *testing.T) {
-	ctx := browser(t)
+	// About 30 pages, each with axe-core injected and run: a few minutes on a loaded 2-core machine.
+	ctx := browserFor(t, 6*time.Minute)
 	e := newEnv(t, envOptions{refresh: time.Hour})
 	kinds := e.kinds()
 	for i, key := range []string{"inv-740", "inv-741"} {
