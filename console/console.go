@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -416,4 +417,22 @@ type signinView struct {
 	// Notice says why the sign-in page is shown (a session that ended); Next is where signing in leads.
 	Notice string
 	Next   string
+}
+
+// pagePaths are the console's pages, under Prefix.
+var pagePaths = []string{"", "signin", "signout", "item", "item/resolve", "batch", "find", "overview"}
+
+// Route names the console page a request path asks for, for the request's log line and its metrics:
+// the page ("/console/item"), "/console/static/*file" for the stylesheet, script and icon, and
+// "/console/*path" for any other path, so that no caller's text becomes a metric's label.
+func Route(path string) string {
+	rest, ok := strings.CutPrefix(path, Prefix)
+	switch {
+	case !ok:
+	case slices.Contains(pagePaths, rest):
+		return Prefix + rest
+	case strings.HasPrefix(rest, "static/"):
+		return Prefix + "static/*file"
+	}
+	return Prefix + "*path"
 }

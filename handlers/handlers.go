@@ -9,6 +9,7 @@ package handlers
 import (
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -190,9 +191,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Operators != nil && !cfg.Console.Off {
 		notFound += ", the operator console is at /console/"
 	}
-	r.NoRoute(func(c *gin.Context) {
+	noRoute := func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path + notFound})
-	})
+	}
+	r.NoRoute(noRoute)
 	r.NoMethod(func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
 	})
@@ -206,6 +208,8 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Operators != nil && !cfg.Console.Off {
 		s.mountConsole(r, cfg)
+		r.GET("/", s.home(noRoute))
+		r.HEAD("/", s.home(noRoute))
 	}
 	return r
 }
@@ -228,7 +232,22 @@ func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 		QueueLimit: cfg.Console.QueueLimit, Logger: s.log})
 	h := gin.WrapH(c)
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
-		r.Handle(m, "/console/*path", h)
+		r.Handle(m, consoleRoute, h)
 	}
 	r.GET("/console", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, console.Prefix) })
+}
+
+// consoleRoute is the one route of the console's pages.
+const consoleRoute = "/console/*path"
+
+// home answers GET / : a browser (it accepts text/html) is sent to the console; an API client gets the
+// 404 of any unknown endpoint, which names where to go.
+func (s *server) home(notFound gin.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if strings.Contains(c.GetHeader("Accept"), "text/html") {
+			c.Redirect(http.StatusSeeOther, console.Prefix)
+			return
+		}
+		notFound(c)
+	}
 }
