@@ -110,6 +110,9 @@ type Dispatcher struct {
 	log  Notifier
 	kick chan struct{}
 	wg   sync.WaitGroup
+	// health and totals are what this process's dispatches did, for the metrics.
+	health runHealth
+	totals dispatchTotals
 }
 
 // NewDispatcher validates cfg and returns a dispatcher.
@@ -196,6 +199,8 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
 	if err != nil {
 		d.cfg.Logger.ErrorContext(ctx, "alert dispatch stopped", "error", err)
 	}
+	d.health.note(err)
+	d.totals.add(counts)
 	return counts, err
 }
 

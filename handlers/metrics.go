@@ -74,10 +74,11 @@ func (m *Metrics) ObserveRequest(method, route string, status int, took time.Dur
 	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Observe(took.Seconds())
 }
 
-// gatherer returns what one scrape shows: the process's measures and the ledger's for st.
-func (m *Metrics) gatherer(st *items.Stats) prometheus.Gatherer {
+// gatherer returns what one scrape shows: the process's measures, the ledger's for sc.st (none when nil)
+// and the scrape's own (the store's readiness, the measures per destination).
+func (m *Metrics) gatherer(sc scrapeCollector) prometheus.Gatherer {
 	ledger := prometheus.NewRegistry()
-	ledger.MustRegister(ledgerCollector{st})
+	ledger.MustRegister(ledgerCollector{sc.st}, sc)
 	return prometheus.Gatherers{m.process, ledger}
 }
 
@@ -116,6 +117,9 @@ func (ledgerCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (c ledgerCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.st == nil {
+		return
+	}
 	m := c.st.Measures
 	for _, s := range items.States {
 		ch <- prometheus.MustNewConstMetric(descItems, prometheus.GaugeValue, float64(m.States[s]), string(s))

@@ -162,12 +162,16 @@ func (s *server) metrics(c *gin.Context) {
 	if p, ok := principalOf(c); ok {
 		tenant = p.Tenant
 	}
-	st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
+	ctx := c.Request.Context()
+	st, err := s.operators.Stats(ctx, tenant, s.ledger.Now())
 	if err != nil {
-		s.writeError(c, err)
-		return
+		// The process's measures and companion_store_ready 0 are served all the same: a store that cannot
+		// be read is what an alert rule must see, rather than a scrape that fails like a process that is down.
+		s.log.WarnContext(ctx, "metrics: the ledger's measures could not be read; served without them (companion_store_ready 0)", "error", err)
+		st = nil
 	}
-	promhttp.HandlerFor(s.metricsOf.gatherer(st), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
+	sc := scrapeCollector{ready: err == nil && s.ready(ctx) == nil, st: st, cfg: s.ledger.Config()}
+	promhttp.HandlerFor(s.metricsOf.gatherer(sc), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
 }
 
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's

@@ -211,6 +211,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		Version: versionString(), StoreKind: strings.Fields(where)[0]}
 	alertSvc.handlersConfig(&hc)
 	hc.Metrics = handlers.NewMetrics()
+	if err := hc.Metrics.Register(alertsCollector{alertSvc}); err != nil {
+		store.Close()
+		return err
+	}
 	if prober != nil {
 		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
 			store.Close()
