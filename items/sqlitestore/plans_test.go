@@ -78,6 +78,8 @@ func TestQueryPlans(t *testing.T) {
 		{"NoteAlertMessage", `UPDATE alerts SET channel = ?, ts = ? WHERE tenant = ? AND key = ? AND attempt = ? AND cause = ?
 			AND status = 'pending' AND ts = ''`, []any{"D1", "1.1", "acme", "k", 1, "no_dedupe"},
 			[]string{"USING PRIMARY KEY"}},
+		{"SettledAlerts", settledAlertsSQL, []any{100},
+			[]string{"SCAN a USING INDEX alerts_delivered_open", "SEARCH i USING INDEX items_key (tenant=? AND key=?)"}},
 		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
 			[]string{"USING INDEX items_key"}},
 	}
