@@ -42,7 +42,7 @@ func (h *runHealth) read() RunHealth {
 
 // dispatchTotals adds up what the dispatches of this process did.
 type dispatchTotals struct {
-	queued, messages, alerted, escalated, closed, failed atomic.Int64
+	queued, messages, alerted, escalated, closed, updated, failed atomic.Int64
 }
 
 func (t *dispatchTotals) add(c DispatchCounts) {
@@ -51,12 +51,13 @@ func (t *dispatchTotals) add(c DispatchCounts) {
 	t.alerted.Add(int64(c.Alerted))
 	t.escalated.Add(int64(c.Escalated))
 	t.closed.Add(int64(c.Closed))
+	t.updated.Add(int64(c.Updated))
 	t.failed.Add(int64(c.Failed))
 }
 
 func (t *dispatchTotals) read() DispatchCounts {
 	return DispatchCounts{Queued: int(t.queued.Load()), Messages: int(t.messages.Load()), Alerted: int(t.alerted.Load()),
-		Escalated: int(t.escalated.Load()), Closed: int(t.closed.Load()), Failed: int(t.failed.Load())}
+		Escalated: int(t.escalated.Load()), Closed: int(t.closed.Load()), Updated: int(t.updated.Load()), Failed: int(t.failed.Load())}
 }
 
 // Health returns how this process's sweeps went.

@@ -21,14 +21,16 @@ var (
 		"Alert dispatches of this process that stopped on an error (the store could not be read or written).", nil, nil)
 	descAlertMessages = prometheus.NewDesc("companion_alert_messages_total",
 		"Alert messages this process delivered (to Slack, or to the log where no owner or no Slack is configured).", nil, nil)
+	descAlertUpdates = prometheus.NewDesc("companion_alert_messages_updated_total",
+		"Alert messages this process updated because items they carried were settled elsewhere (their buttons removed).", nil, nil)
 	descAlertFailures = prometheus.NewDesc("companion_alert_delivery_failures_total",
-		"Alert messages whose delivery failed in this process (Slack refused or did not answer); each is tried again at the next dispatch.", nil, nil)
+		"Alert messages whose delivery or update failed in this process (Slack failed or did not answer); each is tried again at the next dispatch.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (alertsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSweepLastSuccess, descSweepFailures, descDispatchLastSuccess, descDispatchFailures,
-		descAlertMessages, descAlertFailures} {
+		descAlertMessages, descAlertUpdates, descAlertFailures} {
 		ch <- d
 	}
 }
@@ -48,5 +50,6 @@ func (c alertsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	t := c.a.dispatcher.Totals()
 	ch <- prometheus.MustNewConstMetric(descAlertMessages, prometheus.CounterValue, float64(t.Messages))
+	ch <- prometheus.MustNewConstMetric(descAlertUpdates, prometheus.CounterValue, float64(t.Updated))
 	ch <- prometheus.MustNewConstMetric(descAlertFailures, prometheus.CounterValue, float64(t.Failed))
 }
