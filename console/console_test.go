@@ -43,6 +43,9 @@ type env struct {
 	ledger *items.Ledger
 	srv    *httptest.Server
 	dir    string // the store's data directory
+	// another opens another connection to the env's MongoDB database, as another process would; nil on
+	// SQLite, which one process holds.
+	another func() store
 }
 
 // store is what the env runs on: SQLite, or MongoDB (the in-process FerretDB).
@@ -64,14 +67,21 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	var store store
+	var another func() store
 	if o.mongo {
 		srv := mongotest.Start(t)
-		s, err := mongostore.Open(ctx, srv.URI(), srv.Database(), mongostore.WithTimeout(mongotest.StoreTimeout()))
-		if err != nil {
-			t.Fatal(err)
+		db := srv.Database()
+		another = func() store {
+			s, err := mongostore.Open(ctx, srv.URI(), db, mongostore.WithTimeout(mongotest.StoreTimeout()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		}
-		store = s
+	}
+	var store store
+	if another != nil {
+		store = another()
 	} else {
 		s, err := sqlitestore.Open(ctx, dir)
 		if err != nil {
@@ -99,7 +109,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			{Name: "n8n-prod", Tenant: "default", Role: handlers.RoleWorkflow, Secret: workflowSecret},
 		}
 	}
-	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger, dir: dir}
+	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger, dir: dir, another: another}
 	e.srv = httptest.NewServer(handlers.New(cfg))
 	t.Cleanup(e.srv.Close)
 	return e
@@ -231,7 +241,7 @@ func TestSignInKeepsAnOperatorInASessionCookieWithoutTheToken(t *testing.T) {
 		t.Fatalf("session cookie %+v, want HttpOnly, SameSite=Strict, path /console/, not Secure over plain http", session)
 	}
 	if strings.Contains(session.Value, operatorSecret) || len(session.Value) < 40 {
-		t.Fatalf("session cookie value %q: want a random id, never the token", session.Value)
+		t.Fatalf("session cookie value %q: want the sealed session, never the token", session.Value)
 	}
 	status, body, _ := e.page(c, "/console/")
 	if status != http.StatusOK || !strings.Contains(body, "ops-alice") {
@@ -251,7 +261,7 @@ func TestSignInKeepsAnOperatorInASessionCookieWithoutTheToken(t *testing.T) {
 		t.Fatal("with X-Forwarded-Proto: https the session cookie is not Secure")
 	}
 
-	// Signing out ends the session on the server: the old cookie no longer opens the queue.
+	// Signing out drops the session cookie: the browser has no session any more.
 	_, _, csrf = e.page(c, "/console/")
 	if resp, _ := e.post(c, "/console/signout", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign-out answered %d", resp.StatusCode)

@@ -218,10 +218,7 @@ func New(cfg Config) http.Handler {
 // (an operator token, then a session cookie), with this service's tokens, resolver and error table.
 func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 	c := console.New(console.Config{Ledger: s.ledger, Store: s.operators, Resolver: s.resolver, Batches: s.batches,
-		Authenticate: func(secret string) (console.Principal, bool) {
-			p, ok := s.auth.lookup(secret)
-			return console.Principal{Name: p.Name, Tenant: p.Tenant, Operator: p.Role == RoleOperator}, ok
-		},
+		Authenticate: s.auth.consolePrincipal, Recheck: s.auth.consoleRecheck,
 		Open:  s.auth.open,
 		Local: console.Principal{Name: OpenPrincipal.Name, Tenant: OpenPrincipal.Tenant, Operator: true},
 		Errors: func(err error) console.PublicError {
