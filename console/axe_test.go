@@ -114,6 +114,13 @@ func TestBrowserEveryPagePassesAxe(t *testing.T) {
 		run(t, ctx, kind, chromedp.Navigate(base+"item?key="+kinds[kind]), chromedp.WaitVisible(chromedp.ID("situation")))
 		check("the item page of an item " + kind)
 	}
+	// An alert the dispatcher wrote to the log (no Slack here) says nobody was notified.
+	run(t, ctx, "alert in the log", chromedp.Navigate(base+"item?key=inv-741"), chromedp.WaitVisible(chromedp.ID("alerts")))
+	if card := get(t, ctx, "alert in the log", chromedp.Text(chromedp.ID("alerts"))); !strings.Contains(card, "written to the service's log for U0BILLING, not sent to them") {
+		t.Errorf("the alerts card of an alert written to the log says:\n%s", card)
+	}
+	run(t, ctx, "alert in the log", chromedp.ScrollIntoView(chromedp.ID("alerts")))
+	screenshot(t, ctx, t.TempDir(), "item-alerts-log")
 	run(t, ctx, "alerts", chromedp.Navigate(base+"item?key=inv-740"), chromedp.WaitVisible(chromedp.ID("alerts")))
 	check("the item page with alert records")
 	run(t, ctx, "refused resolution",
