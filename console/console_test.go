@@ -54,6 +54,12 @@ type store interface {
 	handlers.OperatorStore
 }
 
+// storeKinds are the stores a test runs the console on: SQLite, and MongoDB (the in-process FerretDB).
+var storeKinds = []struct {
+	name  string
+	mongo bool
+}{{"sqlite", false}, {"mongodb", true}}
+
 type envOptions struct {
 	open    bool
 	refresh time.Duration
@@ -181,9 +187,15 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // page GETs a console path and returns the status, body and the first CSRF token in it.
 func (e *env) page(c *http.Client, path string) (int, string, string) {
 	e.t.Helper()
-	resp, err := c.Get(e.srv.URL + path)
+	return pageAt(e.t, c, e.srv.URL+path)
+}
+
+// pageAt GETs a page at address and returns the status, body and the first CSRF token in it.
+func pageAt(t testing.TB, c *http.Client, address string) (int, string, string) {
+	t.Helper()
+	resp, err := c.Get(address)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)

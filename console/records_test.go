@@ -102,10 +102,7 @@ type outbox interface {
 // escalation and its message. The page used to say only "due, not sent yet" from the item's alert status.
 func TestTheItemPageShowsItsAlertRecords(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []struct {
-		name  string
-		mongo bool
-	}{{"sqlite", false}, {"mongodb", true}} {
+	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{open: true, mongo: kind.mongo})

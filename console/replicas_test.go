@@ -100,10 +100,7 @@ func (a *alternating) servedBy(method, path, status string) string {
 // On SQLite (two services in one process on one store) and MongoDB (as two processes on one database).
 func TestAConsoleSessionWorksOnEveryReplica(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []struct {
-		name  string
-		mongo bool
-	}{{"sqlite", false}, {"mongodb", true}} {
+	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{mongo: kind.mongo})
@@ -115,17 +112,7 @@ func TestAConsoleSessionWorksOnEveryReplica(t *testing.T) {
 			c := e.client()
 			get := func(path string) (int, string, string) {
 				t.Helper()
-				resp, err := c.Get(lb.srv.URL + path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				csrf := ""
-				if m := csrfField.FindStringSubmatch(string(b)); m != nil {
-					csrf = m[1]
-				}
-				return resp.StatusCode, string(b), csrf
+				return pageAt(t, c, lb.srv.URL+path)
 			}
 			post := func(path string, form url.Values) *http.Response {
 				t.Helper()
