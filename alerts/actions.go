@@ -171,6 +171,11 @@ func (a *Actions) openModal(ctx context.Context, cb *slack.InteractionCallback, 
 		a.tell(cb, fmt.Sprintf("`%s` was already resolved as %s by %s at %s.", meta.Key, outcomeWord(r.Outcome), mention(r.By), r.At.Format(time.RFC3339)))
 		d.settled(meta.Tenant, meta.Key)
 		return
+	case !it.NeedsPerson:
+		// Settled without a person (a lookup, a late report), and the message not updated yet.
+		a.tell(cb, fmt.Sprintf("`%s` no longer needs a person: it was settled without one, and is %s now.", meta.Key, it.State))
+		d.settled(meta.Tenant, meta.Key)
+		return
 	}
 	octx, cancel := context.WithTimeout(ctx, a.cfg.OpenTimeout)
 	defer cancel()

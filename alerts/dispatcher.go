@@ -73,6 +73,10 @@ type Outbox interface {
 	// ItemAlerts returns the alerts about an item; MessageAlerts those a message carried.
 	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 	MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error)
+	// SettledAlerts returns up to limit alerts that went out (sent or escalated) and are still open
+	// although their item no longer waits for a person in their attempt (settled, claimed again, or gone):
+	// their messages may still carry live buttons.
+	SettledAlerts(ctx context.Context, limit int) ([]items.Alert, error)
 }
 
 // DispatcherConfig configures a Dispatcher.
@@ -110,6 +114,9 @@ type Dispatcher struct {
 	log  Notifier
 	kick chan struct{}
 	wg   sync.WaitGroup
+	// health and totals are what this process's dispatches did, for the metrics.
+	health runHealth
+	totals dispatchTotals
 }
 
 // NewDispatcher validates cfg and returns a dispatcher.
@@ -162,13 +169,17 @@ type DispatchCounts struct {
 	Escalated int `json:"escalated"`
 	// Closed counts alerts closed unsent: their item was settled meanwhile.
 	Closed int `json:"closed"`
-	// Failed counts the groups whose delivery failed; they are tried again at the next dispatch.
+	// Updated counts the messages brought up to date because items they carried were settled elsewhere
+	// (a lookup, a report, the API or the console): their buttons are gone.
+	Updated int `json:"updated"`
+	// Failed counts the groups whose delivery failed, and the messages whose update failed; they are
+	// tried again at the next dispatch.
 	Failed int `json:"failed"`
 }
 
 // Changed reports whether the dispatch did anything.
 func (c DispatchCounts) Changed() bool {
-	return c.Queued+c.Messages+c.Alerted+c.Escalated+c.Closed+c.Failed > 0
+	return c.Queued+c.Messages+c.Alerted+c.Escalated+c.Closed+c.Updated+c.Failed > 0
 }
 
 // RunOnce adds an alert to the outbox for each item that newly needs a person, then delivers the claimable
@@ -189,13 +200,18 @@ func (d *Dispatcher) RunOnce(ctx context.Context) (DispatchCounts, error) {
 	if err == nil {
 		err = d.deliver(work, ctx, &counts)
 	}
+	if err == nil {
+		err = d.updateSettled(work, ctx, &counts)
+	}
 	if counts.Changed() {
 		d.cfg.Logger.InfoContext(ctx, "alerts dispatched", "queued", counts.Queued, "messages", counts.Messages,
-			"alerted", counts.Alerted, "escalated", counts.Escalated, "closed", counts.Closed, "failed", counts.Failed)
+			"alerted", counts.Alerted, "escalated", counts.Escalated, "closed", counts.Closed, "updated", counts.Updated, "failed", counts.Failed)
 	}
 	if err != nil {
 		d.cfg.Logger.ErrorContext(ctx, "alert dispatch stopped", "error", err)
 	}
+	d.health.note(err)
+	d.totals.add(counts)
 	return counts, err
 }
 
@@ -592,29 +608,79 @@ func (d *Dispatcher) Resolve(ctx context.Context, p items.ResolveParams) (*items
 	return it, reason, nil
 }
 
-// settled closes the open alerts about an item that no longer needs a person and updates their messages,
-// in the background.
+// settled updates the messages about an item that no longer needs a person and closes its open alerts, in
+// the background (bringUpToDate: an alert whose message could not be updated stays open for the next
+// dispatch).
 func (d *Dispatcher) settled(tenant, key string) {
 	d.background(func(ctx context.Context) {
 		alerts, err := d.cfg.Outbox.ItemAlerts(ctx, tenant, key)
-		if err == nil {
-			_, err = d.cfg.Outbox.CloseItemAlerts(ctx, tenant, key, d.cfg.Ledger.Now())
-		}
 		if err != nil {
-			d.cfg.Logger.WarnContext(ctx, "closing alerts failed", "tenant", tenant, "key", key, "error", err)
+			d.cfg.Logger.WarnContext(ctx, "reading the alerts of a settled item failed; the next dispatch updates their messages",
+				"tenant", tenant, "key", key, "error", err)
 			return
 		}
-		refs := map[MessageRef]bool{}
-		for _, a := range alerts {
-			refs[MessageRef{Channel: a.Channel, TS: a.TS}] = true
-			refs[MessageRef{Channel: a.EscalationChannel, TS: a.EscalationTS}] = true
-		}
-		for ref := range refs {
-			if err := d.Refresh(ctx, ref); err != nil {
-				d.cfg.Logger.WarnContext(ctx, "alert message update failed", "channel", ref.Channel, "ts", ref.TS, "error", err)
-			}
+		if _, _, err := d.bringUpToDate(ctx, alerts); err != nil {
+			d.cfg.Logger.WarnContext(ctx, "closing alerts failed", "tenant", tenant, "key", key, "error", err)
 		}
 	})
+}
+
+// updateSettled brings up to date the messages that carry alerts whose item no longer waits for a person
+// for them: settled elsewhere (a lookup, a report, the API, the console of any replica), claimed again, or
+// removed. Such a message would otherwise keep live-looking buttons until someone pressed one. It works in
+// ctx and does nothing once stop has ended.
+func (d *Dispatcher) updateSettled(ctx, stop context.Context, counts *DispatchCounts) error {
+	if stop.Err() != nil {
+		return nil
+	}
+	settled, err := d.cfg.Outbox.SettledAlerts(ctx, d.cfg.PageSize)
+	if err != nil || len(settled) == 0 {
+		return err
+	}
+	updated, failed, err := d.bringUpToDate(ctx, settled)
+	counts.Updated += updated
+	counts.Failed += failed
+	return err
+}
+
+// bringUpToDate updates each message that carried one of the alerts (Refresh: settled items lose their
+// buttons), then closes the open alerts whose messages all took the update. An alert whose message could
+// not be updated stays open, so that SettledAlerts gives it to the next dispatch; a message Slack refused
+// to update (deleted, or in a channel the app left) is not tried again. It returns how many messages it
+// updated and how many updates failed; the error is the outbox's.
+func (d *Dispatcher) bringUpToDate(ctx context.Context, alerts []items.Alert) (updated, failed int, err error) {
+	done := map[MessageRef]bool{}
+	for _, a := range alerts {
+		for _, ref := range []MessageRef{{Channel: a.Channel, TS: a.TS}, {Channel: a.EscalationChannel, TS: a.EscalationTS}} {
+			if _, seen := done[ref]; seen || ref.TS == "" {
+				continue
+			}
+			err := d.Refresh(ctx, ref)
+			switch {
+			case err == nil:
+				updated++
+			case errors.Is(err, ErrPostRefused):
+				d.cfg.Logger.WarnContext(ctx, "alert message could not be updated, and will not be tried again: Slack refused", "channel", ref.Channel,
+					"ts", ref.TS, "error", err)
+				err = nil
+			default:
+				failed++
+				d.cfg.Logger.WarnContext(ctx, "alert message update failed; the next dispatch tries again", "channel", ref.Channel, "ts", ref.TS, "error", err)
+			}
+			done[ref] = err == nil
+		}
+	}
+	now := d.cfg.Ledger.Now()
+	for _, a := range alerts {
+		first, escalation := MessageRef{Channel: a.Channel, TS: a.TS}, MessageRef{Channel: a.EscalationChannel, TS: a.EscalationTS}
+		if a.Status == items.AlertClosed || (first.TS != "" && !done[first]) || (escalation.TS != "" && !done[escalation]) {
+			continue
+		}
+		if _, err := d.cfg.Outbox.CloseAlert(ctx, a, now); err != nil {
+			return updated, failed, err
+		}
+	}
+	return updated, failed, nil
 }
 
 // EscalateResult says what an escalation request did.

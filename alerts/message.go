@@ -213,7 +213,8 @@ type MessageRef struct {
 
 // ErrPostRefused is wrapped by a Notifier's Post error when the destination answered that it did not take
 // the message (Slack's ok:false, a rate limit): no message landed. Any other error may hide a message
-// that landed.
+// that landed. An Update error wraps it when the destination answered that it will not change the
+// message (deleted, or out of the app's reach): asking again is no use.
 var ErrPostRefused = errors.New("the post was refused")
 
 // Notifier delivers alert messages.

@@ -229,13 +229,25 @@ func sameGroup(got, want map[string]any) bool {
 	return true
 }
 
-// Update implements Notifier with chat.update.
+// Update implements Notifier with chat.update. An update Slack answers with an error (the message was
+// deleted, the app left the channel: message_not_found, channel_not_found, …) wraps ErrPostRefused: asking
+// again would get the same answer. A rate limit, or Slack's own trouble (slackTrouble), does not.
 func (s *Slack) Update(ctx context.Context, ref MessageRef, m Message) error {
-	if _, _, _, err := s.client.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...)); err != nil {
+	_, _, _, err := s.client.UpdateMessageContext(ctx, ref.Channel, ref.TS, slack.MsgOptionText(m.Text(), false), slack.MsgOptionBlocks(Blocks(m)...))
+	var refused slack.SlackErrorResponse
+	if errors.As(err, &refused) && !slackTrouble[refused.Err] {
+		return fmt.Errorf("slack chat.update %s/%s: %w: %w", ref.Channel, ref.TS, ErrPostRefused, err)
+	}
+	if err != nil {
 		return fmt.Errorf("slack chat.update %s/%s: %w", ref.Channel, ref.TS, err)
 	}
 	return nil
 }
+
+// slackTrouble are the errors with which Slack says the trouble is its own, for now: asking again later
+// may work.
+var slackTrouble = map[string]bool{"internal_error": true, "fatal_error": true, "service_unavailable": true,
+	"request_timeout": true, "ratelimited": true}
 
 // ButtonValue is the value of an item's buttons: which item they act on.
 type ButtonValue struct {

@@ -35,6 +35,9 @@ type fakeSlack struct {
 	// updateDelay and onUpdate are delay and onPost for chat.update.
 	updateDelay time.Duration
 	onUpdate    func()
+	// failUpdates answers this many chat.update calls with ok:false and the error updateError.
+	failUpdates int
+	updateError string
 	// loseAnswers makes this many chat.postMessage calls land (the message is kept, as Slack keeps it) and
 	// then lose their answer: the connection is closed instead of answering.
 	loseAnswers int
@@ -314,6 +317,11 @@ func (f *fakeSlack) update(w http.ResponseWriter, r *http.Request) {
 	time.Sleep(delay)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failUpdates > 0 {
+		f.failUpdates--
+		answer(w, map[string]any{"ok": false, "error": f.updateError})
+		return
+	}
 	f.updates = append(f.updates, m)
 	answer(w, map[string]any{"ok": true, "channel": m.Channel, "ts": m.TS, "text": m.Text})
 }

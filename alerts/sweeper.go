@@ -43,7 +43,8 @@ type SweeperConfig struct {
 // report that lands first (a late after-write) wins. It holds no claim between two changes, so a sweep cut
 // off by a stop leaves nothing to give back: the next sweep, here or in another replica, does the rest.
 type Sweeper struct {
-	cfg SweeperConfig
+	cfg    SweeperConfig
+	health runHealth
 }
 
 // NewSweeper validates cfg and returns a sweeper.
@@ -97,6 +98,7 @@ func (s *Sweeper) RunOnce(ctx context.Context) (SweepCounts, error) {
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "sweep stopped", "error", err)
 	}
+	s.health.note(err)
 	return counts, err
 }
 

@@ -57,6 +57,8 @@ type StatusItem struct {
 	NeedsPerson      bool   `json:"-"`
 	NeedsPersonCause string `json:"-"`
 	AlertStatus      string `json:"-"`
+	// AlertedTo is whom the alert of the item's current attempt went to (items.Item.AlertedTo).
+	AlertedTo string `json:"-"`
 }
 
 // Status is one page of a batch's status.
@@ -109,7 +111,7 @@ func (s *Service) Status(ctx context.Context, p StatusParams) (Status, error) {
 		}
 		st.Items = append(st.Items, StatusItem{Key: it.Key, BatchIndex: it.BatchIndex, State: it.State,
 			Attempt: it.Attempt, ExternalID: it.ExternalID, UpdatedAt: it.UpdatedAt,
-			NeedsPerson: it.NeedsPerson, NeedsPersonCause: it.NeedsPersonCause, AlertStatus: it.AlertStatus})
+			NeedsPerson: it.NeedsPerson, NeedsPersonCause: it.NeedsPersonCause, AlertStatus: it.AlertStatus, AlertedTo: it.AlertedTo()})
 	}
 	// Counted after the page, so the page's recorded expiries are in the counts.
 	counts, err := s.store.BatchCounts(ctx, p.Tenant, p.BatchID, now)

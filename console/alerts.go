@@ -42,6 +42,50 @@ func slackURL(channel, ts string) string {
 // stamp is how the console writes a moment: UTC, to the second.
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") }
 
+// logChannel is where the dispatcher records a message it wrote to the service's log instead of Slack
+// (alerts.LogNotifier): no owner is configured for the item, or Slack is not.
+const logChannel = "log"
+
+// Why an alert went to the log, in words.
+const (
+	noOwnerText = "no owner is configured for this item (defaults.owner, its destination's owner, a route's owner or alerts.default_owner)"
+	noSlackText = "Slack is not configured (SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET)"
+)
+
+// loggedText says that an alert (escalation: its escalation) to owner went to the service's log, and why
+// nobody was notified.
+func loggedText(escalation bool, owner string) string {
+	what := "written"
+	if escalation {
+		what = "escalation written"
+	}
+	if owner == "" {
+		return what + " to the service's log, not sent to anyone: " + noOwnerText
+	}
+	return what + " to the service's log for " + owner + ", not sent to them: " + noSlackText
+}
+
+// alertText says where an item's alert stands: its alert status in words, except when the alert went to
+// the service's log rather than to a person. alertedTo is whom the dispatcher recorded it to
+// (items.Item.AlertedTo): "the log" when no owner is configured, "<owner> (in the log)" when Slack is not.
+func alertText(status, alertedTo string) string {
+	if status == items.AlertSent || status == items.AlertEscalated {
+		if owner, ok := toTheLog(alertedTo); ok {
+			return loggedText(status == items.AlertEscalated, owner)
+		}
+	}
+	return wordOf(alertWords, status)
+}
+
+// toTheLog reads whom the dispatcher recorded an alert to (items.Item.AlertedTo, or an alert event's note
+// without its "to "): whether it went to the service's log, and the owner it named there (empty: none).
+func toTheLog(alertedTo string) (owner string, logged bool) {
+	if alertedTo == "the log" {
+		return "", true
+	}
+	return strings.CutSuffix(alertedTo, " (in the log)")
+}
+
 // alertViews describes the item's alert outbox records, newest first, as of now.
 func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 	out := make([]alertView, 0, len(as))
@@ -49,11 +93,19 @@ func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 		a := as[i]
 		v := alertView{Title: "Attempt " + strconv.Itoa(a.Attempt) + ": " + c.causeText(a.Cause), Word: a.Status}
 		add := func(name, value, link string) { v.Lines = append(v.Lines, alertLine{name, value, link}) }
+		logged := a.Channel == logChannel
 		to := a.Owner
-		if to == "" {
-			to = "(no owner configured)"
+		switch {
+		case to == "":
+			to = "nobody: " + noOwnerText
+		case logged:
+			to += ", in the service's log only: " + noSlackText
 		}
 		switch {
+		case a.Status == items.AlertEscalated && a.EscalationChannel == logChannel:
+			v.Status = loggedText(true, a.EscalateTo)
+		case (a.Status == items.AlertSent || a.Status == items.AlertEscalated) && logged:
+			v.Status = loggedText(false, a.Owner)
 		case a.Status != items.AlertPending:
 			v.Status = wordOf(alertWords, a.Status)
 		case a.TS != "":
@@ -67,9 +119,16 @@ func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 		add("to", to, "")
 		add("due since", stamp(a.CreatedAt), "")
 		if a.SentAt != nil {
-			add("posted", stamp(*a.SentAt), "")
+			if logged {
+				add("logged", stamp(*a.SentAt), "")
+			} else {
+				add("posted", stamp(*a.SentAt), "")
+			}
 		}
-		if a.Channel != "" || a.TS != "" {
+		switch {
+		case logged:
+			add("message", "none in Slack: a warning line in the service's log names the item", "")
+		case a.Channel != "" || a.TS != "":
 			add("message", "in "+a.Channel+" at ts "+a.TS, slackURL(a.Channel, a.TS))
 		}
 		if a.PostAttemptAt != nil {
@@ -101,7 +160,10 @@ func (c *Console) alertViews(as []items.Alert, now time.Time) []alertView {
 				add("escalation", "to "+a.EscalateTo+" if nobody acts within "+a.EscalateAfter.String()+" of the post", "")
 			}
 		}
-		if a.EscalationChannel != "" || a.EscalationTS != "" {
+		switch {
+		case a.EscalationChannel == logChannel:
+			add("escalation message", "none in Slack: a warning line in the service's log names the item", "")
+		case a.EscalationChannel != "" || a.EscalationTS != "":
 			add("escalation message", "in "+a.EscalationChannel+" at ts "+a.EscalationTS, slackURL(a.EscalationChannel, a.EscalationTS))
 		}
 		if a.ClosedAt != nil {

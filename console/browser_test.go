@@ -20,8 +20,15 @@ import (
 // screenshotEnv, when set to 1, copies the screenshots the tests take into docs/images/.
 const screenshotEnv = "COMPANION_UPDATE_SCREENSHOTS"
 
-// browser starts a headless chromium for the test and returns a context of its first tab.
+// browser starts a headless chromium for the test and returns a context of its first tab, which ends
+// after 90 seconds.
 func browser(t *testing.T) context.Context {
+	t.Helper()
+	return browserFor(t, 90*time.Second)
+}
+
+// browserFor is browser with a context that ends after timeout.
+func browserFor(t *testing.T, timeout time.Duration) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -46,7 +53,7 @@ func browser(t *testing.T) context.Context {
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
-	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
 		t.Fatalf("start chromium: %v", err)

@@ -3,8 +3,8 @@
 //
 // It sits on the floor of handlers, which mounts it: handlers authenticates tokens, keeps the one table
 // from error codes to HTTP statuses, and hands both in through Config. The console keeps its own
-// sign-in sessions (server-side, expiring; the cookie holds only a random id), puts a CSRF token in every
-// form, and settles items through the same Resolver as the API and Slack. Every value shown is escaped
+// sign-in sessions (in a cookie sealed with a key derived from the ledger secret, so that every replica
+// knows them: sessions.go), puts a CSRF token in every form, and settles items through the same Resolver as the API and Slack. Every value shown is escaped
 // by html/template, no page carries an inline script, and every answer carries a strict
 // Content-Security-Policy.
 package console
@@ -19,8 +19,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/batches"
@@ -33,11 +33,6 @@ const Prefix = "/console/"
 
 // SessionTTL is how long a sign-in lasts.
 const SessionTTL = 12 * time.Hour
-
-// MaxSessions bounds the session map: past it, making a session drops the one closest to expiry, so a
-// client that never keeps its cookie (open mode makes a session per cookie-less visit) cannot grow it
-// without bound.
-const MaxSessions = 10000
 
 // MaxFormBytes is the largest form body read; a larger one reads as empty and is refused.
 const MaxFormBytes = 64 << 10
@@ -62,6 +57,9 @@ type Principal struct {
 	Tenant string
 	// Operator is true for an operator token; only those may sign in.
 	Operator bool
+	// Token identifies the token (a digest of its secret, never the secret), for Config.Recheck; empty in
+	// open mode.
+	Token string
 }
 
 // Store is what the console reads beside the ledger.
@@ -100,6 +98,9 @@ type Config struct {
 	Batches  *batches.Service
 	// Authenticate returns the principal of a token secret.
 	Authenticate func(secret string) (Principal, bool)
+	// Recheck returns the principal of the token a session was made with (Principal.Token) as the
+	// configuration has it now, and false when no token has it any more; nil checks nothing.
+	Recheck func(token string) (Principal, bool)
 	// Open serves the console without sign-in as Local (the API's open mode, loopback only).
 	Open  bool
 	Local Principal
@@ -127,11 +128,11 @@ type Config struct {
 
 // Console is the console's http.Handler.
 type Console struct {
-	cfg      Config
-	pages    map[string]*pageTemplate
-	static   http.Handler
-	mu       sync.Mutex
-	sessions map[string]*session
+	cfg    Config
+	pages  map[string]*pageTemplate
+	static http.Handler
+	// sessions seals and opens the session cookies (sessions.go).
+	sessions *sessionSealer
 }
 
 type session struct {
@@ -161,7 +162,7 @@ func New(cfg Config) *Console {
 		cfg.CauseText = func(c string) string { return c }
 	}
 	sub, _ := fs.Sub(staticFS, "static")
-	return &Console{cfg: cfg, pages: parsePages(), sessions: map[string]*session{},
+	return &Console{cfg: cfg, pages: parsePages(), sessions: newSessionSealer(cfg.Ledger.DeriveKey(sessionPurpose)),
 		static: http.StripPrefix(Prefix+"static/", http.FileServerFS(sub))}
 }
 
@@ -292,19 +293,12 @@ func setCookie(w http.ResponseWriter, r *http.Request, name, value string, maxAg
 		Secure: secure(r), SameSite: http.SameSiteStrictMode})
 }
 
-// session returns the request's live session. In open mode every visitor gets one as Local, made on
-// the first visit, so that forms still carry a CSRF token.
+// session returns the request's live session: the one its cookie holds (sessions.go), while it lasts. In
+// open mode every visitor gets one as Local, made on the first visit, so that forms still carry a CSRF
+// token.
 func (c *Console) session(w http.ResponseWriter, r *http.Request) *session {
-	now := time.Now()
 	if ck, err := r.Cookie(sessionCookie); err == nil {
-		c.mu.Lock()
-		s := c.sessions[ck.Value]
-		if s != nil && now.After(s.expires) {
-			delete(c.sessions, ck.Value)
-			s = nil
-		}
-		c.mu.Unlock()
-		if s != nil {
+		if s, ok := c.sessions.open(ck.Value); ok && c.live(s) {
 			return s
 		}
 	}
@@ -314,25 +308,29 @@ func (c *Console) session(w http.ResponseWriter, r *http.Request) *session {
 	return c.newSession(w, r, c.cfg.Local)
 }
 
+// live reports whether a session from a cookie still holds: its end has not passed on the ledger's clock,
+// and the token it was made with is still an operator token here (the session then shows the token's
+// name and tenant as configured now). An open mode's session holds in open mode only.
+func (c *Console) live(s *session) bool {
+	switch {
+	case !c.cfg.Ledger.Now().Before(s.expires):
+		return false
+	case s.who.Token == "":
+		return c.cfg.Open
+	case c.cfg.Recheck == nil:
+		return true
+	}
+	p, ok := c.cfg.Recheck(s.who.Token)
+	if !ok || !p.Operator {
+		return false
+	}
+	s.who = p
+	return true
+}
+
 func (c *Console) newSession(w http.ResponseWriter, r *http.Request, who Principal) *session {
-	id := randomToken()
-	s := &session{who: who, csrf: randomToken(), expires: time.Now().Add(SessionTTL)}
-	c.mu.Lock()
-	// Expired sessions go whenever a new one is made, so the map holds only live ones.
-	var soonest string
-	for k, old := range c.sessions {
-		if time.Now().After(old.expires) {
-			delete(c.sessions, k)
-		} else if soonest == "" || old.expires.Before(c.sessions[soonest].expires) {
-			soonest = k
-		}
-	}
-	if len(c.sessions) >= MaxSessions {
-		delete(c.sessions, soonest)
-	}
-	c.sessions[id] = s
-	c.mu.Unlock()
-	setCookie(w, r, sessionCookie, id, int(SessionTTL/time.Second))
+	s := &session{who: who, csrf: randomToken(), expires: c.cfg.Ledger.Now().Add(SessionTTL)}
+	setCookie(w, r, sessionCookie, c.sessions.seal(s), int(SessionTTL/time.Second))
 	return s
 }
 
@@ -395,7 +393,7 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.URL.Query().Get("ended") {
 	case "1":
-		v.Notice = "Your session has ended (a session lasts 12 hours, ends when you sign out, and a restart of the service ends them all). Sign in again."
+		v.Notice = "Your session has ended (a session lasts 12 hours, and ends when you sign out or when its token is removed or changed). Sign in again."
 	case "post":
 		v.Notice = "Your session had ended, so what you submitted was not recorded. Sign in again, then submit it again."
 	}
@@ -427,18 +425,12 @@ func (c *Console) signin(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, "signin", page{Title: "Sign in", Body: v})
 }
 
-// signout ends the session (POST with the CSRF token).
+// signout ends the session (POST): the browser drops its cookie, and with it the session on every replica
+// (sessions.go says what that does not end).
 func (c *Console) signout(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		return
-	}
-	if ck, err := r.Cookie(sessionCookie); err == nil {
-		c.mu.Lock()
-		if s := c.sessions[ck.Value]; s != nil && c.validCSRF(s, r) {
-			delete(c.sessions, ck.Value)
-		}
-		c.mu.Unlock()
 	}
 	setCookie(w, r, sessionCookie, "", -1)
 	http.Redirect(w, r, Prefix+"signin", http.StatusSeeOther)
@@ -451,4 +443,22 @@ type signinView struct {
 	// Notice says why the sign-in page is shown (a session that ended); Next is where signing in leads.
 	Notice string
 	Next   string
+}
+
+// pagePaths are the console's pages, under Prefix.
+var pagePaths = []string{"", "signin", "signout", "item", "item/resolve", "batch", "find", "overview"}
+
+// Route names the console page a request path asks for, for the request's log line and its metrics:
+// the page ("/console/item"), "/console/static/*file" for the stylesheet, script and icon, and
+// "/console/*path" for any other path, so that no caller's text becomes a metric's label.
+func Route(path string) string {
+	rest, ok := strings.CutPrefix(path, Prefix)
+	switch {
+	case !ok:
+	case slices.Contains(pagePaths, rest):
+		return Prefix + rest
+	case strings.HasPrefix(rest, "static/"):
+		return Prefix + "static/*file"
+	}
+	return Prefix + "*path"
 }

@@ -43,6 +43,9 @@ type env struct {
 	ledger *items.Ledger
 	srv    *httptest.Server
 	dir    string // the store's data directory
+	// another opens another connection to the env's MongoDB database, as another process would; nil on
+	// SQLite, which one process holds.
+	another func() store
 }
 
 // store is what the env runs on: SQLite, or MongoDB (the in-process FerretDB).
@@ -50,6 +53,12 @@ type store interface {
 	items.Store
 	handlers.OperatorStore
 }
+
+// storeKinds are the stores a test runs the console on: SQLite, and MongoDB (the in-process FerretDB).
+var storeKinds = []struct {
+	name  string
+	mongo bool
+}{{"sqlite", false}, {"mongodb", true}}
 
 type envOptions struct {
 	open    bool
@@ -66,14 +75,21 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
-	var store store
+	var another func() store
 	if o.mongo {
 		srv := mongotest.Start(t)
-		s, err := mongostore.Open(ctx, srv.URI(), srv.Database(), mongostore.WithTimeout(mongotest.StoreTimeout()))
-		if err != nil {
-			t.Fatal(err)
+		db := srv.Database()
+		another = func() store {
+			s, err := mongostore.Open(ctx, srv.URI(), db, mongostore.WithTimeout(mongotest.StoreTimeout()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
 		}
-		store = s
+	}
+	var store store
+	if another != nil {
+		store = another()
 	} else {
 		s, err := sqlitestore.Open(ctx, dir)
 		if err != nil {
@@ -105,7 +121,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			{Name: "n8n-prod", Tenant: "default", Role: handlers.RoleWorkflow, Secret: workflowSecret},
 		}
 	}
-	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger, dir: dir}
+	e := &env{t: t, ctx: ctx, clock: clock, store: store, ledger: ledger, dir: dir, another: another}
 	e.srv = httptest.NewServer(handlers.New(cfg))
 	t.Cleanup(e.srv.Close)
 	return e
@@ -177,9 +193,15 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 // page GETs a console path and returns the status, body and the first CSRF token in it.
 func (e *env) page(c *http.Client, path string) (int, string, string) {
 	e.t.Helper()
-	resp, err := c.Get(e.srv.URL + path)
+	return pageAt(e.t, c, e.srv.URL+path)
+}
+
+// pageAt GETs a page at address and returns the status, body and the first CSRF token in it.
+func pageAt(t testing.TB, c *http.Client, address string) (int, string, string) {
+	t.Helper()
+	resp, err := c.Get(address)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -237,7 +259,7 @@ func TestSignInKeepsAnOperatorInASessionCookieWithoutTheToken(t *testing.T) {
 		t.Fatalf("session cookie %+v, want HttpOnly, SameSite=Strict, path /console/, not Secure over plain http", session)
 	}
 	if strings.Contains(session.Value, operatorSecret) || len(session.Value) < 40 {
-		t.Fatalf("session cookie value %q: want a random id, never the token", session.Value)
+		t.Fatalf("session cookie value %q: want the sealed session, never the token", session.Value)
 	}
 	status, body, _ := e.page(c, "/console/")
 	if status != http.StatusOK || !strings.Contains(body, "ops-alice") {
@@ -257,7 +279,7 @@ func TestSignInKeepsAnOperatorInASessionCookieWithoutTheToken(t *testing.T) {
 		t.Fatal("with X-Forwarded-Proto: https the session cookie is not Secure")
 	}
 
-	// Signing out ends the session on the server: the old cookie no longer opens the queue.
+	// Signing out drops the session cookie: the browser has no session any more.
 	_, _, csrf = e.page(c, "/console/")
 	if resp, _ := e.post(c, "/console/signout", url.Values{"csrf": {csrf}}, nil); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("sign-out answered %d", resp.StatusCode)

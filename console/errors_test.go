@@ -82,7 +82,7 @@ func TestErrorPagesSayWhatHappenedAndWhereToGoOn(t *testing.T) {
 	}
 }
 
-// A session that ended (expired, signed out elsewhere, a restart) sends the browser to sign in with a
+// A session that ended (expired, signed out, its token removed) sends the browser to sign in with a
 // sentence saying so, and signing in leads back to the page asked for (a Slack link's item); a form posted
 // with it says that it was not recorded. The sign-in never leads to another site. (It used to send every
 // such request to a bare sign-in page, and from there to the queue.)

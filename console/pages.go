@@ -67,7 +67,7 @@ var funcs = template.FuncMap{
 	"age":            items.Age,
 	"itemURL":        itemURL,
 	"batchURL":       batchURL,
-	"alertText":      func(s string) string { return wordOf(alertWords, s) },
+	"alertText":      alertText,
 	"classText":      func(c items.ErrorClass) string { return wordOf(classWords, string(c)) },
 	"resolutionText": func(o string) string { return wordOf(resolutionWords, o) },
 	"stateText":      func(s items.State) string { return wordOf(stateWords, string(s)) },
@@ -219,7 +219,7 @@ func (c *Console) row(it *items.Item, now time.Time) row {
 	rw.CheckHint = c.cfg.Target(it).CheckHint
 	rw.NeedsPerson = it.NeedsPerson
 	if it.AlertStatus != "" {
-		rw.Alert = wordOf(alertWords, it.AlertStatus)
+		rw.Alert = alertText(it.AlertStatus, it.AlertedTo())
 	}
 	return rw
 }
@@ -462,6 +462,14 @@ func (c *Console) timelineEvent(e items.Event) event {
 	if ev.Title == "" {
 		ev.Title = e.Kind
 	}
+	if e.Kind == items.EventAlerted || e.Kind == items.EventEscalated {
+		if _, logged := toTheLog(strings.TrimPrefix(e.Note, "to ")); logged {
+			ev.Title = "Alert written to the service's log (nobody was notified)"
+			if e.Kind == items.EventEscalated {
+				ev.Title = "Escalation written to the service's log (nobody was notified)"
+			}
+		}
+	}
 	add := func(name, value string) {
 		if value != "" {
 			ev.Details = append(ev.Details, detail{Name: name, Value: value})
@@ -608,7 +616,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request, s *session) {
 				br.Why = c.causeText(it.NeedsPersonCause)
 			}
 			if it.AlertStatus != "" {
-				br.Alert = wordOf(alertWords, it.AlertStatus)
+				br.Alert = alertText(it.AlertStatus, it.AlertedTo)
 			}
 		}
 		v.Rows = append(v.Rows, br)

@@ -102,10 +102,7 @@ type outbox interface {
 // escalation and its message. The page used to say only "due, not sent yet" from the item's alert status.
 func TestTheItemPageShowsItsAlertRecords(t *testing.T) {
 	t.Parallel()
-	for _, kind := range []struct {
-		name  string
-		mongo bool
-	}{{"sqlite", false}, {"mongodb", true}} {
+	for _, kind := range storeKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, envOptions{open: true, mongo: kind.mongo})
@@ -207,5 +204,66 @@ func TestTheItemPageShowsItsAlertRecords(t *testing.T) {
 				"to U0LEAD at "+escAt.UTC().Format("2006-01-02 15:04:05Z")+", when it was due",
 				`href="https://slack.com/archives/C0LEAD/p1764593700000200"`, `href="https://slack.com/archives/C0ALERTS/p1764590000000100"`)
 		})
+	}
+}
+
+// An alert that went to the service's log (no owner configured, or no Slack) says so on the item page, its
+// alerts card, its timeline, the queue and the batch page: nobody was notified. They used to say "sent to
+// the owner", and the card "to (no owner configured)" with a message "in log at ts " and no ts.
+func TestAnAlertWrittenToTheLogSaysNobodyWasNotified(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envOptions{open: true})
+	// billing names its owner (U0BILLING), and there is no Slack: the log, for U0BILLING.
+	e.unknownItem("k-owned", "QT-O", "b-log", 0)
+	// slow names none: the log, for nobody.
+	a, err := e.ledger.BeforeWrite(e.ctx, items.BeforeWriteParams{Tenant: "default", Key: "k-unowned", Fingerprint: fingerprint,
+		Destination: "slow", Dedupe: items.DedupeNone, BatchID: "b-log", BatchIndex: new(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ledger.AfterWrite(e.ctx, items.AfterWriteParams{Tenant: "default", Key: "k-unowned", Claim: a.Claim,
+		Evidence: items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.dispatchToTheLog(); n.Messages != 2 || n.Alerted != 2 {
+		t.Fatalf("the dispatch to the log did %+v, want 2 messages with an alert each", n)
+	}
+	c := e.client()
+	for key, why := range map[string]string{
+		"k-owned":   "written to the service&#39;s log for U0BILLING, not sent to them: Slack is not configured (SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET)",
+		"k-unowned": "written to the service&#39;s log, not sent to anyone: no owner is configured for this item",
+	} {
+		status, body, _ := e.page(c, "/console/item?key="+key)
+		if status != http.StatusOK {
+			t.Fatalf("item page of %s: %d", key, status)
+		}
+		i := strings.Index(body, `id="alerts"`)
+		card := body[i : i+strings.Index(body[i:], "</section>")]
+		for where, got := range map[string]string{"the item's alert fact": body[strings.Index(body, `id="alert"`):], "the alerts card": card} {
+			if !strings.Contains(got, why) {
+				t.Errorf("%s of %s does not say %q:\n%s", where, key, why, got[:min(len(got), 1500)])
+			}
+		}
+		for _, untrue := range []string{"sent to the owner", "at ts", "(no owner configured)", "posted</dt>"} {
+			if strings.Contains(card, untrue) {
+				t.Errorf("the alerts card of %s says %q:\n%s", key, untrue, card)
+			}
+		}
+		if !strings.Contains(card, "none in Slack: a warning line in the service&#39;s log names the item") {
+			t.Errorf("the alerts card of %s does not say where the alert is:\n%s", key, card)
+		}
+		if !strings.Contains(body, "Alert written to the service&#39;s log (nobody was notified)") || strings.Contains(body, "Alert sent") {
+			t.Errorf("the timeline of %s does not say the alert went to the log", key)
+		}
+	}
+	_, queue, _ := e.page(c, "/console/")
+	_, batch, _ := e.page(c, "/console/batch?id=b-log")
+	for page, body := range map[string]string{"queue": queue, "batch page": batch} {
+		if r := rowOf(t, body, "k-unowned"); !strings.Contains(r, "Alert: written to the service&#39;s log, not sent to anyone") {
+			t.Errorf("the %s's row of k-unowned says:\n%s", page, r)
+		}
+		if r := rowOf(t, body, "k-owned"); !strings.Contains(r, "for U0BILLING, not sent to them") {
+			t.Errorf("the %s's row of k-owned says:\n%s", page, r)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -211,9 +212,10 @@ func New(cfg Config) http.Handler {
 	if cfg.Operators != nil && !cfg.Console.Off {
 		notFound += ", the operator console is at /console/"
 	}
-	r.NoRoute(func(c *gin.Context) {
+	noRoute := func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: items.CodeNotFound, Message: "no such endpoint: " + c.Request.Method + " " + c.Request.URL.Path + notFound})
-	})
+	}
+	r.NoRoute(noRoute)
 	r.NoMethod(func(c *gin.Context) {
 		s.writeError(c, &items.Error{Code: CodeMethodNotAllowed, Message: c.Request.Method + " is not allowed here; allowed: " + c.Writer.Header().Get("Allow")})
 	})
@@ -227,6 +229,8 @@ func New(cfg Config) http.Handler {
 	}
 	if cfg.Operators != nil && !cfg.Console.Off {
 		s.mountConsole(r, cfg)
+		r.GET("/", s.home(noRoute))
+		r.HEAD("/", s.home(noRoute))
 	}
 	return r
 }
@@ -235,10 +239,7 @@ func New(cfg Config) http.Handler {
 // (an operator token, then a session cookie), with this service's tokens, resolver and error table.
 func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 	c := console.New(console.Config{Ledger: s.ledger, Store: s.operators, Resolver: s.resolver, Batches: s.batches,
-		Authenticate: func(secret string) (console.Principal, bool) {
-			p, ok := s.auth.lookup(secret)
-			return console.Principal{Name: p.Name, Tenant: p.Tenant, Operator: p.Role == RoleOperator}, ok
-		},
+		Authenticate: s.auth.consolePrincipal, Recheck: s.auth.consoleRecheck,
 		Open:  s.auth.open,
 		Local: console.Principal{Name: OpenPrincipal.Name, Tenant: OpenPrincipal.Tenant, Operator: true},
 		Errors: func(err error) console.PublicError {
@@ -250,7 +251,7 @@ func (s *server) mountConsole(r *gin.Engine, cfg Config) {
 		QueueLimit: cfg.Console.QueueLimit, Logger: s.log, StoreKind: cfg.StoreKind})
 	h := gin.WrapH(c)
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost} {
-		r.Handle(m, "/console/*path", h)
+		r.Handle(m, consoleRoute, h)
 	}
 	r.GET("/console", func(c *gin.Context) { c.Redirect(http.StatusMovedPermanently, console.Prefix) })
 }
@@ -266,4 +267,19 @@ func consoleOrigins(publicURL string, allowedHosts []string) []string {
 		out = append(out, "https://"+h, "http://"+h)
 	}
 	return out
+}
+
+// consoleRoute is the one route of the console's pages.
+const consoleRoute = "/console/*path"
+
+// home answers GET / : a browser (it accepts text/html) is sent to the console; an API client gets the
+// 404 of any unknown endpoint, which names where to go.
+func (s *server) home(notFound gin.HandlerFunc) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if strings.Contains(c.GetHeader("Accept"), "text/html") {
+			c.Redirect(http.StatusSeeOther, console.Prefix)
+			return
+		}
+		notFound(c)
+	}
 }

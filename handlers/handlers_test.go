@@ -191,7 +191,7 @@ func TestParseAndCheckTokens(t *testing.T) {
 	}
 }
 
-// An address opened in a browser (GET /) or a mistyped path says where the endpoints are listed and,
+// An API client's GET / (a browser's goes to the console) or a mistyped path says where the endpoints are listed and,
 // where it is served, where the operator console is, not only that nothing is there.
 func TestNoSuchEndpointSaysWhereToGo(t *testing.T) {
 	withConsole, _ := operatorService(t, items.Config{}, nil)

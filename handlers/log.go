@@ -9,6 +9,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
+	"github.com/replaysafe/companion/console"
 	"github.com/replaysafe/companion/items"
 )
 
@@ -40,11 +41,17 @@ func lineOf(c *gin.Context) *requestLine {
 	return l
 }
 
+// routeOf names the request's route for its log line and metrics: gin's route pattern, never the raw path,
+// except for the console, whose one route serves several pages: its page (console.Route).
 func routeOf(c *gin.Context) string {
-	if r := c.FullPath(); r != "" {
+	switch r := c.FullPath(); r {
+	case "":
+		return "unmatched"
+	case consoleRoute:
+		return console.Route(c.Request.URL.Path)
+	default:
 		return r
 	}
-	return "unmatched"
 }
 
 // serveRequests runs every request: a panic in its handler becomes a 500 (recoverPanics), then its

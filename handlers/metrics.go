@@ -76,11 +76,12 @@ func (m *Metrics) ObserveRequest(method, route string, status int, took time.Dur
 	m.requests.WithLabelValues(method, route, strconv.Itoa(status)).Observe(took.Seconds())
 }
 
-// gatherer returns what one scrape shows: the process's measures, and the ledger's of each tenant in
-// stats. only, when not empty, keeps of the process's series with a tenant label that tenant's alone.
-func (m *Metrics) gatherer(stats []*items.Stats, only string) prometheus.Gatherer {
+// gatherer returns what one scrape shows: the process's measures, the ledger's of each tenant in sc, and
+// the scrape's own (the store's readiness, the measures per destination). only, when not empty, keeps of
+// the process's series with a tenant label that tenant's alone.
+func (m *Metrics) gatherer(sc scrapeCollector, only string) prometheus.Gatherer {
 	ledger := prometheus.NewRegistry()
-	ledger.MustRegister(ledgerCollector{stats})
+	ledger.MustRegister(ledgerCollector{sc.stats}, sc)
 	var process prometheus.Gatherer = m.process
 	if only != "" {
 		process = tenantSeries{m.process, only}

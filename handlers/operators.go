@@ -179,16 +179,23 @@ func (s *server) metrics(c *gin.Context) {
 	if p, ok := principalOf(c); ok && !s.auth.open {
 		tenants, only = []string{p.Tenant}, p.Tenant
 	}
+	// The process's measures and companion_store_ready 0 are served all the same when the ledger cannot be
+	// read: a store that cannot be read is what an alert rule must see, rather than a scrape that fails like
+	// a process that is down.
+	ctx := c.Request.Context()
 	stats := make([]*items.Stats, 0, len(tenants))
+	var err error
 	for _, tenant := range tenants {
-		st, err := s.operators.Stats(c.Request.Context(), tenant, s.ledger.Now())
-		if err != nil {
-			s.writeError(c, err)
-			return
+		var st *items.Stats
+		if st, err = s.operators.Stats(ctx, tenant, s.ledger.Now()); err != nil {
+			s.log.WarnContext(ctx, "metrics: the ledger's measures could not be read; served without them (companion_store_ready 0)", "error", err)
+			stats = nil
+			break
 		}
 		stats = append(stats, st)
 	}
-	promhttp.HandlerFor(s.metricsOf.gatherer(stats, only), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
+	sc := scrapeCollector{ready: err == nil && s.ready(ctx) == nil, stats: stats, cfg: s.ledger.Config()}
+	promhttp.HandlerFor(s.metricsOf.gatherer(sc, only), promhttp.HandlerOpts{}).ServeHTTP(c.Writer, c.Request)
 }
 
 // observeDecision counts a before-write decision, and keeps a fingerprint conflict in the ledger's

@@ -2,6 +2,7 @@ package items
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -120,4 +121,20 @@ func (l *Ledger) RecordAlerts(ctx context.Context, tenant string, marks []AlertM
 		}
 	}
 	return n, err
+}
+
+// AlertedTo returns to whom the alert (or escalation) about the item's current attempt went, as the
+// dispatcher gave it to RecordAlerts: an owner's id, or the words it uses for the service's log ("the log",
+// "<owner> (in the log)"). Empty when no alert of this attempt went out.
+func (it *Item) AlertedTo() string {
+	for i := len(it.History) - 1; i >= 0; i-- {
+		e := it.History[i]
+		if e.Attempt != it.Attempt {
+			return ""
+		}
+		if e.Kind == EventAlerted || e.Kind == EventEscalated {
+			return strings.TrimPrefix(e.Note, "to ")
+		}
+	}
+	return ""
 }

@@ -33,6 +33,7 @@ type OperatorStore interface {
 	RequestEscalation(ctx context.Context, tenant, key, by string, now time.Time) (int, error)
 	ItemAlerts(ctx context.Context, tenant, key string) ([]items.Alert, error)
 	MessageAlerts(ctx context.Context, channel, ts string) ([]items.Alert, error)
+	SettledAlerts(ctx context.Context, limit int) ([]items.Alert, error)
 	ListItems(ctx context.Context, p items.ListParams) (items.ItemPage, error)
 	// NeedsPersonCount counts a tenant's items needing a person (the kept counts).
 	NeedsPersonCount(ctx context.Context, tenant string) (int, error)
@@ -706,6 +707,75 @@ func exerciseOutbox(t *testing.T, open func(t *testing.T) OperatorStore, opts Op
 		}
 		if closed, _ := h.ops.CloseAlert(h.ctx, got[0], h.now()); closed {
 			t.Fatal("a closed alert was closed again")
+		}
+	})
+
+	// SettledAlerts finds the messages that may still carry live buttons: alerts that went out (sent or
+	// escalated) and are open, whose item no longer waits for a person in their attempt (settled by a
+	// lookup, a report or a person elsewhere, claimed again, or gone). Not those still waiting, nor
+	// pending or closed ones.
+	t.Run("SettledAlertsAreTheDeliveredOnesWhoseItemNoLongerWaits", func(t *testing.T) {
+		t.Parallel()
+		h := newOpsHarness(t, open)
+		for _, k := range []string{"waiting", "settled", "escalated", "pending", "closed", "claimed-again"} {
+			h.unknownAfterTimeout(k)
+			add(h, alert(h, k, items.CauseNoDedupe, "U0ANNA", ""))
+		}
+		add(h, alert(h, "gone", items.CauseNoDedupe, "U0ANNA", ""))
+		// Every alert but pending's goes out in one message.
+		if n, err := h.ops.CloseAlert(h.ctx, items.Alert{Tenant: tenantA, Key: "pending", Attempt: 1, Cause: items.CauseNoDedupe}, h.now()); err != nil || !n {
+			t.Fatalf("set pending's alert aside: %v %v", n, err)
+		}
+		claim(h, items.AlertGroup{Tenant: tenantA, Owner: "U0ANNA"}, "c1")
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "c1", Channel: "D1", TS: "1.1", At: h.now()}); err != nil || n != 6 {
+			t.Fatalf("finish: %d %v, want 6", n, err)
+		}
+		// pending's alert is due again (a later cause of the same attempt), not delivered.
+		add(h, alert(h, "pending", items.CauseStale, "U0ANNA", ""))
+		if _, err := h.ops.RequestEscalation(h.ctx, tenantA, "escalated", "slack:U0ANNA", h.now()); err != nil {
+			t.Fatal(err)
+		}
+		claim(h, items.AlertGroup{Tenant: tenantA, Owner: "U0BOSS", Escalation: true}, "e1")
+		if n, err := h.ops.FinishAlerts(h.ctx, items.AlertDelivery{Claim: "e1", Channel: "D9", TS: "2.2", At: h.now(), Escalation: true}); err != nil || n != 1 {
+			t.Fatalf("finish the escalation: %d %v", n, err)
+		}
+		if n, err := h.ops.CloseItemAlerts(h.ctx, tenantA, "closed", h.now()); err != nil || n != 1 {
+			t.Fatalf("close: %d %v", n, err)
+		}
+		if got, err := h.ops.SettledAlerts(h.ctx, 10); err != nil || len(got) != 1 || got[0].Key != "gone" {
+			t.Fatalf("before any item is settled: %v (%v), want only the alert of the item that is gone", akeys(got), err)
+		}
+		for _, k := range []string{"settled", "escalated", "pending", "closed", "claimed-again"} {
+			outcome := items.ResolveSucceeded
+			if k == "claimed-again" {
+				outcome = items.ResolveNotCommitted
+			}
+			if _, _, err := h.ledger.Resolve(h.ctx, items.ResolveParams{Tenant: tenantA, Key: k, Outcome: outcome,
+				Evidence: "checked the destination", By: "ops"}); err != nil {
+				t.Fatalf("resolve %s: %v", k, err)
+			}
+		}
+		h.unknownAfterTimeout("claimed-again") // attempt 2 waits for a person: not the attempt of its alert
+		got, err := h.ops.SettledAlerts(h.ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys := akeys(got); !slices.Equal(keys, []string{"claimed-again", "escalated", "gone", "settled"}) {
+			t.Fatalf("settled alerts %v, want [claimed-again escalated gone settled]", keys)
+		}
+		if got[1].Status != items.AlertEscalated || got[1].EscalationTS != "2.2" || got[3].TS != "1.1" || got[3].Channel != "D1" {
+			t.Errorf("settled alerts lack where their messages are: %+v", got)
+		}
+		if got, err := h.ops.SettledAlerts(h.ctx, 2); err != nil || len(got) != 2 {
+			t.Fatalf("limit 2: %d alerts (%v)", len(got), err)
+		}
+		for _, a := range got {
+			if _, err := h.ops.CloseAlert(h.ctx, a, h.now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := h.ops.SettledAlerts(h.ctx, 10); err != nil || len(got) != 0 {
+			t.Fatalf("after closing them: %v (%v)", akeys(got), err)
 		}
 	})
 }

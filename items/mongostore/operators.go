@@ -1,6 +1,7 @@
 package mongostore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -493,6 +494,79 @@ func (s *Store) MessageAlerts(ctx context.Context, channel, ts string) ([]items.
 		bson.D{{Key: "escalation_channel", Value: channel}, {Key: "escalation_ts", Value: ts}},
 	}}})
 }
+
+// SettledAlerts returns up to limit alerts that went out (sent or escalated) and are still open although
+// their item no longer waits for a person in their attempt: settled, claimed again, or gone. Their messages
+// may still carry live buttons. It reads the open delivered alerts (index status_group: about as many as
+// the items waiting for a person) and their items, a page of alerts at a time. Returns ErrUnavailable.
+func (s *Store) SettledAlerts(ctx context.Context, limit int) ([]items.Alert, error) {
+	delivered := bson.D{{Key: "status", Value: bson.D{{Key: "$in", Value: bson.A{items.AlertSent, items.AlertEscalated}}}}}
+	cur, err := s.alerts().Find(ctx, delivered, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, unavailable("find settled alerts", err)
+	}
+	defer cur.Close(ctx)
+	var out []items.Alert
+	page := make([]alertDoc, 0, settledAlertsPage)
+	flush := func() error {
+		ids := bson.A{}
+		for _, d := range page {
+			ids = append(ids, itemID(d.Tenant, d.Key))
+		}
+		icur, err := s.items.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}},
+			options.Find().SetProjection(bson.D{{Key: "needs_person", Value: 1}, {Key: "attempt", Value: 1}}))
+		if err != nil {
+			return unavailable("find settled alerts' items", err)
+		}
+		var found []struct {
+			ID          string `bson:"_id"`
+			NeedsPerson bool   `bson:"needs_person"`
+			Attempt     int    `bson:"attempt"`
+		}
+		if err := icur.All(ctx, &found); err != nil {
+			return unavailable("find settled alerts' items", err)
+		}
+		waiting := map[string]int{} // item id → the attempt it waits for a person in
+		for _, f := range found {
+			if f.NeedsPerson {
+				waiting[f.ID] = f.Attempt
+			}
+		}
+		for _, d := range page {
+			if attempt, ok := waiting[itemID(d.Tenant, d.Key)]; (!ok || attempt != d.Attempt) && len(out) < limit {
+				out = append(out, d.alert())
+			}
+		}
+		page = page[:0]
+		return nil
+	}
+	for len(out) < limit && cur.Next(ctx) {
+		var d alertDoc
+		if err := cur.Decode(&d); err != nil {
+			return nil, unavailable("find settled alerts", err)
+		}
+		if page = append(page, d); len(page) == settledAlertsPage {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := cur.Err(); err != nil {
+		return nil, unavailable("find settled alerts", err)
+	}
+	if len(page) > 0 && len(out) < limit {
+		if err := flush(); err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(out, func(a, b items.Alert) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Key, b.Key))
+	})
+	return out, nil
+}
+
+// settledAlertsPage is how many open delivered alerts SettledAlerts checks against their items per query.
+const settledAlertsPage = 200
 
 // ListItems returns one page of the tenant's items matching p, newest change first. Returns an
 // invalid_request error for a cursor it did not make, ErrUnavailable.

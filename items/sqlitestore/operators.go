@@ -47,6 +47,7 @@ CREATE INDEX IF NOT EXISTS alerts_message ON alerts (channel, ts);
 CREATE INDEX IF NOT EXISTS alerts_escalation_message ON alerts (escalation_channel, escalation_ts);
 CREATE INDEX IF NOT EXISTS alerts_owner ON alerts (tenant, owner);
 CREATE INDEX IF NOT EXISTS alerts_claim ON alerts (claim) WHERE claim IS NOT NULL;
+CREATE INDEX IF NOT EXISTS alerts_delivered_open ON alerts (tenant, key) WHERE status IN ('sent', 'escalated');
 CREATE TABLE IF NOT EXISTS counters (
 	tenant      TEXT NOT NULL,
 	destination TEXT NOT NULL,
@@ -432,6 +433,33 @@ func (s *Store) MessageAlerts(ctx context.Context, channel, ts string) ([]items.
 		return nil, unavailable(err)
 	}
 	return scanAlerts(rows)
+}
+
+// SettledAlerts returns up to limit alerts that went out (sent or escalated) and are still open although
+// their item no longer waits for a person in their attempt: settled, claimed again, or gone. Their messages
+// may still carry live buttons. They are read from the open delivered alerts alone (alerts_delivered_open,
+// about as many as the items waiting for a person), each item found by its key. Returns ErrUnavailable.
+func (s *Store) SettledAlerts(ctx context.Context, limit int) ([]items.Alert, error) {
+	rows, err := s.r.QueryContext(ctx, settledAlertsSQL, limit)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return scanAlerts(rows)
+}
+
+// settledAlertsSQL is SettledAlerts' query.
+var settledAlertsSQL = `SELECT ` + prefixed("a.", alertColumns) + ` FROM alerts AS a INDEXED BY alerts_delivered_open
+	LEFT JOIN items AS i ON i.tenant = a.tenant AND i.key = a.key
+	WHERE a.status IN ('sent', 'escalated') AND (i.id IS NULL OR i.needs_person = 0 OR i.attempt != a.attempt)
+	ORDER BY a.tenant, a.key LIMIT ?`
+
+// prefixed qualifies each of a comma-separated list of columns with prefix ("a.").
+func prefixed(prefix, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }
 
 // ListItems returns one page of the tenant's items matching p, newest change first. Returns an

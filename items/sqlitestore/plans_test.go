@@ -84,6 +84,8 @@ func TestQueryPlans(t *testing.T) {
 			[]string{"SEARCH series USING PRIMARY KEY (tenant=? AND step=? AND start>? AND start<?)"}},
 		{"RemoveSeriesRows", removeSeriesSQL, []any{"1h", 3600}, []string{"SEARCH series USING INDEX series_start (step=? AND start<?)"}},
 		{"Releases", releasesSQL, []any{0, now.UnixNano()}, []string{"USING INDEX releases_at (at>? AND at<?)"}},
+		{"SettledAlerts", settledAlertsSQL, []any{100},
+			[]string{"SCAN a USING INDEX alerts_delivered_open", "SEARCH i USING INDEX items_key (tenant=? AND key=?)"}},
 		{"ClaimProbe", claimProbeSQL, []any{"acme", "k", 1, 1, "p", now.UnixNano(), "acme", "k", 1, now.UnixNano()},
 			[]string{"USING INDEX items_key"}},
 	}

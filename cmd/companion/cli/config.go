@@ -208,26 +208,9 @@ type fileSettings struct {
 // readConfig reads and checks the configuration file, lookups included. getenv resolves the secrets of
 // its tokens and lookup headers.
 func readConfig(path string, getenv func(string) string) (fileSettings, error) {
-	b, err := os.ReadFile(path)
+	fc, probs, err := decodeConfig(path)
 	if err != nil {
-		return fileSettings{}, configReadError(path, err)
-	}
-	var fc fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	probs := &configProblems{path: path}
-	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
-		var root yaml.Node
-		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
-		problems := yamlProblems(err, &root, b)
-		var te *yaml.TypeError
-		if !errors.As(err, &te) {
-			// Not YAML: nothing was decoded, so there is nothing more to check.
-			return fileSettings{}, fmt.Errorf("config %s:\n  %s", path, strings.Join(problems, "\n  "))
-		}
-		// An unknown field or a misplaced list: the rest was decoded, and its own problems are told in
-		// the same run, so that one start names every problem of the file, not one per try.
-		probs.list = problems
+		return fileSettings{}, err
 	}
 	lookups := map[string]probes.Lookup{}
 	if fc.Defaults.Lookup != nil {
@@ -369,6 +352,34 @@ func splitList(name, value string, problem func(string) string) ([]string, error
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// decodeConfig reads the configuration file and decodes it, refusing unknown fields. It returns an error
+// for a file that cannot be read or is not YAML; otherwise the problems found so far (unknown fields, a
+// misplaced list), to which the caller adds those of the fields it checks, so that one run names every
+// problem of the file, not one per try.
+func decodeConfig(path string) (fileConfig, *configProblems, error) {
+	var fc fileConfig
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fc, nil, configReadError(path, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	probs := &configProblems{path: path}
+	if err := dec.Decode(&fc); err != nil && !errors.Is(err, io.EOF) {
+		var root yaml.Node
+		_ = yaml.Unmarshal(b, &root) // the same text decoded once more, for the paths of unknown fields
+		problems := yamlProblems(err, &root, b)
+		var te *yaml.TypeError
+		if !errors.As(err, &te) {
+			// Not YAML: nothing was decoded, so there is nothing more to check.
+			return fc, nil, fmt.Errorf("config %s:\n  %s", path, strings.Join(problems, "\n  "))
+		}
+		// An unknown field or a misplaced list: the rest was decoded.
+		probs.list = problems
+	}
+	return fc, probs, nil
 }
 
 // retentionProblem is the ledger's problem with a destination's retention and what to write instead:

@@ -213,6 +213,10 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		AllowedHosts: settings.allowedHosts, TrustedProxies: settings.trustedProxies, PublicURL: publicURL}
 	alertSvc.handlersConfig(&hc)
 	hc.Metrics = handlers.NewMetrics()
+	if err := hc.Metrics.Register(alertsCollector{alertSvc}); err != nil {
+		store.Close()
+		return err
+	}
 	if prober != nil {
 		if err := hc.Metrics.Register(proberCollector{prober}); err != nil {
 			store.Close()

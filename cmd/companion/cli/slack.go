@@ -10,6 +10,7 @@ import (
 
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/items"
 )
 
 func init() {
@@ -30,8 +31,9 @@ The manifest names the app and its bot user, asks for the bot scopes the alerts 
 with a configuration file, only those its owners need, unless --all-scopes) and turns interactivity on
 with the request URL <public URL>` + handlers.SlackActionsPath + `, where Slack sends the buttons. Nothing
 else: no events, no slash commands. The public URL is --public-url, else COMPANION_PUBLIC_URL, else
-public_url: in the configuration file (--config, env COMPANION_CONFIG), as serve reads it; it must be
-https, the only scheme Slack sends interactions to. The manifest goes to standard output, what to do
+public_url: in the configuration file (--config, env COMPANION_CONFIG); it must be https, the only
+scheme Slack sends interactions to. Of the file it reads only the owners and public_url: the secrets
+its tokens and lookups name need not be set yet. The manifest goes to standard output, what to do
 next to standard error. Then install the app, and start companion with its bot token (SLACK_BOT_TOKEN)
 and signing secret (SLACK_SIGNING_SECRET): docs/operators.md#slack-setup.`
 
@@ -71,11 +73,10 @@ func (m *Main) slackManifest(_ context.Context, args []string) error {
 	var owners []string
 	var filePublicURL string
 	if *configPath != "" {
-		cfg, routing, _, pu, err := loadConfig(*configPath, m.Getenv)
-		if err != nil {
+		var err error
+		if owners, filePublicURL, err = manifestSettings(*configPath); err != nil {
 			return err
 		}
-		owners, filePublicURL = configOwners(cfg, routing), pu
 	}
 	base, source, err := m.manifestPublicURL(*publicURL, filePublicURL, *configPath)
 	if err != nil {
@@ -131,6 +132,43 @@ func (m *Main) slackManifest(_ context.Context, args []string) error {
 		"(the "+strings.ToUpper(*format)+" tab) → Create. Then Install to Workspace, and start companion with the Bot User OAuth Token "+
 		"as SLACK_BOT_TOKEN and Basic Information's Signing Secret as SLACK_SIGNING_SECRET (docs/operators.md#slack-setup).\n")
 	return nil
+}
+
+// manifestSettings reads of the configuration file only what the manifest needs: the owners (their kinds
+// decide the scopes) and public_url. The file's shape is checked (an unknown field may be a misspelt owner),
+// but no token or lookup secret is resolved and nothing else is checked: the manifest is printed before
+// the deployment's secrets exist.
+func manifestSettings(path string) (owners []string, publicURL string, err error) {
+	fc, probs, err := decodeConfig(path)
+	if err != nil {
+		return nil, "", err
+	}
+	var cfg items.Config
+	ownersOf := func(dc destinationConfig, where string) items.Destination {
+		var d items.Destination
+		if check(dc.Owner, where+".owner", probs) {
+			d.Owner = dc.Owner.Value
+		}
+		if check(dc.EscalateTo, where+".escalate_to", probs) {
+			d.EscalateTo = dc.EscalateTo.Value
+		}
+		return d
+	}
+	cfg.Defaults = ownersOf(fc.Defaults, "defaults")
+	cfg.Destinations = map[string]items.Destination{}
+	for name, dc := range fc.Destinations {
+		cfg.Destinations[name] = ownersOf(dc, "destinations."+name)
+	}
+	routing := fc.Alerts.routing(probs)
+	if f := fc.PublicURL; check(f, "public_url", probs) {
+		if err := checkPublicURL(f.Value); err != nil {
+			probs.add(f.Line, "public_url", err.Error())
+		}
+	}
+	if err := probs.err(); err != nil {
+		return nil, "", err
+	}
+	return configOwners(cfg, routing), fc.PublicURL.Value, nil
 }
 
 // manifestFlags name the flag behind each manifest field a user sets.

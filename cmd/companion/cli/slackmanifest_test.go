@@ -82,9 +82,11 @@ func parseManifest(t *testing.T, format, out string) manifest {
 	return m
 }
 
-func allScopeNames() []string {
+func allScopeNames() []string { return scopeNames(alerts.SlackScopes()) }
+
+func scopeNames(scopes []alerts.SlackScope) []string {
 	var names []string
-	for _, s := range alerts.SlackScopes() {
+	for _, s := range scopes {
 		names = append(names, s.Name)
 	}
 	return names
@@ -153,6 +155,48 @@ func TestSlackManifestCarriesEveryScopeAndTheRequestURL(t *testing.T) {
 	if m.Display.Name != "Acme alerts" || m.Features.BotUser.DisplayName != "acme-alerts" || m.Display.Description != "Alerts of Acme's workflows" ||
 		m.Settings.Interactivity.RequestURL != "https://ops.example.com/companion/v1/slack/actions" {
 		t.Errorf("flags: %+v", m)
+	}
+}
+
+// The manifest reads of the configuration file only the owners and public_url: a file whose token and
+// lookup secrets are not set yet (the app is made before the deployment's secrets exist), and whose other
+// settings the service would refuse, still gives its manifest, with the scopes its owners need. A
+// misspelt field is still refused: it may be an owner.
+func TestSlackManifestReadsOnlyTheOwnersAndThePublicURL(t *testing.T) {
+	t.Parallel()
+	cfg := writeConfig(t, `public_url: https://c.example.com
+defaults:
+  owner: U024BE7LH
+  retention: 1h
+destinations:
+  crm:
+    escalate_to: C024BE91L
+    lookup:
+      url: https://api.crm.example/v2/deals?reference={reference}
+      headers:
+        Authorization: {env: CRM_LOOKUP_AUTH_NOT_SET}
+      found: {status: 200, path: results.0.id}
+tokens:
+  - {name: ops, tenant: default, role: operator, secret_env: COMPANION_OPS_SECRET_NOT_SET}
+`)
+	out, errOut, err := slackManifest(t, nil, "--config", cfg)
+	if err != nil {
+		t.Fatalf("a config whose secrets are not set: %v\n%s", err, errOut)
+	}
+	m := parseManifest(t, "json", out)
+	if got, want := m.OAuth.Scopes.Bot, scopeNames(alerts.NeededScopes([]string{"U024BE7LH", "C024BE91L"})); !slices.Equal(got, want) {
+		t.Errorf("scopes %q, want those of a user and a channel owner %q", got, want)
+	}
+	if m.Settings.Interactivity.RequestURL != "https://c.example.com/v1/slack/actions" {
+		t.Errorf("request URL %q", m.Settings.Interactivity.RequestURL)
+	}
+	// serve refuses the same file, naming what it lacks.
+	if err := cli.ReadConfig(cfg, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "COMPANION_OPS_SECRET_NOT_SET") {
+		t.Errorf("the service's loading of the same file: %v, want a refusal naming the unset secret", err)
+	}
+	typo := writeConfig(t, "public_url: https://c.example.com\ndestinations:\n  crm:\n    ownr: U1\n")
+	if _, _, err := slackManifest(t, nil, "--config", typo); err == nil || !strings.Contains(err.Error(), "ownr") {
+		t.Errorf("a misspelt owner: %v, want a refusal naming it", err)
 	}
 }
 

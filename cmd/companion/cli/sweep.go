@@ -572,8 +572,9 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	if prober != nil {
 		fmt.Fprintf(m.Stdout, "\nprobes of %s: %d read(s), %d item(s) settled", probesDescription(prober), sum(probed.Reads), sum(probed.Settled))
 	}
-	fmt.Fprintf(m.Stdout, "\nalerts to %s: %d queued, %d message(s) with %d alert(s), %d escalated, %d closed unsent, %d failed delivery\n",
-		a.where, sent.Queued, sent.Messages, sent.Alerted, sent.Escalated, sent.Closed, sent.Failed)
+	fmt.Fprintf(m.Stdout, "\nalerts to %s: %d queued, %d message(s) with %d alert(s), %d escalated, %d closed unsent, "+
+		"%d message(s) updated for items settled elsewhere, %d failed delivery\n",
+		a.where, sent.Queued, sent.Messages, sent.Alerted, sent.Escalated, sent.Closed, sent.Updated, sent.Failed)
 	return nil
 }
 
