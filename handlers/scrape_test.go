@@ -26,13 +26,13 @@ func TestMetricsServeTheStoresReadinessAndEachDestination(t *testing.T) {
 	svc.Clock.Advance(90 * time.Second)
 	m := metricValues(t, svc.Get(handlerstest.OperatorAcme, "/metrics").Body)
 	for name, want := range map[string]float64{
-		"companion_store_ready":                                                    1,
-		"companion_destination_needs_person{destination=billing}":                  2,
-		"companion_destination_oldest_unresolved_age_seconds{destination=billing}": 90,
-		"companion_destination_entered_unknown_total{destination=billing}":         2,
-		"companion_destination_escalate_after_seconds{destination=billing}":        3600,
-		"companion_destination_needs_person{destination=crm}":                      0,
-		"companion_destination_escalate_after_seconds{destination=crm}":            0,
+		"companion_store_ready": 1,
+		"companion_destination_needs_person{destination=billing,tenant=acme}":                  2,
+		"companion_destination_oldest_unresolved_age_seconds{destination=billing,tenant=acme}": 90,
+		"companion_destination_entered_unknown_total{destination=billing,tenant=acme}":         2,
+		"companion_destination_escalate_after_seconds{destination=billing,tenant=acme}":        3600,
+		"companion_destination_needs_person{destination=crm,tenant=acme}":                      0,
+		"companion_destination_escalate_after_seconds{destination=crm,tenant=acme}":            0,
 	} {
 		if got, ok := m[name]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", name, got, ok, want)
