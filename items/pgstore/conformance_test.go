@@ -1,0 +1,60 @@
+package pgstore_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/pgstore"
+	"github.com/replaysafe/companion/items/pgstore/pgtest"
+)
+
+// open opens a store in a schema of the test's own, closed and dropped when the test ends.
+func open(t testing.TB, opts ...pgstore.Option) *pgstore.Store {
+	t.Helper()
+	url, schema := pgtest.Schema(t)
+	s, err := pgstore.Open(context.Background(), url, schema, append([]pgstore.Option{pgstore.WithLogger(quiet)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestConformance runs the suite every store passes, its concurrency subtests included, each subtest on a
+// store of its own in a schema of its own.
+func TestConformance(t *testing.T) {
+	pgtest.URL(t)
+	itemstest.Exercise(t, func(t *testing.T) items.Store { return open(t) }, itemstest.Options{DocumentBytes: docSize})
+}
+
+// TestOperators runs the operator part of the suite (lists, sweeps, the alert outbox, stats, kept counts,
+// retention, probes).
+func TestOperators(t *testing.T) {
+	pgtest.URL(t)
+	itemstest.ExerciseOperators(t, func(t *testing.T) itemstest.OperatorStore { return open(t) }, itemstest.Options{})
+}
+
+// TestConformanceWithoutGroups runs the suite's transitions and their concurrency with every transition in
+// a transaction of its own (WithCommitters(0)), the store's other way of committing.
+func TestConformanceWithoutGroups(t *testing.T) {
+	pgtest.URL(t)
+	itemstest.Exercise(t, func(t *testing.T) items.Store { return open(t, pgstore.WithCommitters(0)) }, itemstest.Options{DocumentBytes: docSize})
+}
+
+// docSize returns the size in bytes of the item's document as the table holds it.
+func docSize(t *testing.T, s items.Store, tenant, key string) int {
+	t.Helper()
+	ps := s.(*pgstore.Store)
+	var n int
+	if err := ps.Pool().QueryRow(context.Background(), `SELECT octet_length(doc) FROM `+ps.Schema()+`.items WHERE tenant = $1 AND key = $2`,
+		tenant, key).Scan(&n); err != nil {
+		t.Fatalf("the document of %s/%s: %v", tenant, key, err)
+	}
+	return n
+}

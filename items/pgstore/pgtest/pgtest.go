@@ -1,0 +1,61 @@
+// Package pgtest gives tests a PostgreSQL to run against: the server COMPANION_TEST_POSTGRES_URL names
+// (scripts/postgres-test.sh starts one and prints its URL), and a schema of their own in it, dropped
+// with everything in it when the test ends.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// URLEnv names the test server's connection string.
+const URLEnv = "COMPANION_TEST_POSTGRES_URL"
+
+// URL returns the test server's connection string. Without one the test is skipped, except in CI
+// (CI=true), where it fails: a suite that silently skips its PostgreSQL tests proves nothing.
+func URL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(URLEnv)
+	if u == "" {
+		const why = URLEnv + " is not set: run `export " + URLEnv + "=\"$(bash scripts/postgres-test.sh)\"` " +
+			"(it installs and starts Debian's PostgreSQL when needed, and prints the URL)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why)
+	}
+	return u
+}
+
+// Schema returns the test server's connection string and the name of a schema of the test's own, which
+// does not exist yet and is dropped, with everything in it, when the test ends (after the cleanups
+// registered later, such as closing a store opened on it).
+func Schema(t testing.TB) (url, schema string) {
+	t.Helper()
+	url = URL(t)
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	schema = "companion_test_" + hex.EncodeToString(b)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return url, schema
+}
