@@ -173,7 +173,11 @@ func at(t pgtype.Timestamptz) *time.Time {
 // the other none. It returns the claimed alerts ordered by key. Returns ErrUnavailable.
 func (s *Store) ClaimAlerts(ctx context.Context, c items.AlertClaim) ([]items.Alert, error) {
 	g := c.Group
-	out, err := collect(ctx, s, scanAlert, s.q.ClaimAlerts, c.Claim, c.Until, g.Tenant, g.Owner, g.BatchID, c.Now, g.Escalation)
+	q := s.q.ClaimAlerts
+	if g.Escalation {
+		q = s.q.ClaimEscalations
+	}
+	out, err := collect(ctx, s, scanAlert, q, c.Claim, c.Until, g.Tenant, g.Owner, g.BatchID, c.Now)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ type queries struct {
 	Counts, Unresolved, Conflicts, NeedsPersonCount, AddCounter string
 
 	ExpiredLeases, SweepCandidates, PendingAlertItems string
-	AddAlerts, AlertGroups, ClaimAlerts, FinishAlerts, FinishEscalations, RenewAlertClaim, MarkAlertPost,
+	AddAlerts, AlertGroups, ClaimAlerts, ClaimEscalations, FinishAlerts, FinishEscalations, RenewAlertClaim, MarkAlertPost,
 	NoteAlertMessage, NoteEscalationMessage, ReleaseAlerts, CloseAlert, CloseItemAlerts, RequestEscalation,
 	ItemAlerts, MessageAlerts string
 
@@ -141,7 +141,7 @@ var sqlText = queries{
 			created_at, status)
 		SELECT w.*, 'pending' FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::text[], $6::text[],
 			$7::interval[], $8::text[], $9::text[], $10::timestamptz[]) AS w
-		ON CONFLICT DO NOTHING`,
+		ON CONFLICT (tenant, key, attempt, cause) DO NOTHING`,
 	AlertGroups: `
 		(SELECT tenant, owner, batch_id, false FROM {schema}.alerts
 			WHERE status = 'pending' AND (claim IS NULL OR claimed_until <= $1) GROUP BY tenant, owner, batch_id)
@@ -151,13 +151,19 @@ var sqlText = queries{
 			AND (claim IS NULL OR claimed_until <= $1) GROUP BY tenant, escalate_to, batch_id)
 		LIMIT $2`,
 	// The alerts of a group, locked in key order before they are claimed: of two dispatchers claiming one
-	// group at once, the second waits for the first, then finds them claimed ($7: the group is an
-	// escalation's).
+	// group at once, the second waits for the first, then finds them claimed.
 	ClaimAlerts: `WITH taken AS (
 		SELECT tenant, key, attempt, cause FROM {schema}.alerts
-		WHERE tenant = $3 AND batch_id = $5 AND (claim IS NULL OR claimed_until <= $6) AND CASE WHEN $7
-			THEN escalate_to = $4 AND status = 'sent' AND escalate_at IS NOT NULL AND escalate_at <= $6
-			ELSE owner = $4 AND status = 'pending' END
+		WHERE tenant = $3 AND owner = $4 AND batch_id = $5 AND status = 'pending' AND (claim IS NULL OR claimed_until <= $6)
+		ORDER BY key, attempt, cause FOR UPDATE)
+		UPDATE {schema}.alerts AS a SET claim = $1, claimed_until = $2 FROM taken
+		WHERE (a.tenant, a.key, a.attempt, a.cause) = (taken.tenant, taken.key, taken.attempt, taken.cause)
+		RETURNING ` + prefixed("a.", alertColumns),
+	// The same for a group of sent alerts whose escalation is due.
+	ClaimEscalations: `WITH taken AS (
+		SELECT tenant, key, attempt, cause FROM {schema}.alerts
+		WHERE status = 'sent' AND escalate_at IS NOT NULL AND escalate_at <= $6 AND tenant = $3 AND escalate_to = $4 AND batch_id = $5
+			AND (claim IS NULL OR claimed_until <= $6)
 		ORDER BY key, attempt, cause FOR UPDATE)
 		UPDATE {schema}.alerts AS a SET claim = $1, claimed_until = $2 FROM taken
 		WHERE (a.tenant, a.key, a.attempt, a.cause) = (taken.tenant, taken.key, taken.attempt, taken.cause)
@@ -251,7 +257,9 @@ func listItems(quoted string, p items.ListParams, limit int) (string, []any, err
 	where = append(where, "tenant = "+arg(p.Tenant))
 	merged := p.Reference == "" && p.ExecutionID == "" && p.BatchID == "" && p.Order != items.ListByNeedsPersonSince &&
 		(p.NeedsPerson == nil || !*p.NeedsPerson) && len(p.States) != 1
-	if len(p.States) > 0 && !merged {
+	if len(p.States) == 1 {
+		where = append(where, "state = "+arg(string(p.States[0]))) // a range of items_state_changed
+	} else if len(p.States) > 0 && !merged {
 		states := make([]string, len(p.States))
 		for i, st := range p.States {
 			states[i] = string(st)
