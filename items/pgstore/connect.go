@@ -198,17 +198,17 @@ func parseError(err error) error {
 	if !errors.As(err, &pe) {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return badURL{msg: "it is not a URL this service can read: percent-encode the user name and password in it (a % is written %25, " +
-			"and @ : / ? # as %40 %3A %2F %3F %23), or give a key/value string (host=… port=… user=… dbname=…)", err: err}
-	}
 	msg := pe.Error()
 	if _, rest, ok := strings.Cut(msg, "`: "); ok {
 		msg = rest
 	}
 	if inner := errors.Unwrap(pe); inner != nil {
 		msg = strings.TrimSuffix(msg, " ("+inner.Error()+")")
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) || strings.HasPrefix(msg, "failed to parse as URL") {
+		msg = "it is not a URL this service can read: percent-encode the user name and password in it (a % is written %25, " +
+			"and @ : / ? # as %40 %3A %2F %3F %23), or give a key/value string (host=… port=… user=… dbname=…)"
 	}
 	return badURL{msg: msg, err: err}
 }

@@ -364,7 +364,10 @@ func (e notSent) SafeToRetry() bool { return true }
 func (s *Store) settle(ctx context.Context, xid string, lost error) error {
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		var status *string
-		err := s.pool.QueryRow(ctx, s.q.XactStatus, xid).Scan(&status)
+		err := s.injected("settle")
+		if err == nil {
+			err = s.pool.QueryRow(ctx, s.q.XactStatus, xid).Scan(&status)
+		}
 		switch {
 		case err == nil && status != nil && *status == "committed":
 			return nil
