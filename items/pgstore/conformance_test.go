@@ -40,13 +40,6 @@ func TestOperators(t *testing.T) {
 	itemstest.ExerciseOperators(t, func(t *testing.T) itemstest.OperatorStore { return open(t) }, itemstest.Options{})
 }
 
-// TestConformanceWithoutGroups runs the suite's transitions and their concurrency with every transition in
-// a transaction of its own (WithCommitters(0)), the store's other way of committing.
-func TestConformanceWithoutGroups(t *testing.T) {
-	pgtest.URL(t)
-	itemstest.Exercise(t, func(t *testing.T) items.Store { return open(t, pgstore.WithCommitters(0)) }, itemstest.Options{DocumentBytes: docSize})
-}
-
 // docSize returns the size in bytes of the item's document as the table holds it.
 func docSize(t *testing.T, s items.Store, tenant, key string) int {
 	t.Helper()

@@ -13,14 +13,15 @@ import (
 )
 
 // openReplicas opens n stores on one schema, each with its own pool, as n processes would, and a ledger
-// over each on the real clock.
-func openReplicas(t *testing.T, n int, opts ...pgstore.Option) ([]*pgstore.Store, []*items.Ledger) {
+// over each on the real clock. Replica i runs i committers (WithCommitters): the first runs every
+// transition in a transaction of its own, so that the store's two ways of committing race each other too.
+func openReplicas(t *testing.T, n int) ([]*pgstore.Store, []*items.Ledger) {
 	t.Helper()
 	url, schema := pgtest.Schema(t)
 	var stores []*pgstore.Store
 	var ledgers []*items.Ledger
-	for range n {
-		s, err := pgstore.Open(context.Background(), url, schema, append([]pgstore.Option{pgstore.WithLogger(quiet)}, opts...)...)
+	for i := range n {
+		s, err := pgstore.Open(context.Background(), url, schema, pgstore.WithLogger(quiet), pgstore.WithCommitters(i))
 		if err != nil {
 			t.Fatal(err)
 		}
