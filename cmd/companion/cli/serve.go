@@ -452,7 +452,11 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		schema := m.env("POSTGRES_SCHEMA", pgstore.DefaultSchema)
 		s, err := pgstore.Open(ctx, url, schema, pgstore.WithLogger(m.logger()))
 		if err != nil {
-			return nil, "", fmt.Errorf("cannot open the ledger on PostgreSQL %s (schema %s): %w", pgstore.Describe(url), schema, err)
+			where := pgstore.Describe(url) + " "
+			if strings.HasPrefix(where, "(") { // it cannot be parsed, which err says
+				where = ""
+			}
+			return nil, "", fmt.Errorf("cannot open the ledger on PostgreSQL %s(schema %s): %w", where, schema, err)
 		}
 		return s, fmt.Sprintf("postgres %s schema %s", pgstore.Describe(url), schema), nil
 	}
