@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/replaysafe/companion/items"
@@ -26,18 +27,29 @@ func open(t testing.TB, opts ...pgstore.Option) *pgstore.Store {
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+// fresh are the suites' stores, each in a schema of its own, opened ahead of the subtests that take them.
+var fresh = pgtest.NewAhead(func(ctx context.Context, url, schema string) (*pgstore.Store, error) {
+	return pgstore.Open(ctx, url, schema, pgstore.WithLogger(quiet))
+}, func(s *pgstore.Store) { s.Close() })
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	fresh.Wait()
+	os.Exit(code)
+}
+
 // TestConformance runs the suite every store passes, its concurrency subtests included, each subtest on a
 // store of its own in a schema of its own.
 func TestConformance(t *testing.T) {
 	pgtest.URL(t)
-	itemstest.Exercise(t, func(t *testing.T) items.Store { return open(t) }, itemstest.Options{DocumentBytes: docSize})
+	itemstest.Exercise(t, func(t *testing.T) items.Store { return fresh.Take(t) }, itemstest.Options{DocumentBytes: docSize})
 }
 
 // TestOperators runs the operator part of the suite (lists, sweeps, the alert outbox, stats, kept counts,
 // retention, probes).
 func TestOperators(t *testing.T) {
 	pgtest.URL(t)
-	itemstest.ExerciseOperators(t, func(t *testing.T) itemstest.OperatorStore { return open(t) }, itemstest.Options{})
+	itemstest.ExerciseOperators(t, func(t *testing.T) itemstest.OperatorStore { return fresh.Take(t) }, itemstest.Options{})
 }
 
 // docSize returns the size in bytes of the item's document as the table holds it.

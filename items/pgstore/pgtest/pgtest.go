@@ -4,14 +4,8 @@
 package pgtest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"testing"
-	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // URLEnv names the test server's connection string.
@@ -39,21 +33,9 @@ func URL(t testing.TB) string {
 func Schema(t testing.TB) (url, schema string) {
 	t.Helper()
 	url = URL(t)
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	schema = "companion_test_" + hex.EncodeToString(b)
+	schema = newSchemaName()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
-		if err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+		if err := dropSchema(url, schema); err != nil {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
