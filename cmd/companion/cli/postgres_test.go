@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"net"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -18,36 +17,10 @@ import (
 // server without the password, and sweep --once and the bench's floor work on it.
 func TestServeOnPostgreSQL(t *testing.T) {
 	url, schema := pgtest.Schema(t)
-	env := map[string]string{
-		"COMPANION_ADDR":     "127.0.0.1:0",
-		"COMPANION_DATA_DIR": filepath.Join(t.TempDir(), "unused"),
-		"POSTGRES_URL":       url,
-		"POSTGRES_SCHEMA":    schema,
-	}
-	p := start(t, env)
-	startLine := p.err.String()
-	if !strings.Contains(startLine, "store postgres "+pgstore.Describe(url)+" schema "+schema) || strings.Contains(startLine, "companion_test:companion_test") {
-		t.Errorf("the start line does not name the PostgreSQL store (without its password):\n%s", startLine)
-	}
-	status, first := call(t, p, "POST", "/v1/before-write", "", `{"key":"k1","payload":{"a":1}}`)
-	if status != 200 || first["decision"] != "proceed" {
-		t.Fatalf("before-write: %d %v", status, first)
-	}
-	if err := p.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-
-	env["COMPANION_DATA_DIR"] = filepath.Join(t.TempDir(), "other")
-	again := start(t, env)
-	status, replay := call(t, again, "POST", "/v1/before-write", "", `{"key":"k1","payload":{"a":1}}`)
-	if status != 200 || replay["decision"] != "skip" || replay["reason"] != "in_progress" || replay["idempotency_key"] != first["idempotency_key"] {
-		t.Fatalf("replay after restart: %d %v", status, replay)
-	}
-	if status, health := call(t, again, "GET", "/healthz", "", ""); status != 200 || health["store"] != "postgres" {
-		t.Errorf("/healthz = %d %v, want store postgres", status, health)
-	}
-	if status, _ := call(t, again, "GET", "/readyz", "", ""); status != 200 {
-		t.Errorf("/readyz = %d, want 200", status)
+	env := map[string]string{"POSTGRES_URL": url, "POSTGRES_SCHEMA": schema}
+	again := checkSharedStore(t, env, "postgres", "store postgres "+pgstore.Describe(url)+" schema "+schema)
+	if strings.Contains(again.err.String(), "companion_test:companion_test") {
+		t.Errorf("the start line shows the password:\n%s", again.err)
 	}
 
 	out, err := run(t, env, "sweep", "--once")
