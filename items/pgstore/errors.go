@@ -3,6 +3,7 @@ package pgstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,8 +25,10 @@ import (
 //     (23505 on the items' primary key), an item changed under a guarded UPDATE (lostRace, which the row
 //     locks make impossible, and which is guarded anyway), a deadlock the server broke (40P01), a
 //     serialization failure (40001, which READ COMMITTED does not give these statements, and which would
-//     mean the same: decide again), and a connection that failed before anything was sent on it (a
-//     pooled connection the server closed: pgconn.SafeToRetry). Each of them wrote nothing.
+//     mean the same: decide again), a server that could not run the statement now (transientServer), and
+//     a connection that failed before anything was sent on it (a pooled connection the server closed:
+//     pgconn.SafeToRetry) or, in a transaction of transitions, before its COMMIT was sent. Each of them
+//     wrote nothing.
 
 // maxRaces bounds how often one transaction is decided again after losing a race or a deadlock. Every
 // lost race means another writer committed, so the ledger as a whole progresses; the bound only stops
@@ -56,9 +59,16 @@ func retryInside(err error) bool {
 		case "23505":
 			return pe.TableName == "items"
 		}
-		return false
+		return transientServer(pe.Code)
 	}
 	return pgconn.SafeToRetry(err)
+}
+
+// transientServer reports whether a server's error says that it could not run the statement now, rather
+// than that the statement is wrong: a connection exception (class 08), no room (class 53), or a server
+// shutting down, restarting or starting (57P01, 57P02, 57P03). The statement was not run.
+func transientServer(code string) bool {
+	return strings.HasPrefix(code, "08") || strings.HasPrefix(code, "53") || code == "57P01" || code == "57P02" || code == "57P03"
 }
 
 // serverSaid reports whether err is an answer of the server (an error it reported), rather than a

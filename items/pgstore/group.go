@@ -207,7 +207,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return notSent{err}
+		return uncommitted{err}
 	}
 	open := false // a transaction is open on conn
 	defer func() {
@@ -263,6 +263,9 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 		err = cerr
 	}
 	if err != nil {
+		if !serverSaid(err) {
+			return uncommitted{err} // a connection that failed (a server restarted): nothing was written
+		}
 		return err
 	}
 	s.noteClock(dbNow, sent, time.Now())
@@ -341,10 +344,14 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	case serverSaid(err):
 		return err // the server aborted the transaction, and skipped its COMMIT: rolled back on return
 	default:
-		// The COMMIT may have reached the server: ask another connection whether it committed.
+		// The COMMIT may have reached the server: ask another connection whether it committed, for as long
+		// as a server that crashed as it committed takes to come back (settleWait), rather than answer a
+		// 503 that may be untrue (a claim recorded, held by nobody).
 		open = false
 		conn.Conn().Close(context.Background()) //nolint:errcheck // the connection failed already
-		if err := s.settle(ctx, xid, err); err != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), s.settleWait)
+		defer cancel()
+		if err := s.settle(sctx, xid, err); err != nil {
 			return err
 		}
 	}
@@ -364,12 +371,17 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 // transaction mode) does not inherit it.
 const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
 
-// notSent is a failure to get a connection for a transaction: nothing was sent, and it may be tried again.
-type notSent struct{ err error }
+// uncommitted is a failure of a transaction of transitions before its COMMIT was sent (no connection to be
+// had, one that broke during the read): nothing was written, and it may be tried again.
+type uncommitted struct{ err error }
 
-func (e notSent) Error() string     { return e.err.Error() }
-func (e notSent) Unwrap() error     { return e.err }
-func (e notSent) SafeToRetry() bool { return true }
+func (e uncommitted) Error() string     { return e.err.Error() }
+func (e uncommitted) Unwrap() error     { return e.err }
+func (e uncommitted) SafeToRetry() bool { return true }
+
+// DefaultSettleWait is how long a transaction whose COMMIT's answer was lost waits to learn whether it
+// committed (settle): a server that crashed has that long to come back.
+const DefaultSettleWait = 30 * time.Second
 
 // settle learns the outcome of the transaction xid whose COMMIT's answer was lost (lost): nil when it
 // committed, errNotCommitted when it did not, and an error of unknown outcome when the server cannot be
@@ -390,8 +402,8 @@ func (s *Store) settle(ctx context.Context, xid string, lost error) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w: postgres: the answer to a COMMIT was lost (%v), and whether it committed cannot be learned "+
-				"before the timeout (transaction %s)", items.ErrUnavailable, lost, xid)
+			return fmt.Errorf("%w: postgres: the answer to a COMMIT was lost (%v), and whether it committed could not be learned "+
+				"from the server within %s (transaction %s)", items.ErrUnavailable, lost, s.settleWait, xid)
 		case <-time.After(wait):
 		}
 	}

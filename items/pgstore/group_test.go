@@ -236,11 +236,11 @@ func TestConnectionLostBeforeCommitDecidesAgain(t *testing.T) {
 }
 
 // TestUnsettledCommitIsUnavailable: when the answer to a COMMIT is lost and the server cannot be asked
-// whether it committed before the store's timeout, the callers are answered ErrUnavailable, which says
-// so, rather than a guess.
+// whether it committed within settleWait, the callers are answered ErrUnavailable, which says so, rather
+// than a guess.
 func TestUnsettledCommitIsUnavailable(t *testing.T) {
 	s := openInternal(t)
-	s.timeout = 500 * time.Millisecond
+	s.timeout, s.settleWait = 500*time.Millisecond, 500*time.Millisecond
 	s.fault = func(step string) error {
 		switch step {
 		case "answer":
@@ -253,7 +253,7 @@ func TestUnsettledCommitIsUnavailable(t *testing.T) {
 	_, err := s.Transition(context.Background(), "acme", "k", func(cur *items.Item) (*items.Item, error) {
 		return claimFn("acme", []string{"k"})(0, cur)
 	})
-	if !errors.Is(err, items.ErrUnavailable) || !strings.Contains(err.Error(), "cannot be learned") {
+	if !errors.Is(err, items.ErrUnavailable) || !strings.Contains(err.Error(), "could not be learned") {
 		t.Fatalf("unsettled commit: %v, want ErrUnavailable saying its outcome is unknown", err)
 	}
 }

@@ -57,6 +57,8 @@ type Store struct {
 	q        queries
 	log      *slog.Logger
 	timeout  time.Duration
+	// settleWait bounds the wait for the outcome of a COMMIT whose answer was lost (group.go).
+	settleWait time.Duration
 	// clock is this process's clock, which the database's is compared with (ClockOffset); reading is the
 	// latest reading of the database's clock.
 	clock   func() time.Time
@@ -101,7 +103,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, schema string, opts ...Option)
 		schema = DefaultSchema
 	}
 	s := &Store{pool: pool, schema: schema, quoted: quoteSchema(schema), log: slog.Default(), timeout: DefaultTimeout,
-		clock: time.Now, committers: DefaultCommitters}
+		clock: time.Now, committers: DefaultCommitters, settleWait: DefaultSettleWait}
 	for _, o := range opts {
 		o(s)
 	}
