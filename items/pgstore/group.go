@@ -263,7 +263,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 		err = cerr
 	}
 	if err != nil {
-		if !serverSaid(err) {
+		if !serverSaid(err) && conn.Conn().IsClosed() {
 			return uncommitted{err} // a connection that failed (a server restarted): nothing was written
 		}
 		return err
