@@ -221,9 +221,12 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	}
 
 	// The read: BEGIN, the transaction's id and the database's clock, the items locked in key order.
+	young := s.young(ctx)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue(customPlans)
+	if young {
+		b.Queue(customPlans)
+	}
 	b.Queue(s.q.ReadClock)
 	b.Queue(s.q.ReadGroup, named.tenants, named.keys)
 	sent := time.Now()
@@ -234,7 +237,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	found := make(map[string]*items.Item, len(named.keys))
 	var bad map[string]error
 	_, err = br.Exec()
-	if err == nil {
+	if err == nil && young {
 		_, err = br.Exec()
 	}
 	if err == nil {
@@ -361,15 +364,42 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	return nil
 }
 
-// customPlans makes the statements of the transaction planned at each execution, for the arrays and the
-// table as they are then. A prepared statement's plan is otherwise made generic after five executions and
-// kept for the connection's life: made while a new ledger's table was a few pages, it reads the items by
-// a sequential scan and a hash join, and keeps doing so as the table grows, until autovacuum's first
-// ANALYZE (a minute or more later) invalidates it; 1,591 sequential scans of 2,900 rows each in a
-// 6,000-item bench run. A group's statements are a handful per transaction; planning them costs a few
-// microseconds per item. SET LOCAL ends with the transaction, so that a pooler's next client (PgBouncer in
-// transaction mode) does not inherit it.
+// customPlans makes the statements of a transaction planned at each execution, for the table as it is
+// then. A prepared statement's plan is otherwise made generic after five executions and kept for the
+// connection's life: made while a new ledger's table was a few pages (a sequential scan and a hash join
+// are cheapest then), it reads the items whole, and keeps doing so as the table grows, until autovacuum's
+// next ANALYZE replaces it (1,591 sequential scans of 2,900 rows each in a 6,000-item bench run on a new
+// schema). Planning at each execution costs a group's transaction about a fifth of the server's CPU, so
+// it is done only while the table is young (young): once its statistics say it holds youngItems items, a
+// generic plan reads the items by their primary key. SET LOCAL ends with the transaction, so that a
+// pooler's next client (PgBouncer in transaction mode) does not inherit it.
 const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+// youngItems is the size of the items table, by its statistics (pg_class.reltuples, which autovacuum's
+// ANALYZE keeps), from which the store trusts the planner's generic plans (customPlans).
+const youngItems = 10000
+
+// youngCheck is how often the store reads the table's statistics while it is young.
+const youngCheck = 30 * time.Second
+
+// young reports whether the items table is young (customPlans), reading its statistics at most every
+// youngCheck; once it is not, it is not read again (a ledger's table does not become small again: its
+// pages stay, and the planner counts them).
+func (s *Store) young(ctx context.Context) bool {
+	if s.mature.Load() {
+		return false
+	}
+	if last := s.youngAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < youngCheck {
+		return true
+	}
+	s.youngAt.Store(time.Now().UnixNano())
+	var tuples float64
+	if err := s.pool.QueryRow(ctx, s.q.ItemsTuples, s.quoted).Scan(&tuples); err == nil && tuples >= youngItems {
+		s.mature.Store(true)
+		return false
+	}
+	return true
+}
 
 // uncommitted is a failure of a transaction of transitions before its COMMIT was sent (no connection to be
 // had, one that broke during the read): nothing was written, and it may be tried again.

@@ -66,8 +66,10 @@ func (s *Store) remove(ctx context.Context, tenant string, keys []string, versio
 		return 0, interpretError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, customPlans); err != nil {
-		return 0, interpretError(err)
+	if s.young(ctx) {
+		if _, err := tx.Exec(ctx, customPlans); err != nil {
+			return 0, interpretError(err)
+		}
 	}
 	rows, err := tx.Query(ctx, s.q.RemoveItems, tenant, keys, versions)
 	if err != nil {

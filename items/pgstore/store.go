@@ -70,6 +70,10 @@ type Store struct {
 	stop          chan struct{}
 	committerDone sync.WaitGroup
 	closing       sync.Once
+	// mature is set once the items table's statistics say it is no longer young, youngAt when they were
+	// last read (customPlans).
+	mature  atomic.Bool
+	youngAt atomic.Int64
 	// fault, set by tests, fails a step of a group's transaction (see injected).
 	fault func(step string) error
 	// commits counts the transactions of transitions committed, decided the transitions taken.
