@@ -20,7 +20,7 @@ import (
 // decides them, writes what changed and commits: two round trips, one for the read (BEGIN, the clock,
 // the items) and one for the writes and the COMMIT, sent together. Transitions that arrive while the
 // committers are busy share one such transaction (a group): one commit, one WAL flush, for as many
-// callers as arrived meanwhile; DefaultCommitters groups run at once. The group behaves as its
+// callers as arrived meanwhile, one group at a time (DefaultCommitters). The group behaves as its
 // transitions run one after the other in arrival order, each deciding against the state the earlier ones
 // left, and a fault of one transition stays with its caller: one whose fn fails or panics, whose item is
 // stored corrupt, or whose new state cannot be stored leaves no trace and answers its own error, while
@@ -367,24 +367,24 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 // customPlans makes the statements of a transaction planned at each execution, for the table as it is
 // then. A prepared statement's plan is otherwise made generic after five executions and kept for the
 // connection's life: made while a new ledger's table was a few pages (a sequential scan and a hash join
-// are cheapest then), it reads the items whole, and keeps doing so as the table grows, until autovacuum's
-// next ANALYZE replaces it (1,591 sequential scans of 2,900 rows each in a 6,000-item bench run on a new
-// schema). Planning at each execution costs a group's transaction about a fifth of the server's CPU, so
-// it is done only while the table is young (young): once its statistics say it holds youngItems items, a
-// generic plan reads the items by their primary key. SET LOCAL ends with the transaction, so that a
-// pooler's next client (PgBouncer in transaction mode) does not inherit it.
+// are cheapest then), it reads the items whole, and keeps doing so as the table grows (1,591 sequential
+// scans of 2,900 rows each in a 6,000-item bench run on a new schema). Planning at each execution costs a
+// group's transaction about a fifth of the server's CPU, so it is done only while the table is young
+// (young): a generic plan made once the table is youngPages pages reads the items by their primary key
+// whatever it grows to, as the planner counts the table's pages as they are when it plans, and a
+// ledger's table does not shrink. SET LOCAL ends with the transaction, so that a pooler's next client
+// (PgBouncer in transaction mode) does not inherit it.
 const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
 
-// youngItems is the size of the items table, by its statistics (pg_class.reltuples, which autovacuum's
-// ANALYZE keeps), from which the store trusts the planner's generic plans (customPlans).
-const youngItems = 10000
+// youngPages is the size of the items table, in pages (8 MB: about 5,000 items), from which the store
+// trusts the planner's generic plans (customPlans).
+const youngPages = 1000
 
-// youngCheck is how often the store reads the table's statistics while it is young.
-const youngCheck = 30 * time.Second
+// youngCheck is how often the store reads the table's size while it is young.
+const youngCheck = 2 * time.Second
 
-// young reports whether the items table is young (customPlans), reading its statistics at most every
-// youngCheck; once it is not, it is not read again (a ledger's table does not become small again: its
-// pages stay, and the planner counts them).
+// young reports whether the items table is young (customPlans), reading its size at most every
+// youngCheck; once it is not, it is not read again.
 func (s *Store) young(ctx context.Context) bool {
 	if s.mature.Load() {
 		return false
@@ -393,8 +393,8 @@ func (s *Store) young(ctx context.Context) bool {
 		return true
 	}
 	s.youngAt.Store(time.Now().UnixNano())
-	var tuples float64
-	if err := s.pool.QueryRow(ctx, s.q.ItemsTuples, s.quoted).Scan(&tuples); err == nil && tuples >= youngItems {
+	var pages int64
+	if err := s.pool.QueryRow(ctx, s.q.ItemsPages, s.quoted).Scan(&pages); err == nil && pages >= youngPages {
 		s.mature.Store(true)
 		return false
 	}

@@ -16,8 +16,8 @@ import (
 
 // queries are the store's statements, with its schema in them (the fields are exported for newQueries's reflection only).
 type queries struct {
-	GetItem, ReadGroup, ReadClock, XactStatus, ItemsTuples, InsertItems, UpdateItems, AddCounts string
-	InsertSecret, ReadSecret, Ping                                                              string
+	GetItem, ReadGroup, ReadClock, XactStatus, ItemsPages, InsertItems, UpdateItems, AddCounts string
+	InsertSecret, ReadSecret, Ping                                                             string
 
 	Counts, Unresolved, Conflicts, NeedsPersonCount, AddCounter string
 
@@ -74,8 +74,8 @@ var sqlText = queries{
 	// The transaction's id, for settling a commit whose answer was lost, and the database's clock.
 	ReadClock:  `SELECT pg_current_xact_id()::text, clock_timestamp()`,
 	XactStatus: `SELECT pg_xact_status($1::text::xid8)`,
-	// The items table's size by its statistics (customPlans).
-	ItemsTuples: `SELECT reltuples FROM pg_class WHERE oid = ($1 || '.items')::regclass`,
+	// The items table's size in pages (customPlans).
+	ItemsPages: `SELECT pg_relation_size(($1 || '.items')::regclass) / current_setting('block_size')::bigint`,
 
 	// A new item: another writer that created it since the read makes this fail on the primary key.
 	InsertItems: `INSERT INTO {schema}.items (` + itemWriteColumns + `) SELECT * FROM ` + itemArrays + `)`,
