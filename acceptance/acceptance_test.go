@@ -431,9 +431,9 @@ func TestProgramExitStatus(t *testing.T) {
 	}
 }
 
-// --store mongodb on a MONGODB_URI where nothing listens stops as companion serve does: one line naming the
-// host, what it said and what to check, without the URI's password.
-func TestCommandNamesAnUnreachableMongoDB(t *testing.T) {
+// --store mongodb on a MONGODB_URI, and --store postgres on a POSTGRES_URL, where nothing listens stop as
+// companion serve does: one line naming the host, what it said and what to check, without the password.
+func TestCommandNamesAnUnreachableStore(t *testing.T) {
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -441,12 +441,27 @@ func TestCommandNamesAnUnreachableMongoDB(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	uri := "mongodb://ledger:hunter2@" + addr + "/?serverSelectionTimeoutMS=300"
-	var stdout, stderr bytes.Buffer
-	err = acceptance.CommandEnv(context.Background(), []string{"--store", "mongodb", "--only", "5"}, &stdout, &stderr,
-		func(k string) string { return map[string]string{"MONGODB_URI": uri}[k] })
-	if err == nil || !strings.Contains(err.Error(), addr+": connection refused") || !strings.Contains(err.Error(), "check that MongoDB runs") ||
-		strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "topology") {
-		t.Errorf("--store mongodb where nothing listens: %v", err)
+	for _, c := range []struct {
+		store, env, value string
+		want              []string
+		not               string
+	}{
+		{"mongodb", "MONGODB_URI", "mongodb://ledger:hunter2@" + addr + "/?serverSelectionTimeoutMS=300",
+			[]string{addr + ": connection refused", "check that MongoDB runs"}, "topology"},
+		{"postgres", "POSTGRES_URL", "postgres://ledger:hunter2@" + addr + "/companion?connect_timeout=1",
+			[]string{"no PostgreSQL answered at " + addr, "(connection refused)"}, "\n"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := acceptance.CommandEnv(context.Background(), []string{"--store", c.store, "--only", "5"}, &stdout, &stderr,
+			func(k string) string { return map[string]string{c.env: c.value}[k] })
+		if err == nil || strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), c.not) {
+			t.Errorf("--store %s where nothing listens: %v", c.store, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("--store %s where nothing listens: %v; want %q", c.store, err, w)
+			}
+		}
 	}
 }

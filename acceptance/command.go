@@ -33,7 +33,7 @@ func usagef(format string, args ...any) error {
 // prints a progress line per case and then the table (or, with --json, one JSON document on stdout and
 // the progress on stderr). It returns ErrFailed when a case failed, another error when the suite could
 // not run, nil when every case passed. --help prints the usage to stdout and returns nil. --store mongodb
-// reads MONGODB_URI from the process environment.
+// reads MONGODB_URI from the process environment, --store postgres POSTGRES_URL.
 func Command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return CommandEnv(ctx, args, stdout, stderr, os.Getenv)
 }
@@ -49,7 +49,7 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 		"a secret in the environment stays out of the process list and the shell's history)")
 	operatorToken := fs.String("operator-token", "", "bearer token of role operator for the cases where an owner resolves an item (default: --token)")
 	receiver := fs.String("receiver", "", "URL of a running sandbox receiver (default: start one in-process)")
-	store := fs.String("store", "sqlite", "store of the in-process service: sqlite (temporary file) or mongodb (MONGODB_URI)")
+	store := fs.String("store", "sqlite", "store of the in-process service: sqlite (temporary file), mongodb (MONGODB_URI) or postgres (POSTGRES_URL)")
 	asJSON := fs.Bool("json", false, "print the result as JSON on stdout (progress goes to stderr)")
 	wide := fs.Bool("wide", false, "print the result as one table, a row per case (several hundred columns wide)")
 	only := fs.String("only", "", "comma-separated case ids to run (default: all)")
@@ -73,8 +73,8 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 	if *service != "" && *store != "sqlite" {
 		return usagef("--store chooses the in-process service's store; a deployed service (--service) uses its own")
 	}
-	if *store != "sqlite" && *store != "mongodb" {
-		return usagef("--store must be sqlite or mongodb, not %q", *store)
+	if *store != "sqlite" && *store != "mongodb" && *store != "postgres" {
+		return usagef("--store must be sqlite, mongodb or postgres, not %q", *store)
 	}
 
 	opts := Options{Parallel: *parallel}
@@ -97,6 +97,12 @@ func CommandEnv(ctx context.Context, args []string, stdout, stderr io.Writer, ge
 				return usagef("--store mongodb needs MONGODB_URI")
 			}
 			cfg.OpenStore, cfg.StoreName = mongoStore(uri), "mongodb (in-process service)"
+		case "postgres":
+			url := getenv("POSTGRES_URL")
+			if url == "" {
+				return usagef("--store postgres needs POSTGRES_URL")
+			}
+			cfg.OpenStore, cfg.StoreName = postgresStore(url), "postgres (in-process service)"
 		}
 		if *receiver == "" {
 			p, err := StartReceiver(ctx, InProcessConfig{})

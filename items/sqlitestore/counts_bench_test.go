@@ -3,14 +3,12 @@ package sqlitestore_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -50,7 +48,7 @@ func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick tim
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	s, l := openLedger(b, func() time.Time { now = now.Add(tick); return now })
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
-	fillBatches(b, l, n, func(i int) items.BeforeWriteParams {
+	itemstest.FillBatches(b, l, n, func(i int) items.BeforeWriteParams {
 		return items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
 			Destination: fmt.Sprintf("dest-%d", i%4), BatchID: fmt.Sprintf("exec-%d", i/500), ExecutionID: fmt.Sprintf("run-%d", i/1000)}
 	}, func(i int) items.Evidence {
@@ -62,58 +60,13 @@ func filledLedgerTicking(b testing.TB, n int, unknown func(i int) bool, tick tim
 	return s, now
 }
 
-// fillBatches claims and reports n items through the ledger, 500 at a time (tenant acme): item i is
-// claimed with params(i) and reported with evidence(i).
-func fillBatches(b testing.TB, l *items.Ledger, n int, params func(i int) items.BeforeWriteParams, evidence func(i int) items.Evidence) {
-	b.Helper()
-	ctx := context.Background()
-	for start := 0; start < n; start += 500 {
-		var ps []items.BeforeWriteParams
-		for i := start; i < min(start+500, n); i++ {
-			ps = append(ps, params(i))
-		}
-		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		reports := make([]items.AfterWriteParams, len(answers))
-		for i, a := range answers {
-			reports[i] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: evidence(start + i)}
-		}
-		if _, _, err := l.AfterWriteMany(ctx, "acme", reports); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkStatsAtSize measures GET /v1/stats's store read at 2k and at 300k items (COMPANION_BENCH_ITEMS
 // names other sizes, comma-separated): its median (p50-ms) must stay within 3× from the smallest to the
 // largest, and under 250 ms. Filling 300k items takes a minute or two.
 //
 //	go test ./items/sqlitestore -run '^$' -bench StatsAtSize -benchtime 200x
 func BenchmarkStatsAtSize(b *testing.B) {
-	sizes := benchSizes(b)
-	ctx := context.Background()
-	for _, n := range sizes {
-		b.Run(fmt.Sprintf("items=%d", n), func(b *testing.B) {
-			s, now := statsLedger(b, n)
-			var took []time.Duration
-			b.ResetTimer()
-			for b.Loop() {
-				start := time.Now()
-				st, err := s.Stats(ctx, "acme", now)
-				if err != nil {
-					b.Fatal(err)
-				}
-				took = append(took, time.Since(start))
-				if st.Items != n {
-					b.Fatalf("stats count %d items, want %d", st.Items, n)
-				}
-			}
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2])/1e6, "p50-ms")
-		})
-	}
+	itemstest.StatsAtSize(b, func(b *testing.B, n int) (itemstest.OperatorStore, time.Time) { return statsLedger(b, n) })
 }
 
 // seriesLedger fills a store with n items through the ledger, four destinations, one item in fifty
@@ -163,7 +116,7 @@ func seriesLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
 //
 //	go test ./items/sqlitestore -run '^$' -bench SeriesAtSize -benchtime 200x
 func BenchmarkSeriesAtSize(b *testing.B) {
-	sizes := benchSizes(b)
+	sizes := itemstest.BenchSizes(b)
 	ctx := context.Background()
 	for _, n := range sizes {
 		s, now := seriesLedger(b, n)
@@ -193,22 +146,4 @@ func BenchmarkSeriesAtSize(b *testing.B) {
 			})
 		}
 	}
-}
-
-// benchSizes are the ledger sizes of the *AtSize benchmarks: 2k and 300k items, or the comma-separated
-// sizes COMPANION_BENCH_ITEMS names.
-func benchSizes(b *testing.B) []int {
-	env := os.Getenv("COMPANION_BENCH_ITEMS")
-	if env == "" {
-		return []int{2000, 300000}
-	}
-	var sizes []int
-	for _, f := range strings.Split(env, ",") {
-		n, err := strconv.Atoi(f)
-		if err != nil {
-			b.Fatal(err)
-		}
-		sizes = append(sizes, n)
-	}
-	return sizes
 }

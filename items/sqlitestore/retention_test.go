@@ -207,7 +207,7 @@ func BenchmarkOpenRefreshesSweepCandidates(b *testing.B) {
 		b.Fatal(err)
 	}
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
-	fillBatches(b, l, n, func(i int) items.BeforeWriteParams {
+	itemstest.FillBatches(b, l, n, func(i int) items.BeforeWriteParams {
 		return items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp}
 	}, func(i int) items.Evidence {
 		if i%every == 0 {

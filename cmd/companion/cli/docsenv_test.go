@@ -14,7 +14,7 @@ import (
 )
 
 // envName is an environment variable of companion's own in the docs' words.
-var envName = regexp.MustCompile(`\b(COMPANION|SLACK|MONGODB)_[A-Z0-9_]*[A-Z0-9]\b`)
+var envName = regexp.MustCompile(`\b(COMPANION|SLACK|MONGODB|POSTGRES)_[A-Z0-9_]*[A-Z0-9]\b`)
 
 // readsEnv are the functions of the code that read the environment variable their string argument
 // names: os.Getenv, os.LookupEnv, Main.Getenv and Main.env, the getenv a command is given, the set and
@@ -136,7 +136,7 @@ func envTheCodeReads(t *testing.T) map[string]bool {
 			return true
 		})
 	}
-	for _, must := range []string{"COMPANION_ADDR", "SLACK_BOT_TOKEN_FILE", "MONGODB_URI", "COMPANION_TEST_MONGODB_URI"} {
+	for _, must := range []string{"COMPANION_ADDR", "SLACK_BOT_TOKEN_FILE", "MONGODB_URI", "COMPANION_TEST_MONGODB_URI", "POSTGRES_URL_FILE", "COMPANION_TEST_POSTGRES_URL"} {
 		if !read[must] {
 			t.Fatalf("the code reads %s, and the reading of the code did not find it: it is wrong (found %v)", must, read)
 		}

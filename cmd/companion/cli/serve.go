@@ -24,6 +24,7 @@ import (
 	"github.com/replaysafe/companion/internal/loopback"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/pgstore"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -471,11 +472,45 @@ func loopbackAddr(addr string) bool {
 	return loopback.Name(host)
 }
 
+// Stores a ledger may live in besides the embedded SQLite file: sharedStore's answers.
+const (
+	storeMongoDB  = "mongodb"
+	storePostgres = "postgres"
+)
+
+// sharedStore returns the store the environment chooses for the ledger: storeMongoDB when MONGODB_URI (or
+// MONGODB_URI_FILE) is set, storePostgres when POSTGRES_URL (or POSTGRES_URL_FILE) is, "" (the embedded
+// SQLite file in the data dir) when neither is; both is an error.
+func (m *Main) sharedStore() (string, error) {
+	mongo := m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != ""
+	postgres := m.Getenv("POSTGRES_URL") != "" || m.Getenv("POSTGRES_URL_FILE") != ""
+	switch {
+	case mongo && postgres:
+		return "", errors.New("both MONGODB_URI and POSTGRES_URL are set: the ledger lives in one store; unset the variables of the " +
+			"one you do not use (MONGODB_URI, MONGODB_URI_FILE or POSTGRES_URL, POSTGRES_URL_FILE)")
+	case mongo:
+		return storeMongoDB, nil
+	case postgres:
+		return storePostgres, nil
+	}
+	return "", nil
+}
+
 // openStore opens the store the ledger lives in. It is the one place the store is chosen: MongoDB when
-// MONGODB_URI (or MONGODB_URI_FILE) is set, else the embedded SQLite file in the data dir. It returns a
-// description for the start line, without credentials.
+// MONGODB_URI (or MONGODB_URI_FILE) is set, PostgreSQL when POSTGRES_URL (or POSTGRES_URL_FILE) is, else
+// the embedded SQLite file in the data dir. It returns a description for the start line, without
+// credentials.
 func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, string, error) {
-	if m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != "" {
+	shared, err := m.sharedStore()
+	if err != nil {
+		return nil, "", err
+	}
+	if shared != "" && o.itemCacheGiven {
+		m.logger().Warn(fmt.Sprintf("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the SQLite ledger's item cache, and the ledger is on %s, "+
+			"where replicas share the items and none keeps them", map[string]string{storeMongoDB: "MongoDB", storePostgres: "PostgreSQL"}[shared]))
+	}
+	switch shared {
+	case storeMongoDB:
 		uri, err := secretFromEnv("MONGODB_URI", m.Getenv)
 		if err != nil {
 			return nil, "", err
@@ -485,11 +520,22 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 		if err != nil {
 			return nil, "", fmt.Errorf("cannot open the ledger on MongoDB %s (database %s): %w", mongostore.Redacted(uri), db, err)
 		}
-		if o.itemCacheGiven {
-			m.logger().Warn("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the SQLite ledger's item cache, and the ledger is on MongoDB, " +
-				"where replicas share the items and none keeps them")
-		}
 		return s, fmt.Sprintf("mongodb %s database %s", mongostore.Redacted(uri), db), nil
+	case storePostgres:
+		url, err := secretFromEnv("POSTGRES_URL", m.Getenv)
+		if err != nil {
+			return nil, "", err
+		}
+		schema := m.env("POSTGRES_SCHEMA", pgstore.DefaultSchema)
+		s, err := pgstore.Open(ctx, url, schema, pgstore.WithLogger(m.logger()))
+		if err != nil {
+			where := pgstore.Describe(url) + " "
+			if strings.HasPrefix(where, "(") { // it cannot be parsed, which err says
+				where = ""
+			}
+			return nil, "", fmt.Errorf("cannot open the ledger on PostgreSQL %s(schema %s): %w", where, schema, err)
+		}
+		return s, fmt.Sprintf("postgres %s schema %s", pgstore.Describe(url), schema), nil
 	}
 	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/net/http/httpproxy"
 
+	"github.com/replaysafe/companion/items/pgstore"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -39,11 +40,16 @@ progress line while it runs and a summary (items/s, p50/p99 per call, errors).
   companion bench --items 10000 --callers 32
   companion bench --mode batch --batch 500 --callers 1 --items 100000
   companion bench --floor /var/lib/companion --items 0     (the disk's floor alone)
+  companion bench --floor postgres --callers 32            (against PostgreSQL's floor)
 
 --floor DIR also measures the disk's naive floor in DIR, in the same run: two fsync'd single-row SQLite
 transactions per item through database/sql, no HTTP. Run it on the deployment's data disk. Half of its
 items run before the run and half after it; when the two halves differ by more than 1.5× (a disk whose
 fsync latency moves), the summary says so and gives the range of the ratio.
+--floor postgres measures instead the rival a user would otherwise write on the deployment's PostgreSQL
+(POSTGRES_URL or POSTGRES_URL_FILE, and POSTGRES_SCHEMA, as serve reads them): a table of its own, and
+per item an INSERT … ON CONFLICT DO NOTHING to claim it, then an UPDATE to record it, each its own
+transaction, through pgx, from --callers callers at once, no HTTP. The table is dropped at the end.
 
 With an operator token (or against a service without tokens) it also reads the service's CPU time from
 GET /metrics (process_cpu_seconds_total) before and after the run and prints it per item: on a machine
@@ -86,7 +92,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 	// To the millisecond: two runs one after the other (the sizing commands pasted at once, a script's loop)
 	// must not share their keys, or the second finds every key taken and fails.
 	fs.StringVar(&o.prefix, "prefix", "bench-"+time.Now().UTC().Format("20060102T150405.000"), "the keys' first part (their `workflow`)")
-	fs.StringVar(&o.floor, "floor", "", "also measure the fsync'd SQLite floor in `DIR`")
+	fs.StringVar(&o.floor, "floor", "", "also measure the fsync'd SQLite floor in `DIR`, or PostgreSQL's floor (postgres)")
 	fs.IntVar(&o.floorItems, "floor-items", 2000, "items of the floor measurement")
 	fs.StringVar(&o.cacert, "cacert", "", "PEM `file` of the certificate authorities an https --url's certificate must chain to (default: the system's)")
 	if done, err := m.parse(fs, args); done {
@@ -130,28 +136,19 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 			return usageErrorf("bench: --cacert %s has no PEM certificate", o.cacert)
 		}
 	}
-	if o.floor != "" {
-		if st, err := os.Stat(o.floor); errors.Is(err, os.ErrNotExist) {
-			return usageErrorf("bench: --floor %q does not exist: give a directory on the disk to measure (the data dir's, e.g. /var/lib/companion)", o.floor)
-		} else if err != nil || !st.IsDir() {
-			return usageErrorf("bench: --floor %q is not a directory", o.floor)
-		}
-	}
-	// The floor is measured in two halves, before the run and after it, so that a disk whose fsync
-	// latency moves during the run shows it (benchSummary compares the halves).
-	var floor []sqlitestore.FloorResult
-	measureFloor := func(n int, when string) error {
-		fmt.Fprintf(m.Stderr, "floor%s: %d items, two fsync'd SQLite transactions each, in %s\n", when, n, o.floor)
-		r, err := sqlitestore.Floor(ctx, o.floor, n)
-		floor = append(floor, r)
+	measureFloor, err := m.benchFloor(ctx, o)
+	if err != nil {
 		return err
 	}
+	var floor []sqlitestore.FloorResult
 	firstHalf, when := o.floorItems, "" // the floor alone (--items 0), or of one item: not split
 	if o.items > 0 && o.floorItems > 1 {
 		firstHalf, when = (o.floorItems+1)/2, " before the run"
 	}
 	if o.floor != "" {
-		if err := measureFloor(firstHalf, when); err != nil {
+		r, err := measureFloor(firstHalf, when)
+		floor = append(floor, r)
+		if err != nil {
 			return err
 		}
 	}
@@ -192,7 +189,9 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		run.cpuErr = err
 	}
 	if o.floor != "" && firstHalf < o.floorItems {
-		if err := measureFloor(o.floorItems-firstHalf, " after the run"); err != nil {
+		r, err := measureFloor(o.floorItems-firstHalf, " after the run")
+		floor = append(floor, r)
+		if err != nil {
 			return err
 		}
 	}
@@ -201,6 +200,44 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		return fmt.Errorf("bench: %d calls failed; the first: %s", run.failed.Load(), run.firstError())
 	}
 	return nil
+}
+
+// floorPostgres is the --floor that measures PostgreSQL's floor rather than a directory's disk.
+const floorPostgres = "postgres"
+
+// benchFloor checks --floor and returns what measures n items of the floor (when says when, for the
+// progress line): the SQLite floor of the disk in the directory --floor names, or PostgreSQL's (--floor
+// postgres), both as a sqlitestore.FloorResult.
+func (m *Main) benchFloor(ctx context.Context, o benchOptions) (func(n int, when string) (sqlitestore.FloorResult, error), error) {
+	switch {
+	case o.floor == "":
+		return nil, nil
+	case o.floor == floorPostgres:
+		if shared, err := m.sharedStore(); err != nil || shared != storePostgres {
+			return nil, usageErrorf("bench: --floor postgres measures the PostgreSQL of POSTGRES_URL (or POSTGRES_URL_FILE), and it is not set")
+		}
+		url, err := secretFromEnv("POSTGRES_URL", m.Getenv)
+		if err != nil {
+			return nil, err
+		}
+		schema := m.env("POSTGRES_SCHEMA", pgstore.DefaultSchema)
+		return func(n int, when string) (sqlitestore.FloorResult, error) {
+			fmt.Fprintf(m.Stderr, "floor%s: %d items, an INSERT … ON CONFLICT and an UPDATE each, each its own transaction, %s, on PostgreSQL %s (schema %s)\n",
+				when, n, callersWord(o.callers), pgstore.Describe(url), schema)
+			r, err := pgstore.Floor(ctx, url, schema, n, o.callers)
+			return sqlitestore.FloorResult{Items: r.Items, Took: r.Took, Commits: r.Commits}, err
+		}, nil
+	}
+	if st, err := os.Stat(o.floor); errors.Is(err, os.ErrNotExist) {
+		return nil, usageErrorf("bench: --floor %q does not exist: give a directory on the disk to measure (the data dir's, e.g. /var/lib/companion), "+
+			"or postgres for PostgreSQL's floor", o.floor)
+	} else if err != nil || !st.IsDir() {
+		return nil, usageErrorf("bench: --floor %q is not a directory", o.floor)
+	}
+	return func(n int, when string) (sqlitestore.FloorResult, error) {
+		fmt.Fprintf(m.Stderr, "floor%s: %d items, two fsync'd SQLite transactions each, in %s\n", when, n, o.floor)
+		return sqlitestore.Floor(ctx, o.floor, n)
+	}, nil
 }
 
 // benchRun is one load of a deployment.
@@ -708,7 +745,11 @@ func (m *Main) benchSummary(o benchOptions, run *benchRun, halves []sqlitestore.
 	if len(halves) > 0 {
 		d := slices.Clone(floor.Commits)
 		slices.Sort(d)
-		fmt.Fprintf(w, "floor (2 fsync'd SQLite commits/item)\t%d\t%d\t%.0f\t%s\t%s\t0\t\n", len(d), floor.Items, floor.ItemsPerSecond(),
+		name := "floor (2 fsync'd SQLite commits/item)"
+		if o.floor == floorPostgres {
+			name = fmt.Sprintf("floor (PostgreSQL, 2 commits/item, %s)", callersWord(o.callers))
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%.0f\t%s\t%s\t0\t\n", name, len(d), floor.Items, floor.ItemsPerSecond(),
 			ms(percentile(d, 50)), ms(percentile(d, 99)))
 	}
 	w.Flush()

@@ -20,6 +20,7 @@ import (
 	"github.com/replaysafe/companion/handlers"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
+	"github.com/replaysafe/companion/items/pgstore"
 	"github.com/replaysafe/companion/items/sqlitestore"
 	"github.com/replaysafe/companion/probes"
 )
@@ -388,6 +389,7 @@ type operatorStore interface {
 var (
 	_ operatorStore = (*sqlitestore.Store)(nil)
 	_ operatorStore = (*mongostore.Store)(nil)
+	_ operatorStore = (*pgstore.Store)(nil)
 )
 
 // alertServices are the sweeper, the dispatcher and (with Slack) the interactivity handler.
@@ -485,7 +487,7 @@ unknown, marks the items that need a person, makes the probes that are due (dest
 "lookup:"), and delivers the alert outbox (Slack with SLACK_BOT_TOKEN
 and SLACK_SIGNING_SECRET, else the log). "companion serve" does the same on its --sweep-every schedule;
 this command is for cron jobs and for trying a configuration. It opens the same ledger as serve: the
-SQLite file in --data-dir, or MongoDB with MONGODB_URI. It refuses to start a new, empty ledger where
+SQLite file in --data-dir, MongoDB with MONGODB_URI, or PostgreSQL with POSTGRES_URL. It refuses to start a new, empty ledger where
 none is (run from the wrong directory, it would sweep nothing and say all is well) unless --create is
 given. With Slack it checks the bot token and its scopes first, as serve does: a token Slack refuses, or
 one without chat:write, stops it unless SLACK_TOKEN_CHECK=warn; a missing history scope, or a Slack
@@ -529,7 +531,7 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 	store, where, err := m.openStore(ctx, o)
 	if errors.Is(err, sqlitestore.ErrInUse) {
 		return fmt.Errorf("%w. If that is companion serve: it sweeps this ledger itself (--sweep-every, every 30 s by default), "+
-			"so sweep --once is not needed beside it (it is for a SQLite ledger no serve has open, or a MongoDB one)", err)
+			"so sweep --once is not needed beside it (it is for a SQLite ledger no serve has open, or a MongoDB or PostgreSQL one)", err)
 	}
 	if err != nil {
 		return err
@@ -579,11 +581,11 @@ func (m *Main) sweep(ctx context.Context, args []string) error {
 }
 
 // ledgerExists returns why a one-shot command should not open the ledger of o: the SQLite file is not in
-// the data dir, so opening would create a new, empty ledger. A MongoDB ledger is named by its URI and is
-// not checked.
+// the data dir, so opening would create a new, empty ledger. A MongoDB or PostgreSQL ledger is named by its
+// URL and is not checked.
 func (m *Main) ledgerExists(o serveOptions) error {
-	if m.Getenv("MONGODB_URI") != "" || m.Getenv("MONGODB_URI_FILE") != "" {
-		return nil
+	if shared, err := m.sharedStore(); shared != "" || err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(o.dataDir)
 	if err != nil {

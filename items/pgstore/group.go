@@ -1,0 +1,587 @@
+package pgstore
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// Transactions of transitions. Every transition runs in a transaction that reads its items FOR UPDATE,
+// decides them, writes what changed and commits: two round trips, one for the read (BEGIN, the clock,
+// the items) and one for the writes and the COMMIT, sent together. Transitions that arrive while the
+// committers are busy share one such transaction (a group): one commit, one WAL flush, for as many
+// callers as arrived meanwhile, one group at a time (DefaultCommitters). The group behaves as its
+// transitions run one after the other in arrival order, each deciding against the state the earlier ones
+// left, and a fault of one transition stays with its caller: one whose fn fails or panics, whose item is
+// stored corrupt, or whose new state cannot be stored leaves no trace and answers its own error, while
+// the others get their own answers, as if it had not been in the group. Only if the transaction itself
+// fails does every caller of the group get ErrUnavailable, as none of them was recorded.
+//
+// A transaction that lost a race (another writer created one of its new items), that the server aborted
+// to break a deadlock, or whose connection failed before its COMMIT was sent wrote nothing: it is decided
+// again, fn called again, on a fresh read, within the store's timeout. A COMMIT whose answer was lost (the
+// connection broke, the server crashed) is settled before anyone is answered: the transaction's id was
+// read with the items, and pg_xact_status says on another connection whether it committed (the callers
+// get their answers), or not (the group is decided again). Only when the server cannot be asked within
+// the timeout is the group answered ErrUnavailable with its outcome unknown.
+
+// groupKeys bounds a group: it is closed once it holds this many keys, so that one commit never grows
+// without bound.
+const groupKeys = 2000
+
+// errClosed answers a transition that arrives after Close.
+var errClosed = errors.New("pgstore: the store is closed")
+
+// errNotCommitted says that a transaction whose COMMIT's answer was lost did not commit: nothing was
+// written, and the group is decided again.
+var errNotCommitted = errors.New("pgstore: the transaction did not commit")
+
+// transition is one caller's TransitionMany.
+type transition struct {
+	ctx    context.Context
+	tenant string
+	keys   []string
+	fn     func(i int, cur *items.Item) (*items.Item, error)
+	// out and err are the answer (valid once done is closed, when a committer took the transition).
+	out  []*items.Item
+	err  error
+	done chan struct{}
+	// fault is the transition's own failure, which stays its answer when the group is decided again.
+	fault error
+}
+
+// TransitionMany implements items.Store: the batch's items are decided in order, each against the state
+// the earlier ones left, and written in one transaction (shared with the transitions of other callers
+// that arrive at the same time); if fn fails for any item, nothing of the batch is written.
+func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
+	t := &transition{ctx: ctx, tenant: tenant, keys: keys, fn: fn}
+	select {
+	case <-s.stop:
+		return nil, fmt.Errorf("%w: %w", items.ErrUnavailable, errClosed)
+	default:
+	}
+	if s.committers == 0 {
+		s.commitGroup([]*transition{t})
+		return t.out, t.err
+	}
+	t.done = make(chan struct{})
+	select {
+	case s.transitions <- t:
+	case <-s.stop:
+		return nil, fmt.Errorf("%w: %w", items.ErrUnavailable, errClosed)
+	case <-ctx.Done():
+		return nil, interpretError(ctx.Err())
+	}
+	// Once taken, the transition is waited for even if ctx ends: it may be committed already.
+	<-t.done
+	return t.out, t.err
+}
+
+// commitGroups is a committer: until Close, it takes the transitions waiting and commits them as one.
+func (s *Store) commitGroups() {
+	defer s.committerDone.Done()
+	for {
+		var first *transition
+		select {
+		case first = <-s.transitions:
+		case <-s.stop:
+			return
+		}
+		group := []*transition{first}
+		for n := len(first.keys); n < groupKeys; {
+			select {
+			case t := <-s.transitions:
+				group = append(group, t)
+				n += len(t.keys)
+				continue
+			default:
+			}
+			break
+		}
+		s.commitGroup(group)
+		for _, t := range group {
+			close(t.done)
+		}
+	}
+}
+
+// commitGroup decides the group's transitions in one transaction and answers each, deciding the group
+// again after a lost race, within the store's timeout.
+func (s *Store) commitGroup(group []*transition) {
+	defer func() {
+		// A panic outside any one decision (a bug here or in the driver) answers the group: in a committer
+		// it would stop every later write.
+		if r := recover(); r != nil {
+			failGroup(group, fmt.Errorf("pgstore: a transaction of transitions panicked: %v", r))
+		}
+	}()
+	s.decided.Add(int64(len(group)))
+	// A caller that gave up before its turn is not decided; the others' contexts do not end the group.
+	for _, t := range group {
+		if err := t.ctx.Err(); err != nil {
+			t.fault = interpretError(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	var err error
+	for race := 0; ; race++ {
+		for _, t := range group {
+			t.out, t.err = nil, t.fault
+		}
+		if err = s.tryGroup(ctx, group); err == nil {
+			return
+		}
+		again := retryInside(err) || errors.Is(err, errNotCommitted)
+		if !again || race == maxRaces || ctx.Err() != nil {
+			break
+		}
+		if !serverSaid(err) {
+			// A connection that failed: the server may be restarting. Races are decided again at once.
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(time.Duration(race+1)*20*time.Millisecond, 500*time.Millisecond)):
+			}
+		}
+	}
+	failGroup(group, interpretError(err))
+}
+
+// failGroup answers err to every transition of group that has no answer of its own yet.
+func failGroup(group []*transition, err error) {
+	for _, t := range group {
+		if t.err == nil {
+			t.out, t.err = nil, err
+		}
+	}
+}
+
+// itemID names a tenant's key inside a group, which may span tenants.
+func itemID(tenant, key string) string { return tenant + "\x00" + key }
+
+// groupItems are the items a group names: its ids in (tenant, key) order, as the read locks them.
+type groupItems struct {
+	tenants, keys []string
+}
+
+func namedItems(group []*transition) groupItems {
+	type ref struct{ tenant, key string }
+	seen := map[ref]bool{}
+	var refs []ref
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		for _, k := range t.keys {
+			r := ref{t.tenant, k}
+			if !seen[r] {
+				seen[r] = true
+				refs = append(refs, r)
+			}
+		}
+	}
+	slices.SortFunc(refs, func(a, b ref) int { return cmp.Or(cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.key, b.key)) })
+	var g groupItems
+	for _, r := range refs {
+		g.tenants, g.keys = append(g.tenants, r.tenant), append(g.keys, r.key)
+	}
+	return g
+}
+
+// tryGroup runs the group's transaction once. It returns nil when every transition has its answer
+// (recorded, or its own error), else why the transaction did not commit.
+func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
+	named := namedItems(group)
+	if len(named.keys) == 0 {
+		return nil // every transition has its own error
+	}
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return uncommitted{err}
+	}
+	open := false // a transaction is open on conn
+	defer func() {
+		if open {
+			rollback(conn)
+		}
+		conn.Release()
+	}()
+	if err := s.injected("read"); err != nil {
+		return err
+	}
+
+	// The read: BEGIN, the transaction's id and the database's clock, the items locked in key order.
+	young := s.young(ctx)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if young {
+		b.Queue(customPlans)
+	}
+	b.Queue(s.q.ReadClock)
+	b.Queue(s.q.ReadGroup, named.tenants, named.keys)
+	sent := time.Now()
+	br := conn.SendBatch(ctx, b)
+	open = true
+	var xid string
+	var dbNow time.Time
+	found := make(map[string]*items.Item, len(named.keys))
+	var bad map[string]error
+	_, err = br.Exec()
+	if err == nil && young {
+		_, err = br.Exec()
+	}
+	if err == nil {
+		err = br.QueryRow().Scan(&xid, &dbNow)
+	}
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			var tenant, key string
+			var doc []byte
+			_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &doc}, func() error {
+				it, derr := decodeItem(doc, tenant, key)
+				if derr != nil {
+					if bad == nil {
+						bad = map[string]error{}
+					}
+					bad[itemID(tenant, key)] = derr
+					return nil
+				}
+				found[itemID(tenant, key)] = it
+				return nil
+			})
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if !serverSaid(err) && conn.Conn().IsClosed() {
+			return uncommitted{err} // a connection that failed (a server restarted): nothing was written
+		}
+		return err
+	}
+	s.noteClock(dbNow, sent, time.Now())
+
+	// The decisions, in arrival order, each against what the earlier ones left.
+	seen := maps.Clone(found)
+	docs := map[string][]byte{}
+	var changed []string // items with a new state, in the order of their first change
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		if t.err = corruptKey(t, bad); t.err != nil {
+			continue
+		}
+		if err := decide(t, found, seen, docs, &changed); err != nil {
+			t.out, t.err = nil, err
+		}
+	}
+	if len(changed) == 0 {
+		open = false
+		rollback(conn) // nothing to write: the locks go, no commit to flush
+		unshare(group)
+		return nil
+	}
+
+	// The writes and the COMMIT, sent together: an error of the server skips what follows it, COMMIT included.
+	var inserts, updates itemRows
+	counts := items.CountChanges{}
+	for _, id := range changed {
+		cur, next := found[id], seen[id]
+		f := next.Facts()
+		counts.Move(cur, next)
+		if cur == nil {
+			inserts.add(next, f, docs[id])
+		} else {
+			updates.add(next, f, docs[id])
+			updates.seenVersion = append(updates.seenVersion, cur.Version)
+		}
+	}
+	b = &pgx.Batch{}
+	if updates.len() > 0 {
+		b.Queue(s.q.UpdateItems, updates.args(true)...)
+	}
+	if inserts.len() > 0 {
+		b.Queue(s.q.InsertItems, inserts.args(false)...)
+	}
+	if c := countArgs(counts); c != nil {
+		b.Queue(s.q.AddCounts, c.args()...)
+	}
+	b.Queue("COMMIT")
+	// A fault of a test in "write" stands for a connection lost as the writes were sent, "answer" for the
+	// answer of a COMMIT that was lost.
+	var tag string
+	if err = s.injected("write"); err == nil {
+		br = conn.SendBatch(ctx, b)
+		for range b.Len() {
+			var t pgconn.CommandTag
+			if t, err = br.Exec(); err != nil {
+				break
+			}
+			tag = t.String()
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = s.injected("answer")
+		}
+	}
+	switch {
+	case err == nil && tag != "COMMIT":
+		open = false
+		return errNotCommitted // the server rolled the transaction back (it cannot have, but then nothing was written)
+	case err == nil:
+	case serverSaid(err):
+		return err // the server aborted the transaction, and skipped its COMMIT: rolled back on return
+	default:
+		// The COMMIT may have reached the server: ask another connection whether it committed, for as long
+		// as a server that crashed as it committed takes to come back (settleWait), rather than answer a
+		// 503 that may be untrue (a claim recorded, held by nobody).
+		open = false
+		conn.Conn().Close(context.Background()) //nolint:errcheck // the connection failed already
+		sctx, cancel := context.WithTimeout(context.Background(), s.settleWait)
+		defer cancel()
+		if err := s.settle(sctx, xid, err); err != nil {
+			return err
+		}
+	}
+	open = false
+	s.commits.Add(1)
+	unshare(group)
+	return nil
+}
+
+// customPlans makes the statements of a transaction planned at each execution, for the table as it is
+// then. A prepared statement's plan is otherwise made generic after five executions and kept for the
+// connection's life: made while a new ledger's table was a few pages (a sequential scan and a hash join
+// are cheapest then), it reads the items whole, and keeps doing so as the table grows (1,591 sequential
+// scans of 2,900 rows each in a 6,000-item bench run on a new schema). Planning at each execution costs a
+// group's transaction about a fifth of the server's CPU, so it is done only while the table is young
+// (young): a generic plan made once the table is youngPages pages reads the items by their primary key
+// whatever it grows to, as the planner counts the table's pages as they are when it plans, and a
+// ledger's table does not shrink. SET LOCAL ends with the transaction, so that a pooler's next client
+// (PgBouncer in transaction mode) does not inherit it.
+const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
+
+// youngPages is the size of the items table, in pages (1 MB: a few hundred items), from which the store
+// trusts the planner's generic plans (customPlans): at 150 pages (400 items) the generic plans of the
+// group's read and UPDATE are already a nested loop over the keys and the primary key.
+const youngPages = 128
+
+// youngCheck is how often the store reads the table's size while it is young.
+const youngCheck = 2 * time.Second
+
+// young reports whether the items table is young (customPlans), reading its size at most every
+// youngCheck; once it is not, it is not read again.
+func (s *Store) young(ctx context.Context) bool {
+	if s.mature.Load() {
+		return false
+	}
+	if last := s.youngAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < youngCheck {
+		return true
+	}
+	s.youngAt.Store(time.Now().UnixNano())
+	var pages int64
+	if err := s.pool.QueryRow(ctx, s.q.ItemsPages, s.quoted).Scan(&pages); err == nil && pages >= youngPages {
+		s.mature.Store(true)
+		return false
+	}
+	return true
+}
+
+// uncommitted is a failure of a transaction of transitions before its COMMIT was sent (no connection to be
+// had, one that broke during the read): nothing was written, and it may be tried again.
+type uncommitted struct{ err error }
+
+func (e uncommitted) Error() string     { return e.err.Error() }
+func (e uncommitted) Unwrap() error     { return e.err }
+func (e uncommitted) SafeToRetry() bool { return true }
+
+// DefaultSettleWait is how long a transaction whose COMMIT's answer was lost waits to learn whether it
+// committed (settle): a server that crashed has that long to come back.
+const DefaultSettleWait = 30 * time.Second
+
+// settle learns the outcome of the transaction xid whose COMMIT's answer was lost (lost): nil when it
+// committed, errNotCommitted when it did not, and an error of unknown outcome when the server cannot be
+// asked before ctx ends. A transaction still in progress (its server process has not noticed the lost
+// connection yet) is asked about again.
+func (s *Store) settle(ctx context.Context, xid string, lost error) error {
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		var status *string
+		err := s.injected("settle")
+		if err == nil {
+			err = s.pool.QueryRow(ctx, s.q.XactStatus, xid).Scan(&status)
+		}
+		switch {
+		case err == nil && status != nil && *status == "committed":
+			return nil
+		case err == nil && (status == nil || *status == "aborted"):
+			return errNotCommitted
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: postgres: the answer to a COMMIT was lost (%v), and whether it committed could not be learned "+
+				"from the server within %s (transaction %s)", items.ErrUnavailable, lost, s.settleWait, xid)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// rollback ends the transaction open on conn; a connection that cannot is closed, so that the pool does
+// not hand it out again.
+func rollback(conn *pgxpool.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+		conn.Conn().Close(ctx) //nolint:errcheck // it is being discarded
+	}
+}
+
+// countArgs returns the rows of the changes of the kept counts, in the order of their groups (so that
+// two transactions that change the same rows lock them in the same order); nil when nothing changes.
+func countArgs(cc items.CountChanges) *countRows {
+	groups := slices.SortedFunc(maps.Keys(cc), func(a, b items.CountGroup) int {
+		return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Destination, b.Destination), cmp.Compare(a.State, b.State),
+			cmp.Compare(boolInt(a.NeedsPerson), boolInt(b.NeedsPerson)))
+	})
+	var r countRows
+	for _, g := range groups {
+		if c := cc[g]; !c.IsZero() {
+			r.add(g, c)
+		}
+	}
+	if len(r.tenant) == 0 {
+		return nil
+	}
+	return &r
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// corruptKey returns the error of the first of t's keys whose stored item is corrupt (in bad), or nil.
+func corruptKey(t *transition, bad map[string]error) error {
+	for _, k := range t.keys {
+		if err := bad[itemID(t.tenant, k)]; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decide runs t's fn over its keys against seen, recording each new state there (and its document in
+// docs) and each item changed for the first time (its state in seen is still the one found) in changed.
+// If fn fails, or returns a state that is not the item's or cannot be stored, seen, docs and changed are
+// left as they were and the error is returned.
+func decide(t *transition, found, seen map[string]*items.Item, docs map[string][]byte, changed *[]string) error {
+	type undo struct {
+		id   string
+		prev *items.Item
+		doc  []byte
+	}
+	var undos []undo
+	from := len(*changed)
+	t.out = make([]*items.Item, len(t.keys))
+	for i, key := range t.keys {
+		id := itemID(t.tenant, key)
+		cur := seen[id]
+		next, err := call(t, i, cur)
+		var doc []byte
+		if err == nil && next != nil {
+			if err = advance(t.tenant, key, cur, next); err == nil {
+				doc, err = encodeItem(nil, next)
+			}
+		}
+		if err != nil {
+			for j := len(undos) - 1; j >= 0; j-- {
+				seen[undos[j].id], docs[undos[j].id] = undos[j].prev, undos[j].doc
+			}
+			*changed = (*changed)[:from]
+			return err
+		}
+		if next == nil {
+			t.out[i] = cur
+			continue
+		}
+		undos = append(undos, undo{id, cur, docs[id]})
+		if cur == found[id] {
+			*changed = append(*changed, id)
+		}
+		t.out[i], seen[id], docs[id] = next, next, doc
+	}
+	return nil
+}
+
+// call runs t's fn for its i-th key on a copy of cur, turning a panic into that transition's error: a
+// bug in one decision answers the request that asked for it (a 500), not the others of its group.
+func call(t *transition, i int, cur *items.Item) (next *items.Item, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			next, err = nil, fmt.Errorf("pgstore: deciding item %d of a transition panicked: %v", i, r)
+		}
+	}()
+	if cur != nil {
+		cur = cur.Clone()
+	}
+	return t.fn(i, cur)
+}
+
+// advance checks that next, the state fn made of cur (nil: a new item), is tenant's key, and stamps it
+// with the version and times it is stored with. updated_at orders the operator's list: it moves forward
+// by a microsecond (the column's precision) at least, even when the clock stands still.
+func advance(tenant, key string, cur, next *items.Item) error {
+	if next.Tenant != tenant || next.Key != key {
+		return fmt.Errorf("pgstore: a transition of %q returned the state of %q of tenant %q", key, next.Key, next.Tenant)
+	}
+	next.Version = 1
+	if next.CreatedAt.IsZero() {
+		next.CreatedAt = time.Now().UTC()
+	}
+	next.UpdatedAt = next.UpdatedAt.Truncate(time.Microsecond)
+	if cur != nil {
+		next.Version = cur.Version + 1
+		if !next.UpdatedAt.After(cur.UpdatedAt) {
+			next.UpdatedAt = cur.UpdatedAt.Add(time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// unshare gives every answer of the group an item of its own, as callers may change what they are
+// given: a call that changed nothing is answered the state as found or as an earlier call of its key
+// left it, which another answer may hold too (32 callers racing for one key make such a group, and so
+// does a batch that names a key twice).
+func unshare(group []*transition) {
+	given := map[*items.Item]bool{}
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		for i, it := range t.out {
+			switch {
+			case it == nil:
+			case given[it]:
+				t.out[i] = it.Clone()
+			default:
+				given[it] = true
+			}
+		}
+	}
+}
