@@ -209,7 +209,7 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if looped["history_dropped"] != 5.0 {
 		t.Fatalf("inv-2's history dropped %v reports, want 5", looped["history_dropped"])
 	}
-	out, err = run(t, env, "stats")
+	out, err = run(t, env, "stats", "--wide")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,24 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed,
 	// dropped repeats
 	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0 5") {
-		t.Fatalf("stats total line %q:\n%s", all, out)
+		t.Fatalf("stats --wide total line %q:\n%s", all, out)
+	}
+	// Without --wide the same numbers come in two tables, neither wider than 100 columns.
+	out, err = run(t, env, "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var totals []string
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 100 {
+			t.Errorf("stats prints a line of %d columns: %q", len(l), l)
+		}
+		if strings.HasPrefix(strings.TrimSpace(l), "all") {
+			totals = append(totals, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	if len(totals) != 2 || !strings.HasPrefix(totals[0], "all 4 1 2 0 1 1 ") || totals[1] != "all 0 0 0 2 1 0 5" {
+		t.Fatalf("stats total lines %q:\n%s", totals, out)
 	}
 	out, err = run(t, env, "stats", "--json")
 	var st map[string]any
