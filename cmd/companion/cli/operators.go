@@ -118,13 +118,13 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		switch {
 		case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 			e.Error.hint = fmt.Sprintf("The service at %s has tokens: set COMPANION_TOKEN to the secret of an operator token "+
-				"(the last part of name:tenant:operator:secret in its COMPANION_TOKENS).", c.base)
+				"(the last part of its name:tenant:operator:secret, in %s).", c.base, tokenSources)
 		case resp.StatusCode == http.StatusUnauthorized && strings.Count(c.token, ":") >= 3:
 			e.Error.hint = "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only, " +
 				"the part after the third colon."
 		case resp.StatusCode == http.StatusUnauthorized:
 			e.Error.hint = fmt.Sprintf("The service at %s knows no token with the secret in COMPANION_TOKEN: check it against "+
-				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
+				"its tokens, in %s.", c.base, tokenSources)
 		case resp.StatusCode == http.StatusForbidden:
 			e.Error.hint = "COMPANION_TOKEN is a workflow token; this command needs one of role operator."
 		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error.Message, "no such endpoint"):
@@ -736,6 +736,10 @@ func someKeys(keys []string) string {
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(keys[:shown], ", "), len(keys)-shown)
 }
+
+// tokenSources are the places a service takes its tokens from, as the messages about a token it does
+// not know name them: the service's operator may have used any of them.
+const tokenSources = "its COMPANION_TOKENS, the file its COMPANION_TOKENS_FILE names, or tokens: in its config file"
 
 // printResolved prints the answer to one resolve request in a line that begins or ends with its key.
 func (m *Main) printResolved(b []byte, outcome string) error {

@@ -198,6 +198,17 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
 		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
+	// The service's tokens may come from any of three places; both messages name all of them.
+	for _, msg := range []string{err.Error(), func() string {
+		_, err := run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
+		return err.Error()
+	}()} {
+		for _, source := range []string{"COMPANION_TOKENS,", "COMPANION_TOKENS_FILE", "tokens: in its config file"} {
+			if !strings.Contains(msg, source) {
+				t.Errorf("the message about a token the service does not know names no %s: %s", source, msg)
+			}
+		}
+	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "anna:acme:operator:op-secret-0123456789"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") ||
 		!strings.Contains(err.Error(), "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only") {
