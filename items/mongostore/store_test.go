@@ -689,7 +689,8 @@ func TestLedgerSecretIsReadWithMajority(t *testing.T) {
 }
 
 // TestOpenFillsExecutionIDsOfEarlierItems starts on an item stored by a build without the top-level
-// execution_id (made here by unsetting it): Open fills it from the item's last attempt.
+// execution_id (made here by unsetting it, and the marker of the fill, which such a ledger lacks): the
+// start's background pass fills it from the item's last attempt.
 func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -711,7 +712,12 @@ func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
 		bson.D{{Key: "$unset", Value: bson.D{{Key: "execution_id", Value: ""}}}}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.open().ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
+	if _, err := e.collection(mongostore.MetaCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "execution_ids_filled"}}); err != nil {
+		t.Fatal(err)
+	}
+	again := e.open()
+	mongostore.WaitExecutionIDsFilled(again)
+	page, err := again.ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
 	if err != nil {
 		t.Fatal(err)
 	}
