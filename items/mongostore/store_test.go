@@ -783,3 +783,17 @@ func TestFingerprintSharedByReplicasAndRestarts(t *testing.T) {
 		t.Fatalf("fingerprints %s (first replica), %s (second), %s (after a restart): want one", fa, fb, fc)
 	}
 }
+
+// TestURICannotWeakenWrites: whatever the URI says, writes are retried once after a network error
+// (retryable writes: an acknowledged claim survives a failover, the server recognising the repeat) and use
+// write concern majority with journaling.
+func TestURICannotWeakenWrites(t *testing.T) {
+	t.Parallel()
+	o := mongostore.ClientOptions("mongodb://db1:27017,db2:27017/?replicaSet=rs0&retryWrites=false&w=1&journal=false")
+	if o.RetryWrites == nil || !*o.RetryWrites {
+		t.Error("retryWrites=false in the URI turned retryable writes off")
+	}
+	if wc := o.WriteConcern; wc == nil || wc.W != "majority" || wc.Journal == nil || !*wc.Journal {
+		t.Errorf("write concern %+v, want majority with journaling", wc)
+	}
+}
