@@ -225,3 +225,56 @@ func TestCountsAreBuiltOnceByReplicasStartingTogether(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkRepairCounts measures the kept counts' repair pass, which every replica runs at its start and
+// every minute: with nothing due (one query of the index count_due_at, and the lock), and with the
+// entries of 1,000 claims a stopped replica left due (a page of the pass: two entries each).
+//
+//	go test ./items/mongostore -run '^$' -bench RepairCounts -benchtime 5x
+func BenchmarkRepairCounts(b *testing.B) {
+	if realURI() != "" {
+		b.Skip("measured on the in-process FerretDB")
+	}
+	open := func(db string) *mongostore.Store {
+		s, err := mongostore.Open(b.Context(), sharedSrv.URI(), db, mongostore.WithTimeout(10*time.Minute))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		return s
+	}
+	b.Run("nothing-due", func(b *testing.B) {
+		s := open(sharedSrv.Database())
+		for b.Loop() {
+			if r, err := mongostore.RepairCounts(b.Context(), s, 0); err != nil || r.Applied != 0 {
+				b.Fatalf("%+v, %v", r, err)
+			}
+		}
+	})
+	b.Run("1000-claims-due", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			db := sharedSrv.Database()
+			stopped := open(db)
+			mongostore.DropCounts(stopped, func() bool { return true })
+			l, err := items.NewLedger(b.Context(), stopped, items.Config{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for chunk := range 2 {
+				var ps []items.BeforeWriteParams
+				for i := range 500 {
+					ps = append(ps, claimParams(fmt.Sprintf("due-%d-%d", chunk, i)))
+				}
+				if _, err := l.BeforeWriteMany(b.Context(), "acme", ps); err != nil {
+					b.Fatal(err)
+				}
+			}
+			s := open(db)
+			b.StartTimer()
+			if r, err := mongostore.RepairCounts(b.Context(), s, 0); err != nil || r.Items != 1000 {
+				b.Fatalf("%+v, %v", r, err)
+			}
+		}
+	})
+}
