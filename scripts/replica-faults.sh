@@ -47,7 +47,8 @@ start="$pgctl -w -t 60 -l $data/server.log -o '-p $port -k $data -c listen_addre
 eval "$start" >/dev/null
 echo "PostgreSQL $("$pgbin/postgres" --version | awk '{print $3}') of this run on 127.0.0.1:$port ($data)"
 
-(cd "$root" && go build -o "$work/companion" ./cmd/companion && go build -o "$work/replicafaults" ./cmd/replicafaults)
+if [[ -n ${FAULTS_COMPANION:-} ]]; then cp "$FAULTS_COMPANION" "$work/companion"; else (cd "$root" && go build -o "$work/companion" ./cmd/companion); fi
+(cd "$root" && go build -o "$work/replicafaults" ./cmd/replicafaults)
 
 status=0
 "$work/replicafaults" --companion "$work/companion" --work-dir "$work/run-postgres" \
