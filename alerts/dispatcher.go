@@ -259,7 +259,7 @@ func (d *Dispatcher) deliver(ctx, stop context.Context, counts *DispatchCounts) 
 	if stop.Err() != nil {
 		return nil
 	}
-	groups, err := d.cfg.Outbox.AlertGroups(ctx, d.cfg.Ledger.Now(), d.cfg.MaxGroups)
+	groups, err := d.cfg.Outbox.AlertGroups(ctx, d.cfg.Ledger.Now().Add(-d.cfg.Ledger.ClockMargin()), d.cfg.MaxGroups)
 	if err != nil {
 		return err
 	}
@@ -291,7 +291,9 @@ func newClaimToken() string {
 func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup, counts *DispatchCounts) error {
 	now := d.cfg.Ledger.Now()
 	claim := newClaimToken()
-	claimed, err := d.cfg.Outbox.ClaimAlerts(ctx, items.AlertClaim{Group: g, Claim: claim, Now: now, Until: now.Add(d.cfg.ClaimTimeout)})
+	// Another replica's claim ended on its clock: it is taken for ended on this one only the margin later.
+	claimed, err := d.cfg.Outbox.ClaimAlerts(ctx, items.AlertClaim{Group: g, Claim: claim, Now: now.Add(-d.cfg.Ledger.ClockMargin()),
+		Until: now.Add(d.cfg.ClaimTimeout)})
 	if err != nil || len(claimed) == 0 {
 		return err // another dispatcher took the group, or there is nothing left in it
 	}
@@ -340,6 +342,13 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 		notifier = d.log
 	}
 	ref, update, err := d.send(ctx, notifier, g, live, msg, claim)
+	if errors.Is(err, errClaimLost) {
+		// The claim ran out while the group was read (a replica that stalled, or whose renewals failed) and
+		// another dispatcher holds some of its alerts now: that one posts them. What this claim still holds
+		// is given back.
+		d.cfg.Logger.WarnContext(ctx, "alert not posted: its claim ran out before the post and another dispatcher holds the group", groupAttrs()...)
+		return nil
+	}
 	if errors.Is(err, errHistoryUnread) {
 		// An earlier post may have landed and its conversation could not be read: posting now could post
 		// it twice. The claim is given back; the next dispatch reads again (posting once FindGiveUp passed).
@@ -426,6 +435,9 @@ func (d *Dispatcher) deliverGroup(ctx, stop context.Context, g items.AlertGroup,
 	return nil
 }
 
+// errClaimLost says a group was not posted because its claim no longer holds every alert of it.
+var errClaimLost = errors.New("the claim no longer holds the group")
+
 // errHistoryUnread says a group was not posted because an earlier post of it may have landed and the history
 // read that would find it failed.
 var errHistoryUnread = errors.New("an earlier post may have landed; the history read failed")
@@ -453,6 +465,12 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 	}
 	finder, ok := notifier.(PostFinder)
 	if !ok {
+		// Posted only while the claim holds the whole group (renewed here, as the finder's path marks it).
+		if n, err := d.cfg.Outbox.RenewAlertClaim(ctx, claim, d.cfg.Ledger.Now().Add(d.cfg.ClaimTimeout)); err != nil {
+			return MessageRef{}, false, err
+		} else if n < len(live) {
+			return MessageRef{}, false, errClaimLost
+		}
 		ref, err := notifier.Post(ctx, g.Owner, msg)
 		return ref, false, err
 	}
@@ -483,10 +501,15 @@ func (d *Dispatcher) send(ctx context.Context, notifier Notifier, g items.AlertG
 				"owner", g.Owner, "tenant", g.Tenant, "batch_id", g.BatchID, "since", first, "find_give_up", d.cfg.FindGiveUp.String(), "error", err)
 		}
 	}
-	// Marked before the post, so that a post whose answer is lost is looked for, not posted again.
+	// Marked before the post, so that a post whose answer is lost is looked for, not posted again; and
+	// posted only if the mark found the claim holding the whole group (a claim that ran out and was taken
+	// over marks fewer: the dispatcher holding them now posts them).
 	at := d.cfg.Ledger.Now()
-	if _, err := d.cfg.Outbox.MarkAlertPost(ctx, claim, at); err != nil {
+	if n, err := d.cfg.Outbox.MarkAlertPost(ctx, claim, at); err != nil {
 		return MessageRef{}, false, err
+	} else if n < len(live) {
+		_, _ = d.cfg.Outbox.MarkAlertPost(ctx, claim, time.Time{}) // nothing was posted
+		return MessageRef{}, false, errClaimLost
 	}
 	msg.Attempt = attemptID(at)
 	ref, err := notifier.Post(ctx, g.Owner, msg)

@@ -58,10 +58,11 @@ type Config struct {
 	Destinations map[string]Destination
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
-	// MaxClockSkew is how far the clocks of two processes sharing a store may differ. Where a lease must be
-	// judged on this process's clock although other processes use the store too (a SharedStore without a
-	// clock of its own), a lease counts as expired only MaxClockSkew after its end. The service's default
-	// is DefaultMaxClockSkew; zero means none.
+	// MaxClockSkew is how far the clocks of two processes sharing a store may differ. On a store several
+	// processes share (a SharedStore), a lease counts as expired only MaxClockSkew after its end: judged on
+	// this process's clock where the store has no clock of its own, and, where it has one, as the margin
+	// for what a reading of it cannot tell (its round trip, and after a failover another server's clock).
+	// The service's default is DefaultMaxClockSkew; zero means none.
 	MaxClockSkew time.Duration
 	// SeriesHoursKept and SeriesDaysKept are how long a store that keeps the measures over time
 	// (SeriesStore) keeps its hour rows and its day rows, counted from the start of their bucket, before

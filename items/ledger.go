@@ -24,8 +24,8 @@ type Ledger struct {
 	secret []byte
 	macs   sync.Pool // of hash.Hash: HMAC-SHA256 under secret
 	now    func() time.Time
-	// skew is the margin past its end at which a lease counts as expired on this process's clock: the
-	// configured MaxClockSkew for a shared store without a clock of its own, else zero (see leaseNow).
+	// skew is the margin past its end at which a lease counts as expired: the configured MaxClockSkew for
+	// a shared store, else zero (see leaseNow and ClockMargin).
 	skew time.Duration
 	// unwritable is the write the store could not record, while none has succeeded since (ready.go).
 	unwritable atomic.Pointer[unwritable]
@@ -42,7 +42,7 @@ func NewLedger(ctx context.Context, store Store, cfg Config) (*Ledger, error) {
 		now = time.Now
 	}
 	l := &Ledger{store: store, cfg: cfg, secret: secret, now: func() time.Time { return now().UTC() }}
-	if ss, ok := store.(SharedStore); ok && !ss.HasClock() {
+	if _, ok := store.(SharedStore); ok {
 		l.skew = max(cfg.MaxClockSkew, 0)
 	}
 	return l, nil
@@ -52,7 +52,8 @@ func NewLedger(ctx context.Context, store Store, cfg Config) (*Ledger, error) {
 // several processes share and that has a clock of its own, it is this process's clock moved by the
 // store clock's offset, read now: every replica then stamps and judges leases on the store's clock, and a
 // replica whose clock is 20 s ahead does not take another's live claim for expired. Otherwise it is this
-// process's clock (a store without a clock judges with the margin l.skew, see expireLease).
+// process's clock. On a shared store either way a lease is judged with the margin l.skew (ClockMargin,
+// see expireLease).
 //
 // Transitions call it inside their TransitionFunc, as the store is about to write: a lease counts from
 // the moment its claim is written, and time the request waited (in a group commit, or lost in retries
@@ -68,6 +69,11 @@ func (l *Ledger) leaseNow(ctx context.Context) (time.Time, error) {
 	}
 	return now, nil
 }
+
+// ClockMargin returns how long past its end a lease, or a claim another process stamped, still counts as
+// held: max_clock_skew on a store several processes share (where their clocks, or the readings of the
+// store's clock, may differ by that much), else zero.
+func (l *Ledger) ClockMargin() time.Duration { return l.skew }
 
 // Store returns the ledger's store.
 func (l *Ledger) Store() Store { return l.store }
@@ -441,8 +447,8 @@ func newClaim() string {
 // expireLease records an expired lease: the item becomes unknown (cause lease_expired). It reports
 // whether it changed the item.
 //
-// now must come from leaseNow: on a shared store without a clock of its own, a lease counts as expired
-// only the configured skew after its end.
+// now must come from leaseNow: on a shared store, a lease counts as expired only the configured skew
+// after its end.
 func (l *Ledger) expireLease(it *Item, now time.Time) bool {
 	if !it.LeaseExpired(now.Add(-l.skew)) {
 		return false

@@ -30,7 +30,10 @@ type Store interface {
 	// TransitionMany runs fn for each key in order, as Transition does, where each call sees the changes
 	// of the earlier ones (a key may repeat). Stores that can make the whole batch atomic and durable at
 	// once (one transaction) do; others run item by item, each item atomic. If fn fails for any item,
-	// nothing is written: a store without a batch transaction runs fn for every key before it writes any.
+	// nothing is written: a store without a batch transaction runs fn for every key before it writes any,
+	// and when fn fails for an item it decides again after writing (another writer changed the item in
+	// between), it takes back what it wrote before it returns, but where another writer has changed an
+	// item since (that writer's change stays, built on this one).
 	// Returns the stored items, in order, each as it was right after its own call and each an item of its
 	// own, which the caller may change (a key named twice gets two; itemstest's
 	// Store/TransitionManyAnswersEachPlaceItsOwnItem).
@@ -54,12 +57,12 @@ type SharedStore interface {
 	Store
 
 	// HasClock reports whether the store reads a clock of its own (its server's) in ClockOffset. When it
-	// does not, the ledger judges leases on this process's clock, and counts a lease as expired only
-	// Config.MaxClockSkew after its end.
+	// does not, the ledger judges leases on this process's clock. Either way it counts a lease as expired
+	// only Config.MaxClockSkew after its end (Ledger.ClockMargin).
 	HasClock() bool
 
 	// ClockOffset returns how far the store's clock is ahead of this process's clock (negative: behind),
-	// read now; zero when the difference is below what one reading can tell, or too small to matter to a
-	// lease. Returns ErrUnavailable.
+	// from a recent reading; zero when the difference is below what one reading can tell, or too small to
+	// matter to a lease (the margin covers both). Returns ErrUnavailable.
 	ClockOffset(ctx context.Context) (time.Duration, error)
 }

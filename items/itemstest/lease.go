@@ -83,4 +83,32 @@ func exerciseLeases(t *testing.T, open func(t *testing.T) items.Store) {
 			t.Fatalf("lease expired by the time of the write: %s/%s, want proceed/retry_same_key", a.Decision, a.Reason)
 		}
 	})
+	t.Run("SharedStoreExpiresPastTheMargin", func(t *testing.T) {
+		// On a store several processes share, a lease counts as expired only max_clock_skew after its end,
+		// with a clock of the store's own too (API.md, "Leases across replicas"): what one reading of the
+		// store's clock cannot tell, and another server's clock after a failover.
+		h := newHarness(t, open)
+		if _, ok := h.store.(items.SharedStore); !ok {
+			t.Skip("one process holds the store: its leases are judged on one clock, with no margin")
+		}
+		cfg := suiteConfig(h.clock.Now)
+		cfg.MaxClockSkew = 5 * time.Second
+		l, err := items.NewLedger(h.ctx, h.store, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.ledger = l
+		first := h.claim("lease-margin", payloadA, lease(60), dest(destKeyed))
+		h.advance(62 * time.Second)
+		if a := h.bw("lease-margin", payloadA, dest(destKeyed)); a.Decision != items.Skip || a.Reason != items.ReasonInProgress {
+			t.Fatalf("2 s past the lease, within a margin of 5 s: %s/%s, want skip/in_progress", a.Decision, a.Reason)
+		}
+		if changed, err := l.ExpireLease(h.ctx, h.tenant, "lease-margin"); err != nil || changed {
+			t.Fatalf("the sweeper within the margin: changed %v, %v; want no change", changed, err)
+		}
+		h.advance(4 * time.Second)
+		if a := h.bw("lease-margin", payloadA, dest(destKeyed)); a.Decision != items.Proceed || a.Reason != items.ReasonRetrySameKey || a.Claim == first.Claim {
+			t.Fatalf("past the lease and the margin: %s/%s, want proceed/retry_same_key with a new claim", a.Decision, a.Reason)
+		}
+	})
 }

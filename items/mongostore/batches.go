@@ -2,7 +2,6 @@ package mongostore
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -11,73 +10,6 @@ import (
 
 	"github.com/replaysafe/companion/items"
 )
-
-// readMany returns the stored document of every key (nil for a key without one) in one query, where
-// reading them one by one cost a round trip each: a batch of 500 items, 500 round trips. Like read, it
-// reads from the primary. Returns ErrUnavailable.
-func (s *Store) readMany(ctx context.Context, tenant string, keys []string) (map[string]*itemDoc, error) {
-	view := make(map[string]*itemDoc, len(keys))
-	ids := make([]string, 0, len(keys))
-	for _, key := range keys {
-		if err := checkID(tenant, key); err != nil {
-			return nil, err
-		}
-		if _, ok := view[key]; !ok {
-			view[key] = nil
-			ids = append(ids, itemID(tenant, key))
-		}
-	}
-	cur, err := s.items.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return nil, unavailable("read items", err)
-	}
-	var docs []itemDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, unavailable("read items", err)
-	}
-	for i := range docs {
-		if docs[i].Tenant == tenant {
-			view[docs[i].Key] = &docs[i]
-		}
-	}
-	return view, nil
-}
-
-// insertMany creates new items in one round trip. It returns the stored document of each one it
-// created, and nil for each one whose _id existed already (another writer created the item since it was
-// read): that one is decided again by the caller. Returns ErrUnavailable when the server did not
-// acknowledge the inserts; some of them may have been made then, each one whole.
-//
-// ATOMICITY: the inserts are unordered and independent; each one is atomic on its own, and the unique _id
-// index lets exactly one of any number of concurrent creators of an item insert it, as in insert.
-func (s *Store) insertMany(ctx context.Context, docs []itemDoc) ([]*itemDoc, error) {
-	out := make([]*itemDoc, len(docs))
-	if len(docs) == 0 {
-		return out, nil
-	}
-	for i := range docs {
-		docs[i].ID = itemID(docs[i].Tenant, docs[i].Key)
-		out[i] = &docs[i]
-	}
-	_, err := s.items.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
-	if err == nil {
-		err = s.injected("insert many")
-	}
-	var bwe mongo.BulkWriteException
-	switch {
-	case err == nil:
-		return out, nil
-	case !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0:
-		return nil, unavailable("insert items", err)
-	}
-	for _, we := range bwe.WriteErrors {
-		if !mongo.IsDuplicateKeyError(we.WriteError) || we.Index < 0 || we.Index >= len(out) {
-			return nil, unavailable("insert items", err)
-		}
-		out[we.Index] = nil
-	}
-	return out, nil
-}
 
 // BatchItems returns up to limit items of tenant whose batch is batchID, ordered by batch_index (an item
 // without one, null, first: MongoDB sorts null before numbers) and then key, after the position

@@ -1,10 +1,14 @@
 package mongostore_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/mongostore"
@@ -57,9 +61,10 @@ func checkHeld(t *testing.T, r replica, first items.Answer) {
 	if ans.Decision != items.Skip || ans.Reason != items.ReasonInProgress {
 		t.Fatalf("a second replica got %s/%s while the first claim's lease was live, want skip/in_progress", ans.Decision, ans.Reason)
 	}
-	// retry_after is counted on the shared clock: about the 10 s left, not 10 s plus or minus the skew.
-	if ans.RetryAfter < 8 || ans.RetryAfter > 11 {
-		t.Errorf("retry_after = %d s, want about 10 (the lease left on the server's clock)", ans.RetryAfter)
+	// retry_after is counted on the shared clock: about the 10 s left and the 2 s margin (max_clock_skew),
+	// not 10 s plus or minus the skew.
+	if ans.RetryAfter < 10 || ans.RetryAfter > 13 {
+		t.Errorf("retry_after = %d s, want about 12 (the lease left on the server's clock, and the margin)", ans.RetryAfter)
 	}
 	batch, err := r.ledger.BeforeWriteMany(t.Context(), "acme", []items.BeforeWriteParams{p})
 	if err != nil {
@@ -203,5 +208,93 @@ func TestClockOffsetIgnoresWhatALeaseCannotTell(t *testing.T) {
 		if (off - want).Abs() > 50*time.Millisecond {
 			t.Errorf("a clock %s off the server's: ClockOffset = %s, want %s", skew, off, want)
 		}
+	}
+}
+
+// TestClockIsReadOncePerSecondAndAtANewPrimary: twenty before-writes in a row read the server's clock
+// (one hello command) once, not twenty times: a reading is kept for a second. When the driver sees
+// another primary (a failover), the next decision reads it again: the new primary's clock may differ.
+func TestClockIsReadOncePerSecondAndAtANewPrimary(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var mu sync.Mutex
+	hellos := 0
+	s, err := mongostore.Open(t.Context(), e.uri, e.db, mongostore.WithCommandMonitor(&event.CommandMonitor{
+		Started: func(_ context.Context, ev *event.CommandStartedEvent) {
+			if ev.CommandName == "hello" {
+				mu.Lock()
+				hellos++
+				mu.Unlock()
+			}
+		}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	l := newLedger(t, s, nil)
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return hellos
+	}
+	if _, err := s.ClockOffset(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before := count()
+	start := time.Now()
+	for i := range 20 {
+		if _, err := l.BeforeWrite(t.Context(), claimParams(fmt.Sprintf("clock-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if took, n := time.Since(start), count()-before; n > 1+int(took/time.Second) {
+		t.Fatalf("20 before-writes in %s read the server's clock %d times, want at most one a second", took, n)
+	}
+	if !mongostore.ClockFresh(s) {
+		t.Skip("the machine is too slow to see a kept reading: the before-writes took over a second each")
+	}
+	mongostore.TopologyChanged(s, &event.TopologyDescriptionChangedEvent{NewDescription: event.TopologyDescription{
+		Servers: []event.ServerDescription{{Kind: "RSPrimary", Addr: "db2:27017"}}}})
+	if mongostore.ClockFresh(s) {
+		t.Fatal("the kept reading is still used after the primary changed")
+	}
+	before = count()
+	if _, err := l.BeforeWrite(t.Context(), claimParams("clock-after-failover")); err != nil {
+		t.Fatal(err)
+	}
+	if n := count() - before; n != 1 {
+		t.Fatalf("the first decision after the primary changed read the clock %d times, want once", n)
+	}
+}
+
+// TestLeaseMarginOnTheServersClock: on the server's clock too, a lease counts as expired only
+// max_clock_skew after its end (a reading's uncertainty; after a failover, another member's clock). A
+// replica asking 1 s after a 10 s lease's end, within a margin of 2 s, is told the claim is in progress;
+// 3 s after, it proceeds with a same-key retry.
+func TestLeaseMarginOnTheServersClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	s := e.open()
+	if !s.HasClock() {
+		t.Fatal("the store does not read the server's clock")
+	}
+	var at time.Time
+	clock := func() time.Time { return at }
+	l, err := items.NewLedger(t.Context(), s, items.Config{Now: clock, MaxClockSkew: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at = time.Now()
+	first, err := l.BeforeWrite(t.Context(), leaseParams("margin-server"))
+	if err != nil || first.Decision != items.Proceed {
+		t.Fatalf("first claim: %+v, %v", first, err)
+	}
+	at = first.LeaseExpiresAt.Add(time.Second)
+	if a, err := l.BeforeWrite(t.Context(), leaseParams("margin-server")); err != nil || a.Decision != items.Skip || a.Reason != items.ReasonInProgress {
+		t.Fatalf("1 s past the lease, within the margin: %+v, %v; want skip/in_progress", a, err)
+	}
+	at = first.LeaseExpiresAt.Add(3 * time.Second)
+	if a, err := l.BeforeWrite(t.Context(), leaseParams("margin-server")); err != nil || a.Decision != items.Proceed || a.Reason != items.ReasonRetrySameKey {
+		t.Fatalf("3 s past the lease, past the margin: %+v, %v; want proceed/retry_same_key", a, err)
 	}
 }

@@ -2,8 +2,13 @@ package mongostore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -17,12 +22,33 @@ import (
 // document per tenant, destination, state and needs_person, instead of the items, and the few unresolved
 // items through the indexes state_lease and needs_person_tenant_since.
 //
-// CONSISTENCY: the ledger uses no multi-document transactions, so a count is changed by one $inc right
-// after the item's write is acknowledged, not with it. A reader may see an item's write before its count
-// (for the time of one round trip), and a replica stopped between the two writes, or a count's $inc that
-// fails (it is tried twice), leaves that group off by the item for good; the transition itself is
-// recorded and answered as usual. A ledger of an earlier build is counted once, by the first replica of
-// this build that opens it.
+// EXACTNESS: the ledger uses no multi-document transactions, so an item and its group's counts cannot
+// change in one write. Instead every write of an item carries, in that same single-document write, the
+// changes it makes to the kept counts: one entry per group it changes, in the item's count_due (dueEntry).
+// Once the call's writes are acknowledged, the store applies their entries, for the whole call at once
+// (applyDue), in steps:
+//
+//  1. one update per group (one bulk write): $inc by the group's entries, marking each entry's id in the
+//     group's applying map, in the same single-document write;
+//  2. one update of the items: $pullAll of the applied entries from their count_due;
+//  3. the marks removed ($unset), with the group's next step 1 (or by the repair pass an hour on).
+//
+// A replica that stops anywhere in between leaves entries on the items, never a count off: the repair
+// pass (repairCounts) finds the entries older than repairAge (the index count_due_at), applies each one
+// guarded by the absence of its mark, so that an entry step 1 applied already is not applied again,
+// and goes on with steps 2 and 3. The normal path gives up on an entry applyBudget after it was written
+// (leaving it to the repair), and repairAge is far longer, so the two never apply one entry at once; the
+// repair passes of several replicas take turns under a lock document in meta. A count write that fails is
+// tried again only on a duplicate key (two first upserts of a group racing): any other failure leaves the
+// entries to the repair, which is idempotent where a second $inc would not be.
+//
+// The steps run before the call answers, bounded by countBudget (half the store's timeout), not by the
+// store's timeout: a failover delays an answer by that at most, and its counts are then applied by the
+// repair, minutes later. They run in the call rather than beside it because FerretDB, the test server,
+// applies no update to a document atomically: a step 2 running beside the caller's next write of the
+// item could undo that write there (on MongoDB it could not). A reader on another replica may see an
+// item's write before its count, for the time of the steps. A ledger of a build before the kept counts is
+// counted once, under the same lock (buildCounts).
 
 // CountsCollection holds the kept counts.
 const CountsCollection = "item_counts"
@@ -30,23 +56,40 @@ const CountsCollection = "item_counts"
 // countsBuiltID marks, in meta, a ledger whose item_counts hold every item.
 const countsBuiltID = "item_counts_built"
 
+// countsLockID is the lock document, in meta, of the counts' build and repair passes.
+const countsLockID = "item_counts_lock"
+
+// Timings of the kept counts (see EXACTNESS).
+const (
+	// applyBudget is how long after its write an entry may still be applied by the write's own replica.
+	applyBudget = time.Minute
+	// repairAge is how old an entry must be before the repair pass applies it.
+	repairAge = 5 * time.Minute
+	// repairEvery is how often each replica runs the repair pass (it also runs at the start).
+	repairEvery = time.Minute
+	// repairLease is how long the repair pass holds the lock; a pass stops writing repairMargin before it ends.
+	repairLease  = 2 * time.Minute
+	repairMargin = 30 * time.Second
+	// repairPage bounds the items one repair pass reads.
+	repairPage = 1000
+	// settledAge is how old a mark on a group, or a tombstone whose counts are applied, must be before the
+	// repair pass removes it: far longer than any pass or write can take to land.
+	settledAge = time.Hour
+)
+
 func (s *Store) countsColl() *mongo.Collection {
 	return s.items.Database().Collection(CountsCollection)
 }
 
-// countsDoc is one group's kept counts.
-type countsDoc struct {
-	Tenant         string `bson:"tenant"`
-	Destination    string `bson:"destination"`
-	State          string `bson:"state"`
-	NeedsPerson    bool   `bson:"needs_person"`
-	Items          int    `bson:"items"`
-	Retries        int    `bson:"retries"`
-	Attempted      int    `bson:"attempted"`
-	Recoveries     int    `bson:"recoveries"`
-	Resolutions    int    `bson:"resolutions"`
-	Duplicates     int    `bson:"duplicates"`
-	EnteredUnknown int    `bson:"entered_unknown"`
+// countFields are the sums of a group, as item_counts and the entries hold them.
+type countFields struct {
+	Items          int `bson:"items"`
+	Retries        int `bson:"retries"`
+	Attempted      int `bson:"attempted"`
+	Recoveries     int `bson:"recoveries"`
+	Resolutions    int `bson:"resolutions"`
+	Duplicates     int `bson:"duplicates"`
+	EnteredUnknown int `bson:"entered_unknown"`
 	// HistoryDropped and HistoryDroppedItems came later than the collection: a document an earlier build
 	// wrote lacks them and reads 0, which is exact (no build before them wrote an item's history_dropped),
 	// and the first $inc of this build creates them.
@@ -54,48 +97,89 @@ type countsDoc struct {
 	HistoryDroppedItems int `bson:"history_dropped_items"`
 }
 
-// addCounts adds changes to the kept counts, one upsert per group that changed. Returns ErrUnavailable.
-func (s *Store) addCounts(ctx context.Context, changes items.CountChanges) error {
-	var errs []error
-	for g, c := range changes {
-		if c.IsZero() {
-			continue
-		}
-		np := "0"
-		if g.NeedsPerson {
-			np = "1"
-		}
-		id := strings.Join([]string{g.Tenant, g.Destination, string(g.State), np}, idSeparator)
-		update := bson.D{
-			{Key: "$inc", Value: bson.D{{Key: "items", Value: c.Items}, {Key: "retries", Value: c.Retries},
-				{Key: "attempted", Value: c.Attempted}, {Key: "recoveries", Value: c.SameKeyRecoveries},
-				{Key: "resolutions", Value: c.ManualResolutions}, {Key: "duplicates", Value: c.DuplicateEffects},
-				{Key: "entered_unknown", Value: c.EnteredUnknown}, {Key: "history_dropped", Value: c.HistoryDropped},
-				{Key: "history_dropped_items", Value: c.HistoryDroppedItems}}},
-			{Key: "$setOnInsert", Value: bson.D{{Key: "tenant", Value: g.Tenant}, {Key: "destination", Value: g.Destination},
-				{Key: "state", Value: string(g.State)}, {Key: "needs_person", Value: g.NeedsPerson}}},
-		}
-		var err error
-		// Two first increments of a group may race on the upsert: the loser's goes to the winner's document
-		// on the second try.
-		for try := 0; try < 2; try++ {
-			if _, err = s.countsColl().UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, update, options.UpdateOne().SetUpsert(true)); err == nil {
-				break
-			}
-		}
-		if err != nil {
-			errs = append(errs, unavailable("add counts", err))
-		}
-	}
-	return errors.Join(errs...)
+func fieldsOf(c items.Counts) countFields {
+	return countFields{Items: c.Items, Retries: c.Retries, Attempted: c.Attempted, Recoveries: c.SameKeyRecoveries,
+		Resolutions: c.ManualResolutions, Duplicates: c.DuplicateEffects, EnteredUnknown: c.EnteredUnknown,
+		HistoryDropped: c.HistoryDropped, HistoryDroppedItems: c.HistoryDroppedItems}
 }
 
-// countWrite keeps the counts of an item written from prev (nil: new) to next. The write is recorded
-// already, so a failure to count is not the caller's failure: see CONSISTENCY above.
-func (s *Store) countWrite(ctx context.Context, prev *itemDoc, next written) {
-	changes := items.CountChanges{}
-	next.move(changes, prev)
-	_ = s.addCounts(context.WithoutCancel(ctx), changes)
+func (f countFields) counts() items.Counts {
+	return items.Counts{Items: f.Items, Retries: f.Retries, Attempted: f.Attempted, SameKeyRecoveries: f.Recoveries,
+		ManualResolutions: f.Resolutions, DuplicateEffects: f.Duplicates, EnteredUnknown: f.EnteredUnknown,
+		HistoryDropped: f.HistoryDropped, HistoryDroppedItems: f.HistoryDroppedItems}
+}
+
+// inc is the $inc of f.
+func (f countFields) inc() bson.D {
+	return bson.D{{Key: "items", Value: f.Items}, {Key: "retries", Value: f.Retries}, {Key: "attempted", Value: f.Attempted},
+		{Key: "recoveries", Value: f.Recoveries}, {Key: "resolutions", Value: f.Resolutions}, {Key: "duplicates", Value: f.Duplicates},
+		{Key: "entered_unknown", Value: f.EnteredUnknown}, {Key: "history_dropped", Value: f.HistoryDropped},
+		{Key: "history_dropped_items", Value: f.HistoryDroppedItems}}
+}
+
+// countGroup names a group of the kept counts, as item_counts and the entries hold it.
+type countGroup struct {
+	Tenant      string `bson:"tenant"`
+	Destination string `bson:"destination"`
+	State       string `bson:"state"`
+	NeedsPerson bool   `bson:"needs_person"`
+}
+
+func groupOf(g items.CountGroup) countGroup {
+	return countGroup{Tenant: g.Tenant, Destination: g.Destination, State: string(g.State), NeedsPerson: g.NeedsPerson}
+}
+
+func (g countGroup) domain() items.CountGroup {
+	return items.CountGroup{Tenant: g.Tenant, Destination: g.Destination, State: items.State(g.State), NeedsPerson: g.NeedsPerson}
+}
+
+// id is the group's _id in item_counts.
+func (g countGroup) id() string {
+	np := "0"
+	if g.NeedsPerson {
+		np = "1"
+	}
+	return strings.Join([]string{g.Tenant, g.Destination, g.State, np}, idSeparator)
+}
+
+func (g countGroup) fields() bson.D {
+	return bson.D{{Key: "tenant", Value: g.Tenant}, {Key: "destination", Value: g.Destination}, {Key: "state", Value: g.State},
+		{Key: "needs_person", Value: g.NeedsPerson}}
+}
+
+// countsDoc is one group's kept counts.
+type countsDoc struct {
+	Group  countGroup  `bson:",inline"`
+	Counts countFields `bson:",inline"`
+	// Applying marks the entries step 1 applied whose step 3 has not run yet, by id, with when.
+	Applying map[string]time.Time `bson:"applying,omitempty"`
+}
+
+// dueEntry is one change a write made to one group's kept counts. Its encoding is fixed by this type, so
+// that $pullAll of an entry the store holds matches the entry on the item exactly.
+type dueEntry struct {
+	// ID is the writing document's rev and the entry's place among the write's entries: unique.
+	ID string `bson:"id"`
+	// At is when it was written, on the server's clock as this replica reads it (serverNow).
+	At     time.Time   `bson:"at"`
+	Group  countGroup  `bson:",inline"`
+	Counts countFields `bson:",inline"`
+}
+
+// dueOf returns the entries of changes, made by the write of the document with rev at at: one per group
+// whose counts change, in the order of the groups' ids.
+func dueOf(changes items.CountChanges, rev string, at time.Time) []dueEntry {
+	var out []dueEntry
+	for g, c := range changes {
+		if !c.IsZero() {
+			out = append(out, dueEntry{At: msTime(at), Group: groupOf(g), Counts: fieldsOf(c)})
+		}
+	}
+	slices.SortFunc(out, func(a, b dueEntry) int { return strings.Compare(a.Group.id(), b.Group.id()) })
+	for i := range out {
+		out[i].ID = fmt.Sprintf("%s-%d", rev, i)
+	}
+	return out
 }
 
 // written is an item as a transition decided to write it, with its facts (it.Facts()): they are derived
@@ -118,21 +202,520 @@ func (w written) move(changes items.CountChanges, prev *itemDoc) {
 }
 
 func itemOf(d *itemDoc) *items.Item {
-	if d == nil {
+	if live(d) == nil {
 		return nil
 	}
 	return d.item()
 }
 
-// buildCounts counts a ledger of an earlier build once: every item, in one pass, then the marker.
+// countJob is what one acknowledged write left to apply: its document's entries.
+type countJob struct {
+	id      string // the document's _id
+	entries []dueEntry
+}
+
+// countBudget bounds how long a call applies its kept counts before it answers (applyDue): half the
+// store's timeout, 2.5 s by default. A failover that takes longer leaves them to the repair pass, and
+// delays no answer by more.
+func (s *Store) countBudget() time.Duration { return s.timeout / 2 }
+
+// applyDue applies the entries of jobs, the acknowledged writes of one call, before the call answers
+// (see EXACTNESS), within countBudget; entries written more than applyBudget ago are left to the repair.
+// A failure is logged: the entries stay on their items, for the repair pass.
+func (s *Store) applyDue(ctx context.Context, jobs []countJob) {
+	if len(jobs) == 0 || (s.dropCounts != nil && s.dropCounts()) {
+		return // nothing to count, or a test's replica that stops before it counts
+	}
+	var entries []dueEntry
+	for _, j := range jobs {
+		entries = append(entries, j.entries...)
+	}
+	oldest := entries[0].At
+	for _, e := range entries {
+		if e.At.Before(oldest) {
+			oldest = e.At
+		}
+	}
+	left := min(s.countBudget(), oldest.Add(applyBudget).Sub(s.serverNow()))
+	if left <= 0 {
+		s.log.Warn("kept counts left to the repair pass: they were written too long ago", "entries", len(entries))
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), left)
+	defer cancel()
+	if _, err := s.applyEntries(ctx, jobs, false); err != nil {
+		s.log.Warn("kept counts left to the repair pass", "entries", len(entries), "error", err)
+	}
+}
+
+// unmarked holds, per group, the marks of entries applied and taken off their items whose removal (step
+// 3) waits for the group's next step 1 of this store, which removes them in the same write.
+type unmarked struct {
+	mu    sync.Mutex
+	marks map[string][]string
+}
+
+// take returns the group's marks to remove, and forgets them.
+func (u *unmarked) take(group string) []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	m := u.marks[group]
+	delete(u.marks, group)
+	return m
+}
+
+func (u *unmarked) add(group string, ids []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.marks == nil {
+		u.marks = map[string][]string{}
+	}
+	u.marks[group] = append(u.marks[group], ids...)
+}
+
+// groupApply is one group's update of step 1.
+type groupApply struct {
+	group   countGroup
+	sum     countFields
+	entries []dueEntry
+}
+
+func groupsOf(entries []dueEntry, each bool) []*groupApply {
+	if each {
+		out := make([]*groupApply, len(entries))
+		for i, e := range entries {
+			out[i] = &groupApply{group: e.Group, sum: e.Counts, entries: []dueEntry{e}}
+		}
+		return out
+	}
+	by := map[string]*groupApply{}
+	var out []*groupApply
+	for _, e := range entries {
+		g := by[e.Group.id()]
+		if g == nil {
+			g = &groupApply{group: e.Group}
+			by[e.Group.id()] = g
+			out = append(out, g)
+		}
+		g.sum = g.sum.add(e.Counts)
+		g.entries = append(g.entries, e)
+	}
+	return out
+}
+
+func (f countFields) add(o countFields) countFields {
+	return fieldsOf(f.counts().Add(o.counts()))
+}
+
+// model is the group's step 1: its sums added and its entries marked, upserting the group, and the marks
+// of entries taken off their items since (unmark) removed. guarded matches only while none of the entries
+// is marked (the repair: an entry step 1 applied already is not applied again).
+func (g *groupApply) model(at time.Time, guarded bool, unmark []string) mongo.WriteModel {
+	filter := bson.D{{Key: "_id", Value: g.group.id()}}
+	marks := bson.D{}
+	for _, e := range g.entries {
+		if guarded {
+			filter = append(filter, bson.E{Key: "applying." + e.ID, Value: bson.D{{Key: "$exists", Value: false}}})
+		}
+		marks = append(marks, bson.E{Key: "applying." + e.ID, Value: at})
+	}
+	update := bson.D{{Key: "$inc", Value: g.sum.inc()}, {Key: "$set", Value: marks}, {Key: "$setOnInsert", Value: g.group.fields()}}
+	if len(unmark) > 0 {
+		gone := bson.D{}
+		for _, id := range unmark {
+			gone = append(gone, bson.E{Key: "applying." + id, Value: ""})
+		}
+		update = append(update, bson.E{Key: "$unset", Value: gone})
+	}
+	return mongo.NewUpdateOneModel().SetFilter(filter).SetUpsert(true).SetUpdate(update)
+}
+
+// applyEntries runs the steps for the entries of jobs (guarded: one entry at a time, each applied only
+// while unmarked): step 1 and step 2, and step 3 with the group's next step 1 (guarded, at once). It
+// returns how many entries step 1 applied or found applied. Returns ErrUnavailable when a step fails; what
+// it did before stays, and the repair finishes it.
+func (s *Store) applyEntries(ctx context.Context, jobs []countJob, guarded bool) (int, error) {
+	var entries []dueEntry
+	for _, j := range jobs {
+		entries = append(entries, j.entries...)
+	}
+	groups := groupsOf(entries, guarded)
+	at := msTime(s.serverNow())
+	models := make([]mongo.WriteModel, len(groups))
+	for i, g := range groups {
+		var unmark []string
+		if !guarded {
+			unmark = s.unmarked.take(g.group.id())
+		}
+		models[i] = g.model(at, guarded, unmark)
+	}
+	// ok: the group's entries are in its counts now (applied here, or, guarded, marked before).
+	ok, err := s.upsertAll(ctx, s.countsColl(), models, guarded)
+	if err == nil && s.countFault != nil {
+		err = s.countFault(1)
+	}
+	if err != nil {
+		return 0, unavailable("add counts", err)
+	}
+	done := map[string]bool{}
+	var unmark []mongo.WriteModel
+	for i, g := range groups {
+		if !ok[i] {
+			continue
+		}
+		for _, e := range g.entries {
+			done[e.ID] = true
+		}
+		marks := bson.D{}
+		for _, e := range g.entries {
+			marks = append(marks, bson.E{Key: "applying." + e.ID, Value: ""})
+		}
+		unmark = append(unmark, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: g.group.id()}}).
+			SetUpdate(bson.D{{Key: "$unset", Value: marks}}))
+	}
+	if len(done) == 0 {
+		return 0, nil
+	}
+	// One update per item, each naming its own entries: a $pullAll compares every element of an item's
+	// count_due with every value it names.
+	var pulls []mongo.WriteModel
+	for _, j := range jobs {
+		var mine []dueEntry
+		for _, e := range j.entries {
+			if done[e.ID] {
+				mine = append(mine, e)
+			}
+		}
+		if len(mine) > 0 {
+			pulls = append(pulls, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: j.id}}).
+				SetUpdate(bson.D{{Key: "$pullAll", Value: bson.D{{Key: "count_due", Value: mine}}}}))
+		}
+	}
+	r, err := bulk(ctx, s.items, pulls, false)
+	if err == nil && len(r.failed) > 0 {
+		err = fmt.Errorf("%d of %d refused", len(r.failed), len(pulls))
+	}
+	if err == nil && s.countFault != nil {
+		err = s.countFault(2)
+	}
+	if err != nil {
+		return len(done), unavailable("take applied counts off their items", err)
+	}
+	if !guarded {
+		// Step 3 rides with the group's next step 1 (one round trip less for every call); marks nobody
+		// removes so (no later write of the group here) are removed by the repair an hour on.
+		for i, g := range groups {
+			if ok[i] {
+				ids := make([]string, len(g.entries))
+				for j, e := range g.entries {
+					ids[j] = e.ID
+				}
+				s.unmarked.add(g.group.id(), ids)
+			}
+		}
+		return len(done), nil
+	}
+	if _, err := bulk(ctx, s.countsColl(), unmark, false); err != nil {
+		return len(done), unavailable("unmark applied counts", err) // the repair removes the marks an hour on
+	}
+	return len(done), nil
+}
+
+// upsertAll runs the upserts unordered, and once more those that lost the race to create their document
+// (a duplicate key). It reports, per model, whether its change is in the collection: applied, or, when
+// guarded, found marked as applied before (a duplicate key again: the guard matched nothing because of
+// the mark). Any other failure of a model reports false; a failure whose outcome is unknown (a write
+// concern error, no answer) is returned.
+func (s *Store) upsertAll(ctx context.Context, coll *mongo.Collection, models []mongo.WriteModel, guarded bool) ([]bool, error) {
+	ok := make([]bool, len(models))
+	pending := make([]int, len(models))
+	for i := range pending {
+		pending[i] = i
+	}
+	for try := 0; try < 2 && len(pending) > 0; try++ {
+		batch := make([]mongo.WriteModel, len(pending))
+		for j, i := range pending {
+			batch[j] = models[i]
+		}
+		r, err := bulk(ctx, coll, batch, false)
+		if err != nil {
+			return nil, err
+		}
+		var again []int
+		for j, i := range pending {
+			we, failed := r.failed[j]
+			ok[i] = !failed
+			if failed && mongo.IsDuplicateKeyError(we) {
+				again = append(again, i)
+			}
+		}
+		if try == 1 && guarded {
+			for _, i := range again {
+				ok[i] = true // the document exists and the guard did not match it: the entry is marked
+			}
+		}
+		pending = again
+	}
+	return ok, nil
+}
+
+// maxStatements bounds the statements of one bulk write command: a batch of 500 items is written in 16
+// commands, not 500, nor one. (FerretDB v1.24, the test server, holds one connection of its pool of 100
+// for every statement of an update command until the command ends: a command of 100 statements waits
+// for ever. MongoDB takes up to 100,000 statements in one command; 32 cost it a round trip per 32 items.)
+const maxStatements = 32
+
+// bulkResult is what bulk reports of the statements that were answered.
+type bulkResult struct {
+	matched int64
+	// failed holds the write errors of the statements that failed, by their index in the models.
+	failed map[int]mongo.WriteError
+}
+
+// bulk runs models in commands of at most maxStatements, one after the other. A statement's own failure
+// (a duplicate key) is reported in failed, and an ordered bulk stops at its first; a failure whose outcome
+// is unknown (a write concern error, no answer) is returned, with what was answered before it.
+func bulk(ctx context.Context, coll *mongo.Collection, models []mongo.WriteModel, ordered bool) (bulkResult, error) {
+	r := bulkResult{failed: map[int]mongo.WriteError{}}
+	for from := 0; from < len(models); from += maxStatements {
+		chunk := models[from:min(from+maxStatements, len(models))]
+		res, err := coll.BulkWrite(ctx, chunk, options.BulkWrite().SetOrdered(ordered))
+		if res != nil {
+			r.matched += res.MatchedCount
+		}
+		var bwe mongo.BulkWriteException
+		switch {
+		case err == nil:
+			continue
+		case !errors.As(err, &bwe) || bwe.WriteConcernError != nil || len(bwe.WriteErrors) == 0:
+			return r, err
+		}
+		for _, we := range bwe.WriteErrors {
+			if we.Index < 0 || we.Index >= len(chunk) {
+				return r, err
+			}
+			r.failed[from+we.Index] = we.WriteError
+		}
+		if ordered {
+			return r, nil
+		}
+	}
+	return r, nil
+}
+
+// RepairReport says what one repair pass did.
+type RepairReport struct {
+	// Applied counts the entries the pass found due: applied now, or found applied already (their replica
+	// stopped between steps 1 and 2) and taken off their items.
+	Applied int
+	// Items counts the items the entries were taken off.
+	Items int
+	// Took is how long the pass took.
+	Took time.Duration
+}
+
+// repairCounts applies the entries left due for longer than repairAge (EXACTNESS), up to repairPage items,
+// under the counts' lock; another replica's pass, while it holds the lock, makes this one do nothing. When
+// it found all there was, it also removes the marks and tombstones older than settledAge.
+func (s *Store) repairCounts(ctx context.Context) (RepairReport, error) {
+	start := time.Now()
+	var r RepairReport
+	ok, err := s.takeLock(ctx, countsLockID, repairLease)
+	if err != nil || !ok {
+		return r, err
+	}
+	defer s.releaseLock(context.WithoutCancel(ctx), countsLockID)
+	ctx, cancel := context.WithTimeout(ctx, repairLease-repairMargin)
+	defer cancel()
+	now := s.serverNow()
+	cutoff := now.Add(-s.repairAge)
+	cur, err := s.items.Find(ctx, bson.D{{Key: "count_due.at", Value: bson.D{{Key: "$lte", Value: cutoff}}}},
+		options.Find().SetProjection(bson.D{{Key: "count_due", Value: 1}}).SetLimit(repairPage))
+	if err != nil {
+		return r, unavailable("find due counts", err)
+	}
+	var docs []struct {
+		ID       string     `bson:"_id"`
+		CountDue []dueEntry `bson:"count_due"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return r, unavailable("find due counts", err)
+	}
+	var jobs []countJob
+	for _, d := range docs {
+		j := countJob{id: d.ID}
+		for _, e := range d.CountDue {
+			if !e.At.After(cutoff) {
+				j.entries = append(j.entries, e) // a newer entry is its own replica's to apply
+			}
+		}
+		if len(j.entries) > 0 {
+			jobs = append(jobs, j)
+		}
+	}
+	if len(jobs) > 0 {
+		applied, err := s.applyEntries(ctx, jobs, true)
+		r.Applied, r.Items = applied, len(docs)
+		if err != nil {
+			return r, err
+		}
+	}
+	if len(docs) == repairPage {
+		r.Took = time.Since(start)
+		return r, nil // more next time; the marks and tombstones wait until all is applied
+	}
+	if err := s.removeSettled(ctx, now.Add(-settledAge)); err != nil {
+		return r, err
+	}
+	r.Took = time.Since(start)
+	return r, nil
+}
+
+// removeSettled removes the marks of applied entries and the tombstones without counts due, both older
+// than before.
+func (s *Store) removeSettled(ctx context.Context, before time.Time) error {
+	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "applying", Value: bson.D{{Key: "$exists", Value: true}}}})
+	if err != nil {
+		return unavailable("find count marks", err)
+	}
+	var groups []countsDoc
+	if err := cur.All(ctx, &groups); err != nil {
+		return unavailable("find count marks", err)
+	}
+	var unmark []mongo.WriteModel
+	for _, g := range groups {
+		marks := bson.D{}
+		for id, at := range g.Applying {
+			if at.Before(before) {
+				marks = append(marks, bson.E{Key: "applying." + id, Value: ""})
+			}
+		}
+		if len(marks) > 0 {
+			unmark = append(unmark, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: g.Group.id()}}).
+				SetUpdate(bson.D{{Key: "$unset", Value: marks}}))
+		}
+	}
+	if len(unmark) > 0 {
+		if _, err := bulk(ctx, s.countsColl(), unmark, false); err != nil {
+			return unavailable("remove count marks", err)
+		}
+	}
+	if _, err := s.items.DeleteMany(ctx, bson.D{{Key: "tombstone", Value: true}, {Key: "updated_at", Value: bson.D{{Key: "$lte", Value: before}}},
+		{Key: "count_due.0", Value: bson.D{{Key: "$exists", Value: false}}}}); err != nil {
+		return unavailable("remove tombstones", err)
+	}
+	return nil
+}
+
+// repairInBackground runs repairCounts at once and every repairEvery until Close, logging each pass that
+// applied something.
+func (s *Store) repairInBackground() {
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	var once sync.Once
+	s.stopRepair = func() {
+		once.Do(func() { close(stop) })
+		<-done
+	}
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-stop
+			cancel()
+		}()
+		for {
+			r, err := s.repairCounts(ctx)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				s.log.Warn("the kept counts' repair pass failed; it runs again in a minute", "error", err)
+			case r.Applied > 0:
+				s.log.Info("kept counts a stopped replica left due are applied", "entries", r.Applied, "items", r.Items, "took", r.Took.String())
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(repairEvery):
+			}
+		}
+	}()
+}
+
+// takeLock takes the lock document id in meta for lease, on the server's clock as this replica reads it,
+// when it is free (never taken, or its lease ended) or this store's. It reports whether it did.
+func (s *Store) takeLock(ctx context.Context, id string, lease time.Duration) (bool, error) {
+	now := msTime(s.serverNow())
+	_, err := s.meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "until", Value: bson.D{{Key: "$lte", Value: now}}}},
+		bson.D{{Key: "owner", Value: s.owner}},
+	}}}, bson.D{{Key: "$set", Value: bson.D{{Key: "owner", Value: s.owner}, {Key: "until", Value: now.Add(lease)}}}},
+		options.UpdateOne().SetUpsert(true))
+	var we mongo.WriteException
+	switch {
+	case mongo.IsDuplicateKeyError(err) || (errors.As(err, &we) && mongo.IsDuplicateKeyError(we)):
+		return false, nil // held by another replica
+	case err != nil:
+		return false, unavailable("take the counts' lock", err)
+	}
+	return true, nil
+}
+
+// releaseLock gives the lock document id back, if this store holds it.
+func (s *Store) releaseLock(ctx context.Context, id string) {
+	_, _ = s.meta.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "owner", Value: s.owner}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "until", Value: time.UnixMilli(0).UTC()}}}})
+}
+
+func newToken() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand does not fail on supported platforms
+	return hex.EncodeToString(b)
+}
+
+// buildCounts counts a ledger of a build before the kept counts once: under the counts' lock, every item
+// in one pass, then the marker. A replica that finds the lock held waits for the marker (the replica
+// holding it counts), or for the lock to end (that replica stopped), and then counts itself.
 func (s *Store) buildCounts(ctx context.Context) error {
-	err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: countsBuiltID}}).Err()
-	if err == nil {
-		return nil
+	logged := false
+	for {
+		err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: countsBuiltID}}).Err()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, mongo.ErrNoDocuments) {
+			return unavailable("read meta", err)
+		}
+		ok, err := s.takeLock(ctx, countsLockID, repairLease)
+		if err != nil {
+			return err
+		}
+		if ok {
+			err := s.countAll(ctx)
+			if err == nil {
+				if _, err = s.meta.InsertOne(ctx, bson.D{{Key: "_id", Value: countsBuiltID}}); mongo.IsDuplicateKeyError(err) {
+					err = nil
+				} else if err != nil {
+					err = unavailable("write meta", err)
+				}
+			}
+			s.releaseLock(context.WithoutCancel(ctx), countsLockID)
+			return err
+		}
+		if !logged {
+			s.log.Info("waiting for another replica to count the ledger's items (once, at the first start on a ledger of an earlier release)")
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return unavailable("wait for the counts", ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	if !errors.Is(err, mongo.ErrNoDocuments) {
-		return unavailable("read meta", err)
-	}
+}
+
+// countAll sets item_counts to the counts of every item, less the entries still due on them (the repair
+// applies those later). It renews the lock every repairPage items.
+func (s *Store) countAll(ctx context.Context) error {
 	if _, err := s.countsColl().DeleteMany(ctx, bson.D{}); err != nil {
 		return unavailable("count items", err)
 	}
@@ -142,21 +725,51 @@ func (s *Store) buildCounts(ctx context.Context) error {
 	}
 	defer cur.Close(ctx)
 	changes := items.CountChanges{}
+	n := 0
+	var unreadable []string
 	for cur.Next(ctx) {
 		var d itemDoc
 		if err := cur.Decode(&d); err != nil {
-			return unavailable("count items", err)
+			// A document that no longer decodes is not counted, and does not stop the start (the lists name
+			// it in unreadable): it is named here.
+			id, _ := cur.Current.Lookup("_id").StringValueOK()
+			unreadable = append(unreadable, strings.ReplaceAll(id, idSeparator, "/"))
+			continue
 		}
-		changes.Move(nil, d.item())
+		if !d.Tombstone {
+			changes.Move(nil, d.item())
+		}
+		for _, e := range d.CountDue {
+			g := e.Group.domain()
+			changes[g] = changes[g].Add(e.Counts.counts().Neg())
+		}
+		if n++; n%repairPage == 0 {
+			if _, err := s.takeLock(ctx, countsLockID, repairLease); err != nil {
+				return err
+			}
+		}
 	}
 	if err := cur.Err(); err != nil {
 		return unavailable("count items", err)
 	}
-	if err := s.addCounts(ctx, changes); err != nil {
-		return err
+	if len(unreadable) > 0 {
+		s.log.Error("items that cannot be read are left out of the kept counts", "items", unreadable)
 	}
-	if _, err := s.meta.InsertOne(ctx, bson.D{{Key: "_id", Value: countsBuiltID}}); err != nil && !mongo.IsDuplicateKeyError(err) {
-		return unavailable("write meta", err)
+	var models []mongo.WriteModel
+	for g, c := range changes {
+		gr := groupOf(g)
+		models = append(models, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: gr.id()}}).SetUpsert(true).
+			SetUpdate(bson.D{{Key: "$inc", Value: fieldsOf(c).inc()}, {Key: "$setOnInsert", Value: gr.fields()}}))
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	ok, err := s.upsertAll(ctx, s.countsColl(), models, false)
+	if err != nil {
+		return unavailable("count items", err)
+	}
+	if slices.Contains(ok, false) {
+		return fmt.Errorf("%w: mongodb count items: a group's counts were refused", items.ErrUnavailable)
 	}
 	return nil
 }
@@ -172,8 +785,8 @@ type unresolvedDoc struct {
 }
 
 // Stats measures the tenant's items at now, in total and per destination; the empty tenant measures every
-// tenant together. It reads the kept counts, and the unresolved items (needing a person, unknown, in
-// flight past their lease) for the oldest unresolved age, never the whole ledger. Returns ErrUnavailable.
+// tenant together. It reads the kept counts, and the unresolved items (needing a person, unknown, in flight past their lease) for the oldest unresolved age,
+// never the whole ledger. Returns ErrUnavailable.
 func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items.Stats, error) {
 	filter := bson.D{}
 	if tenant != "" {
@@ -189,10 +802,8 @@ func (s *Store) Stats(ctx context.Context, tenant string, now time.Time) (*items
 	}
 	groups := map[items.CountGroup]items.Counts{}
 	for _, d := range docs {
-		g := items.CountGroup{Tenant: d.Tenant, Destination: d.Destination, State: items.State(d.State), NeedsPerson: d.NeedsPerson}
-		groups[g] = groups[g].Add(items.Counts{Items: d.Items, Retries: d.Retries, Attempted: d.Attempted, SameKeyRecoveries: d.Recoveries,
-			ManualResolutions: d.Resolutions, DuplicateEffects: d.Duplicates, EnteredUnknown: d.EnteredUnknown,
-			HistoryDropped: d.HistoryDropped, HistoryDroppedItems: d.HistoryDroppedItems})
+		g := d.Group.domain()
+		groups[g] = groups[g].Add(d.Counts.counts())
 	}
 	since := map[string]time.Time{}
 	for _, f := range []bson.D{

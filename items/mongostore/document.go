@@ -85,6 +85,33 @@ type itemDoc struct {
 	Version        int64          `bson:"version"`
 	CreatedAt      time.Time      `bson:"created_at"`
 	UpdatedAt      time.Time      `bson:"updated_at"`
+
+	// Rev is a random token each write of the document sets anew (newRev). A guarded write names it beside
+	// the version, so that a guard decided on one document cannot match another that happens to reach the
+	// same version: after a key's item is removed (an undo, retention) and created again, its version starts
+	// over, its rev does not repeat. Empty on documents of an earlier build, which the guards match by
+	// version and state as before.
+	Rev string `bson:"rev,omitempty"`
+	// Tombstone marks the document left where an item was taken back or removed: it holds no item (Get
+	// answers not found, no list or query finds it, as it has no tenant), only _id, version, rev, updated_at
+	// and the kept counts still due (CountDue). It keeps the _id taken, so that an insert of the removed item
+	// that is still on its way (a write whose answer was lost) fails instead of bringing the claim back, and
+	// so that a new item of the key continues its version. Once its counts are applied and it is an hour
+	// old, the repair pass deletes it (counts.go).
+	Tombstone bool `bson:"tombstone,omitempty"`
+	// CountDue holds the changes this document's writes made to the kept counts that item_counts may not
+	// hold yet: see EXACTNESS in counts.go. A write inserts it with the document or appends to it ($push);
+	// it is never part of a $set, so that a write decided on a stale read cannot bring back entries that
+	// were applied and removed meanwhile.
+	CountDue []dueEntry `bson:"count_due,omitempty"`
+}
+
+// live returns d when it holds an item, nil for no document or a tombstone.
+func live(d *itemDoc) *itemDoc {
+	if d == nil || d.Tombstone {
+		return nil
+	}
+	return d
 }
 
 type attemptDoc struct {

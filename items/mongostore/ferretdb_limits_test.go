@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+
 	"github.com/replaysafe/companion/items"
 )
 
@@ -88,5 +93,52 @@ func TestFerretDBLimits(t *testing.T) {
 			gets++
 		}
 		t.Logf("Get by key with %d items: %.0f/s", n, float64(gets)/time.Since(start).Seconds())
+	}
+}
+
+// TestFerretDBLacksWhatMongoDBHas records what FerretDB v1.24, the test server, does with the constructs
+// a real MongoDB offers and the store chose not to rely on, so that the documentation's reasons stay true
+// (it fails when FerretDB starts doing them, and the choice may be made again):
+//   - $$NOW in a query ($expr): refused. Leases are judged on the server's clock read with hello, with a
+//     margin, rather than inside the guarded update.
+//   - an update given as a pipeline: refused.
+//   - $pull with a condition: answered as applied, and changes nothing. The kept counts' entries are taken
+//     off an item with $pullAll of the exact entries instead.
+//   - read concern linearizable: accepted (it has one server; MongoDB waits for a majority).
+func TestFerretDBLacksWhatMongoDBHas(t *testing.T) {
+	if realURI() != "" {
+		t.Skip("records what the in-process FerretDB does")
+	}
+	t.Parallel()
+	e := newEnv(t)
+	c := e.collection("limits")
+	ctx := t.Context()
+	if _, err := c.InsertOne(ctx, bson.D{{Key: "_id", Value: "a"}, {Key: "at", Value: time.Now()},
+		{Key: "due", Value: bson.A{bson.D{{Key: "id", Value: "x"}}, bson.D{{Key: "id", Value: "y"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Find(ctx, bson.D{{Key: "$expr", Value: bson.D{{Key: "$lte", Value: bson.A{"$at", "$$NOW"}}}}}); err == nil {
+		t.Error("FerretDB ran $$NOW in $expr: leases could be judged inside the guarded update")
+	}
+	if _, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}}, mongo.Pipeline{{{Key: "$set", Value: bson.D{{Key: "at", Value: "$$NOW"}}}}}); err == nil {
+		t.Error("FerretDB ran a pipeline update")
+	}
+	res, err := c.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}},
+		bson.D{{Key: "$pull", Value: bson.D{{Key: "due", Value: bson.D{{Key: "id", Value: bson.D{{Key: "$in", Value: bson.A{"x"}}}}}}}}})
+	if err != nil || res.MatchedCount != 1 {
+		t.Fatalf("$pull with a condition: %+v, %v", res, err)
+	}
+	var d struct {
+		Due []bson.M `bson:"due"`
+	}
+	if err := c.FindOne(ctx, bson.D{{Key: "_id", Value: "a"}}).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Due) != 2 {
+		t.Errorf("FerretDB applied $pull with a condition (%d entries left)", len(d.Due))
+	}
+	lin := c.Database().Collection("limits", options.Collection().SetReadConcern(readconcern.Linearizable()))
+	if err := lin.FindOne(ctx, bson.D{{Key: "_id", Value: "a"}}).Err(); err != nil {
+		t.Errorf("FerretDB refused read concern linearizable: %v", err)
 	}
 }

@@ -758,7 +758,7 @@ func (s *Store) NeedsPersonCount(ctx context.Context, tenant string) (int, error
 	}
 	n := 0
 	for _, d := range docs {
-		n += d.Items
+		n += d.Counts.Items
 	}
 	return n, nil
 }

@@ -31,8 +31,9 @@ func TestHTTPRefusedBeforeWriteLeavesNoClaim(t *testing.T) {
 		}
 	}
 
-	// A batch of two new keys (one insert of many) and two prepared ones (an update each): the k-th write fails.
-	for k := 1; k <= 3; k++ {
+	// A batch of two new keys (one insert of many) and two prepared ones (one bulk write of updates): the
+	// k-th write fails.
+	for k := 1; k <= 2; k++ {
 		keys := []string{fmt.Sprintf("k%d-new-1", k), fmt.Sprintf("k%d-new-2", k), fmt.Sprintf("k%d-prepared-1", k), fmt.Sprintf("k%d-prepared-2", k)}
 		svc.Prepare(keys[2:]...)
 		writes := mongostore.FailAfterWrite(s, k, errLost)

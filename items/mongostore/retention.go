@@ -3,6 +3,7 @@ package mongostore
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -11,12 +12,13 @@ import (
 	"github.com/replaysafe/companion/items"
 )
 
-// Retention (items.Retention). Settled items are removed by the retention loop, one guarded deleteOne
-// each (the _id, the version and the state it was selected at), not by a TTL index: a TTL index deletes
-// behind the service's back, and the kept counts (counts.go) would go on counting the deleted items. The
+// Retention (items.Retention). Settled items are removed by the retention loop, each by one guarded write
+// (the _id, the version and the rev it was selected at) that turns it into a tombstone carrying its last
+// change to the kept counts (counts.go: the tombstone goes once they are applied), not by a TTL index: a TTL
+// index deletes behind the service's back, and the kept counts would go on counting the deleted items. The
 // selection reads the index tenant_state_changed from its oldest end.
 
-// SettledDestinations implements items.RetentionStore.
+// SettledDestinations implements items.RetentionStore, from the kept counts.
 func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef, error) {
 	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "items", Value: bson.D{{Key: "$gt", Value: 0}}}, {Key: "needs_person", Value: false},
 		{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{string(items.StateSucceeded), string(items.StateFailed)}}}}})
@@ -30,7 +32,7 @@ func (s *Store) SettledDestinations(ctx context.Context) ([]items.DestinationRef
 	seen := map[items.DestinationRef]bool{}
 	var out []items.DestinationRef
 	for _, d := range docs {
-		ref := items.DestinationRef{Tenant: d.Tenant, Destination: d.Destination}
+		ref := items.DestinationRef{Tenant: d.Group.Tenant, Destination: d.Group.Destination}
 		if !seen[ref] {
 			seen[ref] = true
 			out = append(out, ref)
@@ -71,23 +73,31 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	if len(docs) == 0 {
 		return 0, nil, nil
 	}
-	changes := items.CountChanges{}
-	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), changes) }()
 	removed := 0
-	for _, d := range docs {
+	var due []countJob
+	defer func() { s.applyDue(ctx, due) }()
+	for i := range docs {
+		d := &docs[i]
 		it := d.item()
 		if !it.Settled() {
 			continue
 		}
-		res, err := s.items.DeleteOne(ctx, bson.D{{Key: "_id", Value: itemID(d.Tenant, d.Key)}, {Key: "version", Value: d.Version},
-			{Key: "state", Value: d.State}})
+		changes := items.CountChanges{}
+		changes.Remove(it)
+		rev := newRev()
+		at := msTime(time.Now())
+		if !at.After(d.UpdatedAt) {
+			at = d.UpdatedAt.Add(time.Millisecond)
+		}
+		t := itemDoc{ID: d.ID, Tombstone: true, Version: d.Version + 1, Rev: rev, UpdatedAt: at, CountDue: dueOf(changes, rev, s.serverNow())}
+		res, err := s.items.UpdateOne(ctx, guard(d), toTombstone(t))
 		if err != nil {
 			return removed, nil, unavailable("remove settled item", err)
 		}
-		if res.DeletedCount == 0 {
+		if res.MatchedCount == 0 {
 			continue // it changed since: not removed
 		}
-		changes.Remove(it)
+		due = append(due, countJob{id: t.ID, entries: t.CountDue})
 		removed++
 		// The item's alerts and probe claims go with it.
 		for _, c := range []*mongo.Collection{s.alerts(), s.probes()} {

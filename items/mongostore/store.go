@@ -2,16 +2,18 @@
 // replicas against one replica set or Atlas cluster.
 //
 // Each item is one document in the items collection, with _id "tenant\x00key". Atomicity rests on MongoDB's
-// single-document guarantee, and on nothing else: a new item is one InsertOne (the unique _id index lets
-// exactly one concurrent creator win), and every change to an existing item is one FindOneAndUpdate whose
-// filter holds the version (and state) the change was decided on, so a change decided on a stale read
-// matches nothing and is decided again on a fresh one. There are no multi-document transactions.
+// single-document guarantee, and on nothing else: a new item is one insert (the unique _id index lets
+// exactly one concurrent creator win), and every change to an existing item is one conditional update whose
+// filter holds the version and the revision token (rev) the change was decided on, so a change decided on a
+// stale read matches nothing and is decided again on a fresh one. There are no multi-document transactions:
+// the kept counts ride in each item's own write and are applied after it (counts.go).
 //
-// Writes use write concern majority with journaling, and reads go to the primary, so a decision is made on
-// the newest state and an acknowledged claim survives the loss of a member. Leases are stamped and judged
-// on the primary's clock (ClockOffset), so replicas whose clocks differ agree on them; a call that fails
-// after writing takes its claims back before it answers (undo.go). Every operation has a
-// client-side timeout: a hung server turns into items.ErrUnavailable, never into a hung request.
+// Writes use write concern majority with journaling and retryable writes, and reads go to the primary, so
+// a decision is made on the newest state and an acknowledged claim survives the loss of a member; an answer
+// that writes nothing is confirmed by a linearizable read first (confirm). Leases are stamped and judged on
+// the primary's clock (clock.go), so replicas whose clocks differ agree on them; a call that fails after
+// writing takes its claims back before it answers (undo.go). Every operation has a client-side timeout: a
+// hung server turns into items.ErrUnavailable, never into a hung request.
 //
 // This is the only package that imports the MongoDB driver.
 package mongostore
@@ -22,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -58,24 +61,41 @@ const maxRaces = 100
 type Store struct {
 	client *mongo.Client
 	items  *mongo.Collection
-	meta   *mongo.Collection
+	// confirmed is items read with read concern linearizable: a document it returns was the newest
+	// majority-committed one when read, on a primary that was still the primary (see confirm).
+	confirmed *mongo.Collection
+	meta      *mongo.Collection
 	// committedMeta is meta read with read concern majority: what it returns cannot be rolled back.
 	committedMeta *mongo.Collection
 	// clock is this process's clock, which ClockOffset compares with the server's; serverClock is
-	// whether the server reports its clock (localTime in hello).
+	// whether the server reports its clock (localTime in hello). offset is the last reading (clock.go).
 	clock       func() time.Time
 	serverClock bool
+	offset      clockReading
+	// owner names this store in the lock documents it takes (counts.go).
+	owner string
 	// fault, set by tests, fails a write the server applied (as a lost acknowledgement): see undo.go.
 	fault func(op string) error
-	// timeout bounds every operation on the server (WithTimeout), a whole batch (TransitionMany), and an
-	// undo as a whole.
+	// dropCounts, set by tests, drops the counts of acknowledged writes as a replica stopped right after
+	// its write would; countFault, set by tests, fails step 1 or 2 of applying them after the server
+	// applied it (counts.go).
+	dropCounts func() bool
+	countFault func(step int) error
+	// repairAge is how old an entry of the kept counts must be before the repair pass applies it
+	// (repairAge, shorter in tests).
+	repairAge time.Duration
+	// timeout bounds every operation on the server (WithTimeout), and an undo as a whole; a batch
+	// (TransitionMany) gets batchTimeout.
 	timeout time.Duration
 	// log is where Open says what it changed in the ledger's indexes (WithLogger).
 	log *slog.Logger
-	// stopRefresh cancels the start's background pass over the documents of an earlier build
-	// (refreshSweepCandidates), and refreshed is closed when that pass has ended: Close waits for it.
-	stopRefresh context.CancelFunc
-	refreshed   chan struct{}
+	// unmarked holds the marks of applied kept counts to remove with the group's next write (counts.go);
+	// stopRepair stops the repair pass's loop.
+	unmarked   unmarked
+	stopRepair func()
+	// background runs the start's passes over the documents of an earlier build (refreshSweepCandidates,
+	// fillExecutionIDs), beside the service; Close cancels them and waits.
+	background background
 }
 
 var _ items.SharedStore = (*Store)(nil)
@@ -118,11 +138,12 @@ func WithoutServerClock() Option {
 
 // Open connects to the MongoDB deployment at uri, checks that its primary answers, and creates the
 // ledger's indexes in database (DefaultDatabase when empty) if they do not exist. Whatever the URI says,
-// writes use write concern majority with journaling and reads go to the primary. It waits for the primary
-// for the URI's serverSelectionTimeoutMS, else DefaultStartWait; every operation after that has the
-// store's own timeout (WithTimeout). Returns a *ConnectError (which is items.ErrUnavailable) when no
-// primary answered in that time, items.ErrUnavailable (with the cause) when the deployment cannot be used
-// otherwise; no error carries the URI's password.
+// writes use write concern majority with journaling and are retried once after a network error (retryable
+// writes: the server recognises the repeat), and reads go to the primary. It waits for the primary for the
+// URI's serverSelectionTimeoutMS, else DefaultStartWait; every operation after that has the store's own
+// timeout (WithTimeout). Returns a *ConnectError (which is items.ErrUnavailable) when no primary answered
+// in that time, items.ErrUnavailable (with the cause) when the deployment cannot be used otherwise; no
+// error carries the URI's password.
 func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, error) {
 	if uri == "" {
 		return nil, errors.New("mongostore: no MongoDB URI")
@@ -134,15 +155,10 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	for _, o := range opts {
 		o(&set)
 	}
-	journal := true
-	copts := options.Client().ApplyURI(uri)
-	wait := startWait(copts)
-	copts.SetAppName("companion").
-		SetTimeout(set.timeout).
-		SetServerSelectionTimeout(set.timeout).
-		SetConnectTimeout(set.timeout).
-		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
-		SetReadPreference(readpref.Primary())
+	s := &Store{clock: set.clock, timeout: set.timeout, log: set.log, owner: newToken(), repairAge: repairAge}
+	copts := clientOptions(uri, set.timeout)
+	wait := startWait(options.Client().ApplyURI(uri))
+	copts.SetServerMonitor(&event.ServerMonitor{TopologyDescriptionChanged: s.offset.topologyChanged})
 	if set.monitor != nil {
 		copts.SetMonitor(set.monitor)
 	}
@@ -152,9 +168,9 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		return nil, uriError(err, secrets(copts))
 	}
 	db := client.Database(database)
-	s := &Store{client: client, items: db.Collection(ItemsCollection), meta: db.Collection(MetaCollection),
-		committedMeta: db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority())),
-		clock:         set.clock, timeout: set.timeout, log: set.log}
+	s.client, s.items, s.meta = client, db.Collection(ItemsCollection), db.Collection(MetaCollection)
+	s.confirmed = db.Collection(ItemsCollection, options.Collection().SetReadConcern(readconcern.Linearizable()))
+	s.committedMeta = db.Collection(MetaCollection, options.Collection().SetReadConcern(readconcern.Majority()))
 	if err := s.awaitPrimary(ctx, wait); err != nil {
 		s.Close()
 		return nil, connectError(uri, copts, wait, err)
@@ -162,12 +178,12 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 	if !set.noServerClock {
 		// A server that refuses hello (older than MongoDB 4.4.2) or does not report its clock leaves the
 		// ledger on this process's clock, with its max_clock_skew margin.
-		at, err := s.serverTime(ctx)
-		if err != nil && !isServerError(err) {
+		_, err := s.readClock(ctx)
+		if err != nil && !isServerError(err) && !errors.Is(err, errNoServerClock) {
 			s.Close()
 			return nil, unavailable("connect to "+Redacted(uri), err)
 		}
-		s.serverClock = err == nil && !at.IsZero()
+		s.serverClock = err == nil
 	}
 	if err := s.ensureIndexes(ctx); err != nil {
 		s.Close()
@@ -181,31 +197,93 @@ func Open(ctx context.Context, uri, database string, opts ...Option) (*Store, er
 		s.Close()
 		return nil, err
 	}
-	s.refreshInBackground(ctx)
-	return s, nil
-}
-
-// refreshInBackground runs refreshSweepCandidates beside the service rather than before it: on a ledger
-// of an earlier build its first run reads every item whose last resolution was acknowledged, with no
-// index to find them (one pass over the collection, once), and a start must not wait for that. Until it
-// has run, those items are read by the sweeper as before (it finds nothing to flag on them), and retention
-// removes them once the pass has marked them (its next run, every 10 minutes). A pass cut short (Close, the server
-// gone) leaves no marker, and the next start goes on where it is still needed.
-func (s *Store) refreshInBackground(ctx context.Context) {
-	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
-	s.stopRefresh, s.refreshed = stop, make(chan struct{})
-	go func() {
-		defer close(s.refreshed)
-		n, err := s.refreshSweepCandidates(bg)
+	s.repairInBackground()
+	s.background.start(ctx)
+	s.background.run(s.refreshed(), func(ctx context.Context) {
+		n, err := s.refreshSweepCandidates(ctx)
 		switch {
-		case err != nil && bg.Err() == nil:
+		case err != nil && ctx.Err() == nil:
 			s.log.Warn("could not mark the items a person acknowledged as settled; the next start tries again", "error", err)
 		case n > 0:
 			s.log.Info("items a person acknowledged are no sweep candidates any more, and settled (once, for the items an earlier build wrote)",
 				"items", n)
 		}
+	})
+	s.background.run(s.filled(), func(ctx context.Context) {
+		n, err := s.fillExecutionIDs(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("could not give the items of an earlier build their execution_id; the next start tries again", "error", err)
+		case n > 0:
+			s.log.Info("items of an earlier build have their execution_id (once)", "items", n)
+		}
+	})
+	return s, nil
+}
+
+// clientOptions are the driver's options for uri: what the URI says, but the store's timeout, write
+// concern majority with journaling, primary reads and retryable writes whatever it says (a URI's
+// retryWrites=false would turn off what an acknowledged claim relies on in a failover: the driver sends a
+// write again once after a network error, and the server recognises the repeat).
+func clientOptions(uri string, timeout time.Duration) *options.ClientOptions {
+	journal := true
+	return options.Client().ApplyURI(uri).SetAppName("companion").
+		SetTimeout(timeout).
+		SetServerSelectionTimeout(timeout).
+		SetConnectTimeout(timeout).
+		SetWriteConcern(&writeconcern.WriteConcern{W: writeconcern.WCMajority, Journal: &journal}).
+		SetReadPreference(readpref.Primary()).
+		SetRetryWrites(true)
+}
+
+// background runs the start's passes over the documents of an earlier build beside the service rather
+// than before it: a pass may read every item, with no index to find the few it changes (once per ledger,
+// behind a marker in meta), and a start must not wait for that, nor fail when it takes longer than one
+// operation's timeout. A pass cut short (Close, the server gone) leaves no marker, and the next start goes
+// on where it is still needed.
+type background struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	// done holds a channel per pass, closed when it has ended (tests wait for them).
+	done map[string]chan struct{}
+}
+
+func (b *background) start(ctx context.Context) {
+	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// run runs pass in the background, and closes done when it has ended.
+func (b *background) run(done chan struct{}, pass func(ctx context.Context)) {
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		defer close(done)
+		pass(b.ctx)
 	}()
 }
+
+// stop cancels the passes and waits for them.
+func (b *background) stop() {
+	if b.cancel != nil {
+		b.cancel()
+		b.wg.Wait()
+	}
+}
+
+// pass returns the channel closed when the background pass name has ended.
+func (b *background) pass(name string) chan struct{} {
+	if b.done == nil {
+		b.done = map[string]chan struct{}{}
+	}
+	if b.done[name] == nil {
+		b.done[name] = make(chan struct{})
+	}
+	return b.done[name]
+}
+
+func (s *Store) refreshed() chan struct{} { return s.background.pass("refresh") }
+func (s *Store) filled() chan struct{}    { return s.background.pass("fill") }
 
 // indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
 // options is a no-op, so every replica creates them at every start.
@@ -250,6 +328,12 @@ func indexes() []mongo.IndexModel {
 		// Lookups by business reference (the operator list by reference, the console's Find). A reference names
 		// one or a few items, so the list sorts those few by last change without an index for the order.
 		{Keys: bson.D{{Key: "tenant", Value: 1}, {Key: "reference", Value: 1}}, Options: options.Index().SetName("tenant_reference")},
+		// The kept counts' entries still due, oldest first (the repair pass, counts.go): only the few items
+		// whose counts are being applied have entries in it, as the entries leave the item once applied.
+		{Keys: bson.D{{Key: "count_due.at", Value: 1}}, Options: options.Index().SetName("count_due_at")},
+		// Tombstones (itemDoc.Tombstone), which the repair pass removes: the items are in it under null, an
+		// entry no transition rewrites.
+		{Keys: bson.D{{Key: "tombstone", Value: 1}}, Options: options.Index().SetName("tombstone")},
 	}
 }
 
@@ -282,20 +366,35 @@ func (s *Store) ensureIndexes(ctx context.Context) error {
 			return unavailable("drop index", err)
 		}
 	}
-	return s.fillExecutionIDs(ctx)
+	return nil
 }
 
-// fillExecutionIDs gives the items stored by an earlier build their top-level execution_id, the
-// execution of their latest claim, which they hold only in their last attempt. It runs at every start
-// and finds nothing to do once every item has the field. Each item is set only if it still lacks the
-// field, so a replica that claimed it meanwhile keeps its value.
-func (s *Store) fillExecutionIDs(ctx context.Context) error {
-	cur, err := s.items.Find(ctx, bson.D{{Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
-		options.Find().SetProjection(bson.D{{Key: "attempts.execution_id", Value: 1}}))
-	if err != nil {
-		return unavailable("fill execution ids", err)
+// executionIDsFilledID marks, in meta, a ledger whose items all have their top-level execution_id
+// (fillExecutionIDs).
+const executionIDsFilledID = "execution_ids_filled"
+
+// fillExecutionIDs gives the items stored by an earlier build their top-level execution_id, the execution
+// of their latest claim, which they hold only in their last attempt, once per ledger (a marker in meta). It
+// reads the items that lack the field, with no index to find them (one pass over the collection, beside the
+// service: background), and sets each one only if it still lacks the field, so a replica that claimed it
+// meanwhile keeps its value. It returns how many it set.
+func (s *Store) fillExecutionIDs(ctx context.Context) (int, error) {
+	err := s.meta.FindOne(ctx, bson.D{{Key: "_id", Value: executionIDsFilledID}}).Err()
+	if err == nil {
+		return 0, nil
 	}
-	defer cur.Close(ctx)
+	if !errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, unavailable("read meta", err)
+	}
+	lacking := bson.D{{Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}, {Key: "tombstone", Value: bson.D{{Key: "$exists", Value: false}}}}
+	cur, err := s.items.Find(ctx, lacking, options.Find().SetProjection(bson.D{{Key: "attempts.execution_id", Value: 1}}))
+	if err != nil {
+		return 0, unavailable("fill execution ids", err)
+	}
+	// The documents' _ids are read before the first write, grouped by the value to write, so that no cursor
+	// stays open while the pass writes and each update carries up to refreshBatch documents (as
+	// refreshSweepCandidates does).
+	latest := map[string][]string{}
 	for cur.Next(ctx) {
 		var d struct {
 			ID       string `bson:"_id"`
@@ -304,21 +403,36 @@ func (s *Store) fillExecutionIDs(ctx context.Context) error {
 			} `bson:"attempts"`
 		}
 		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("mongostore: fill execution ids: %w", err)
+			continue // a document that no longer decodes is left as it is: Get names it
 		}
-		latest := ""
+		exec := ""
 		if n := len(d.Attempts); n > 0 {
-			latest = d.Attempts[n-1].ExecutionID
+			exec = d.Attempts[n-1].ExecutionID
 		}
-		if _, err := s.items.UpdateOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "execution_id", Value: bson.D{{Key: "$exists", Value: false}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "execution_id", Value: latest}}}}); err != nil {
-			return unavailable("fill execution ids", err)
+		latest[exec] = append(latest[exec], d.ID)
+	}
+	err = cur.Err()
+	cur.Close(ctx)
+	if err != nil {
+		return 0, unavailable("fill execution ids", err)
+	}
+	n := 0
+	for exec, ids := range latest {
+		for len(ids) > 0 {
+			some := ids[:min(len(ids), refreshBatch)]
+			ids = ids[len(some):]
+			res, err := s.items.UpdateMany(ctx, append(bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: some}}}}, lacking...),
+				bson.D{{Key: "$set", Value: bson.D{{Key: "execution_id", Value: exec}}}})
+			if err != nil {
+				return n, unavailable("fill execution ids", err)
+			}
+			n += int(res.ModifiedCount)
 		}
 	}
-	if err := cur.Err(); err != nil {
-		return unavailable("fill execution ids", err)
+	if _, err := s.meta.InsertOne(ctx, bson.D{{Key: "_id", Value: executionIDsFilledID}}); err != nil && !mongo.IsDuplicateKeyError(err) {
+		return n, unavailable("write meta", err)
 	}
-	return nil
+	return n, nil
 }
 
 // isServerError reports whether the server answered with a command error (rather than not answering).
@@ -333,8 +447,8 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("%w: mongodb %s: %w", items.ErrUnavailable, op, err)
 }
 
-// read returns the stored document, or nil when there is none. It reads from the primary (the client's
-// read preference), so it sees every acknowledged write.
+// read returns the stored document (a tombstone too), or nil when there is none. It reads from the primary
+// (the client's read preference), so it sees every acknowledged write.
 func (s *Store) read(ctx context.Context, tenant, key string) (*itemDoc, error) {
 	if err := checkID(tenant, key); err != nil {
 		return nil, err
@@ -356,351 +470,10 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*items.Item, error
 	if err != nil {
 		return nil, err
 	}
-	if d == nil {
+	if live(d) == nil {
 		return nil, items.ErrNotFound
 	}
 	return d.item(), nil
-}
-
-// Transition implements items.Store: read, decide, then one conditional single-document write; a write
-// that finds the item changed since the read decides again on a fresh read.
-// If the write fails, a claim it may have made is taken back (undo.go).
-func (s *Store) Transition(ctx context.Context, tenant, key string, fn items.TransitionFunc) (*items.Item, error) {
-	log := undoLog{}
-	it, err := s.transition(ctx, log, tenant, key, nil, fn)
-	if err != nil {
-		return nil, s.undo(ctx, log, err)
-	}
-	return it, nil
-}
-
-// seen is what a transition already knows of an item: the document last read or written (nil: none
-// exists). It saves TransitionMany a read when it decides a repeated key again; it is only a first guess,
-// since the write's version guard refuses it when another writer came in between.
-type seen struct {
-	doc *itemDoc
-}
-
-// transition records its writes in log.
-func (s *Store) transition(ctx context.Context, log undoLog, tenant, key string, hint *seen, fn items.TransitionFunc) (*items.Item, error) {
-	for race := 0; ; race++ {
-		if race == maxRaces {
-			return nil, fmt.Errorf("%w: mongodb: item %q changed under %d attempts to change it", items.ErrUnavailable, key, maxRaces)
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, unavailable("transition", err)
-		}
-		var cur *itemDoc
-		if hint != nil {
-			cur, hint = hint.doc, nil
-		} else {
-			var err error
-			if cur, err = s.read(ctx, tenant, key); err != nil {
-				return nil, err
-			}
-		}
-		// fn gets its own copy: the item as read stays intact if fn changes it and then writes nothing.
-		var arg *items.Item
-		if cur != nil {
-			arg = cur.item()
-		}
-		next, err := fn(arg)
-		if err != nil {
-			return nil, err
-		}
-		if next == nil {
-			if cur == nil {
-				return nil, nil
-			}
-			return cur.item(), nil
-		}
-		if err := checkReturned(tenant, key, next); err != nil {
-			return nil, err
-		}
-		w := decided(next)
-		stored, err := s.write(ctx, log, cur, prepare(cur, w))
-		if err != nil {
-			return nil, err
-		}
-		if stored == nil {
-			continue // another writer created or changed the item since the read: decide again
-		}
-		s.countWrite(ctx, cur, w)
-		return stored.item(), nil
-	}
-}
-
-// checkReturned refuses an item fn returned for another tenant or key than the one it was called for.
-func checkReturned(tenant, key string, next *items.Item) error {
-	if next.Tenant != tenant || next.Key != key {
-		return fmt.Errorf("mongostore: transition of %q returned item %q of tenant %q", key, next.Key, next.Tenant)
-	}
-	return nil
-}
-
-// write stores d, decided on cur (nil: the item did not exist): an insert, or a conditional update, first
-// recorded in log. It returns the stored document, or nil when another writer created or changed the item
-// since cur was read.
-func (s *Store) write(ctx context.Context, log undoLog, cur *itemDoc, d itemDoc) (*itemDoc, error) {
-	forget := log.wrote(cur, d)
-	var stored *itemDoc
-	var err error
-	if cur == nil {
-		stored, err = s.insert(ctx, d)
-	} else {
-		stored, err = s.update(ctx, cur, d)
-	}
-	switch {
-	case err == nil && stored == nil:
-		forget() // certainly not written: another writer came first
-	case err == nil:
-		log.acked(stored) // and counted by the caller
-	}
-	return stored, err
-}
-
-// prepare returns the document to write for next, decided on cur (nil for a new item): one version more
-// than cur, created_at kept, updated_at strictly later than cur's even when the clock stands still or
-// steps back, because the operator's list is ordered by it.
-func prepare(cur *itemDoc, next written) itemDoc {
-	d := toDoc(next.it, next.facts)
-	if d.CreatedAt.IsZero() {
-		d.CreatedAt = msTime(time.Now())
-	}
-	if d.UpdatedAt.IsZero() {
-		d.UpdatedAt = msTime(time.Now())
-	}
-	d.Version = 1
-	if cur != nil {
-		d.Version = cur.Version + 1
-		if !d.UpdatedAt.After(cur.UpdatedAt) {
-			d.UpdatedAt = cur.UpdatedAt.Add(time.Millisecond)
-		}
-	}
-	return d
-}
-
-// insert creates the item. It returns nil, and writes nothing, when the item already exists.
-//
-// ATOMICITY: the unique _id index makes an insert of an existing _id fail as a whole, so of any number of
-// concurrent creators exactly one inserts.
-func (s *Store) insert(ctx context.Context, d itemDoc) (*itemDoc, error) {
-	d.ID = itemID(d.Tenant, d.Key)
-	_, err := s.items.InsertOne(ctx, d)
-	if err == nil {
-		err = s.injected("insert")
-	}
-	if err != nil {
-		if mongo.IsDuplicateKeyError(err) {
-			return nil, nil
-		}
-		return nil, unavailable("insert item", err)
-	}
-	return &d, nil
-}
-
-// update replaces the stored fields of the item with d, if the item is still at the version (and in the
-// state) cur was read at. It returns the stored document afterwards, or nil when the guard matched
-// nothing (another writer changed the item since the read).
-//
-// ATOMICITY: one FindOneAndUpdate on one document. MongoDB evaluates the filter and applies the $set
-// atomically for a single document, so two writers that read the same version cannot both match: the
-// second finds the version moved and matches nothing.
-func (s *Store) update(ctx context.Context, cur *itemDoc, d itemDoc) (*itemDoc, error) {
-	d.ID = "" // _id is immutable; the filter names it
-	filter := bson.D{
-		{Key: "_id", Value: itemID(cur.Tenant, cur.Key)},
-		{Key: "version", Value: cur.Version},
-		{Key: "state", Value: cur.State},
-	}
-	var stored itemDoc
-	err := s.items.FindOneAndUpdate(ctx, filter, bson.D{{Key: "$set", Value: d}},
-		options.FindOneAndUpdate().SetReturnDocument(options.After)).Decode(&stored)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err == nil {
-		err = s.injected("update")
-	}
-	if err != nil {
-		return nil, unavailable("update item", err)
-	}
-	return &stored, nil
-}
-
-// TransitionMany implements items.Store without a transaction (the ledger uses none), in two passes.
-// First it reads all keys in one query and runs fn for every key in order, each call on what the earlier
-// calls left (a key may repeat); if fn fails, nothing has been written. Then it writes the changes: the new
-// items in one unordered insert (each insert atomic on its own), then the changes to existing items in
-// order, each one conditional single-document write guarded by the version its call saw, as Transition
-// does.
-//
-// Only the first pass is all or nothing. If another writer changes an item between the two passes, that
-// item's calls are decided again, on a fresh read, as Transition decides them; should fn fail then, the
-// items written before it stay written (each of them atomic and correct on its own), except their claims:
-// when the second pass fails, the claims it wrote (or may have written) are taken back before it answers
-// (undo.go), so that a batch answered 503 leaves no claim held by nobody. The items another writer created
-// in between are read again in one query, not one round trip each.
-//
-// The whole call is bounded by the store's timeout, as one operation is: a batch against a slow server
-// answers ErrUnavailable within the timeout instead of taking a round trip's timeout per item (the undo
-// has a timeout of its own).
-func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	log := undoLog{}
-	out, err := s.transitionMany(ctx, log, tenant, keys, fn)
-	if err != nil {
-		return nil, s.undo(ctx, log, err)
-	}
-	return out, nil
-}
-
-// transitionMany is TransitionMany, recording its writes in log.
-func (s *Store) transitionMany(ctx context.Context, log undoLog, tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) ([]*items.Item, error) {
-	// step is one call's decision: the document it saw (nil: none) and the one to write (nil: no change).
-	type step struct {
-		seen, next *itemDoc
-		decided    written // what next was made of
-	}
-	steps := make([]step, len(keys))
-	view, err := s.readMany(ctx, tenant, keys)
-	if err != nil {
-		return nil, err
-	}
-	for i, key := range keys {
-		cur, ok := view[key]
-		if !ok {
-			var err error
-			if cur, err = s.read(ctx, tenant, key); err != nil {
-				return nil, err
-			}
-		}
-		var arg *items.Item
-		if cur != nil {
-			arg = cur.item()
-		}
-		next, err := fn(i, arg)
-		if err != nil {
-			return nil, err
-		}
-		steps[i].seen = cur
-		view[key] = cur
-		if next != nil {
-			if err := checkReturned(tenant, key, next); err != nil {
-				return nil, err
-			}
-			w := decided(next)
-			d := prepare(cur, w)
-			steps[i].next, steps[i].decided = &d, w
-			view[key] = &d
-		}
-	}
-
-	// The items that did not exist are created first, in one round trip; created[i] is nil for one that
-	// another writer created since the read, and that call is decided again below.
-	var newDocs []itemDoc
-	var newAt []int
-	for i, st := range steps {
-		if st.seen == nil && st.next != nil {
-			newDocs, newAt = append(newDocs, *st.next), append(newAt, i)
-		}
-	}
-	// The counts of the items written here go in one upsert per group, once the writes are done or one
-	// fails (those before it are recorded); those decided again are counted by transition. See CONSISTENCY
-	// in counts.go.
-	counts := items.CountChanges{}
-	defer func() { _ = s.addCounts(context.WithoutCancel(ctx), counts) }()
-	forget := make([]func(), len(newDocs))
-	for j, d := range newDocs {
-		forget[j] = log.wrote(nil, d)
-	}
-	inserted, err := s.insertMany(ctx, newDocs)
-	if err != nil {
-		return nil, err
-	}
-	for j, d := range inserted {
-		if d == nil {
-			forget[j]() // certainly not written: another writer created the item first
-		}
-	}
-	created := make(map[int]*itemDoc, len(newAt))
-	var lost []string
-	for j, i := range newAt {
-		created[i] = inserted[j]
-		if inserted[j] == nil {
-			lost = append(lost, keys[i])
-		} else {
-			steps[i].decided.move(counts, nil)
-			log.acked(inserted[j])
-		}
-	}
-	// The items another writer created since the first read (a batch racing the same batch: all of them)
-	// are read again at once; each one's calls are then decided on what was read, without a round trip
-	// unless they change it.
-	var fresh map[string]*itemDoc
-	if len(lost) > 0 {
-		if fresh, err = s.readMany(ctx, tenant, lost); err != nil {
-			return nil, err
-		}
-	}
-
-	out := make([]*items.Item, len(keys))
-	// redecided holds the keys that lost a race in the second pass, with what was stored for them last:
-	// their remaining calls are decided again, one by one, on the stored state.
-	redecided := make(map[string]*seen)
-	for i, key := range keys {
-		if last, ok := redecided[key]; ok {
-			stored, err := s.transition(ctx, log, tenant, key, last, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
-			if err != nil {
-				return nil, err
-			}
-			redecided[key] = seenOf(stored)
-			out[i] = stored
-			continue
-		}
-		st := steps[i]
-		if st.next == nil {
-			if st.seen != nil {
-				out[i] = st.seen.item()
-			}
-			continue
-		}
-		stored, ok := created[i]
-		if !ok {
-			if stored, err = s.write(ctx, log, st.seen, *st.next); err != nil {
-				return nil, err
-			}
-			if stored != nil {
-				st.decided.move(counts, st.seen)
-			}
-		}
-		if stored == nil {
-			// Another writer came first: decide this call again, and the later ones on this key. For an item
-			// another writer created, on the document read above (a first guess, as hints are).
-			var hint *seen
-			if doc, ok := fresh[key]; ok && st.seen == nil {
-				hint = &seen{doc: doc}
-			}
-			stored, err := s.transition(ctx, log, tenant, key, hint, func(cur *items.Item) (*items.Item, error) { return fn(i, cur) })
-			if err != nil {
-				return nil, err
-			}
-			redecided[key] = seenOf(stored)
-			out[i] = stored
-			continue
-		}
-		out[i] = stored.item()
-	}
-	return out, nil
-}
-
-func seenOf(it *items.Item) *seen {
-	if it == nil {
-		return &seen{}
-	}
-	d := toDoc(it, it.Facts())
-	return &seen{doc: &d}
 }
 
 const ledgerSecretID = "ledger_secret"
@@ -734,56 +507,6 @@ func (s *Store) LedgerSecret(ctx context.Context) ([]byte, error) {
 	return stored.Value, nil
 }
 
-// HasClock implements items.SharedStore: whether the server reports its clock (every MongoDB does; see
-// WithoutServerClock).
-func (s *Store) HasClock() bool { return s.serverClock }
-
-// ClockOffset implements items.SharedStore: how far the primary's clock is ahead of this process's,
-// read with one hello command (its localTime), which MongoDB and FerretDB both answer.
-//
-// The ledger reads it inside a transition, between the read and the guarded write, and decides and stamps
-// leases on this process's clock moved by it: on the primary's clock, the one clock every replica shares.
-// A lease the primary's clock shows expired when the offset is read is still expired when the write
-// lands, since that clock only moves forward. (MongoDB could also compare with $$NOW inside the guarded
-// update; FerretDB v1, the test server, does not know $$NOW, so the store reads the clock instead, and the
-// same code runs on both.)
-//
-// The server's clock is known to within half the round trip (and its millisecond). An offset no larger, or
-// smaller than clockResolution, is returned as zero: it is below what a lease (5 s at least) can tell,
-// and a test's fake clock stays exact against a MongoDB on another host.
-func (s *Store) ClockOffset(ctx context.Context) (time.Duration, error) {
-	before := s.clock()
-	at, err := s.serverTime(ctx)
-	after := s.clock()
-	if err != nil {
-		return 0, unavailable("read the server's clock", err)
-	}
-	if at.IsZero() {
-		return 0, fmt.Errorf("%w: mongodb: the server no longer reports its clock", items.ErrUnavailable)
-	}
-	half := after.Sub(before) / 2
-	off := at.Sub(before.Add(half))
-	if off.Abs() <= max(half+time.Millisecond, clockResolution) {
-		return 0, nil
-	}
-	return off, nil
-}
-
-// clockResolution is the smallest difference between the server's clock and this process's that
-// ClockOffset reports.
-const clockResolution = 100 * time.Millisecond
-
-// serverTime returns the primary's clock (hello's localTime), or the zero time when it reports none.
-func (s *Store) serverTime(ctx context.Context) (time.Time, error) {
-	var hello struct {
-		LocalTime time.Time `bson:"localTime"`
-	}
-	if err := s.items.Database().RunCommand(ctx, bson.D{{Key: "hello", Value: 1}}).Decode(&hello); err != nil {
-		return time.Time{}, err
-	}
-	return hello.LocalTime, nil
-}
-
 // Ping implements items.Store: the primary must answer, and accept a write with the store's write
 // concern (a primary that lost its majority answers pings but cannot acknowledge claims).
 func (s *Store) Ping(ctx context.Context) error {
@@ -800,11 +523,11 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements items.Store: it closes the client's connections.
+// Close implements items.Store: it stops the background passes and closes the client's connections.
 func (s *Store) Close() error {
-	if s.stopRefresh != nil {
-		s.stopRefresh()
-		<-s.refreshed
+	s.background.stop()
+	if s.stopRepair != nil {
+		s.stopRepair()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()

@@ -689,7 +689,8 @@ func TestLedgerSecretIsReadWithMajority(t *testing.T) {
 }
 
 // TestOpenFillsExecutionIDsOfEarlierItems starts on an item stored by a build without the top-level
-// execution_id (made here by unsetting it): Open fills it from the item's last attempt.
+// execution_id (made here by unsetting it, and the marker of the fill, which such a ledger lacks): the
+// start's background pass fills it from the item's last attempt.
 func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -711,7 +712,12 @@ func TestOpenFillsExecutionIDsOfEarlierItems(t *testing.T) {
 		bson.D{{Key: "$unset", Value: bson.D{{Key: "execution_id", Value: ""}}}}); err != nil {
 		t.Fatal(err)
 	}
-	page, err := e.open().ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
+	if _, err := e.collection(mongostore.MetaCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: "execution_ids_filled"}}); err != nil {
+		t.Fatal(err)
+	}
+	again := e.open()
+	mongostore.WaitExecutionIDsFilled(again)
+	page, err := again.ListItems(ctx, items.ListParams{Tenant: tenant, ExecutionID: "run-7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -775,5 +781,19 @@ func TestFingerprintSharedByReplicasAndRestarts(t *testing.T) {
 	fc := itemstest.KeyedFingerprint(t, e.open(), "card", payload)
 	if fa != fb || fb != fc {
 		t.Fatalf("fingerprints %s (first replica), %s (second), %s (after a restart): want one", fa, fb, fc)
+	}
+}
+
+// TestURICannotWeakenWrites: whatever the URI says, writes are retried once after a network error
+// (retryable writes: an acknowledged claim survives a failover, the server recognising the repeat) and use
+// write concern majority with journaling.
+func TestURICannotWeakenWrites(t *testing.T) {
+	t.Parallel()
+	o := mongostore.ClientOptions("mongodb://db1:27017,db2:27017/?replicaSet=rs0&retryWrites=false&w=1&journal=false")
+	if o.RetryWrites == nil || !*o.RetryWrites {
+		t.Error("retryWrites=false in the URI turned retryable writes off")
+	}
+	if wc := o.WriteConcern; wc == nil || wc.W != "majority" || wc.Journal == nil || !*wc.Journal {
+		t.Errorf("write concern %+v, want majority with journaling", wc)
 	}
 }

@@ -35,30 +35,14 @@ func retriedItem() *items.Item {
 
 // BenchmarkWriteFactsAndCounts measures what a transition's write does in the process besides the round
 // trip, for an item of two attempts and eight events (retriedItem) written over itself: the document and
-// the kept counts' change. Once derives the next item's facts once, for both (this build); Twice does
-// what the store did before: the facts in toDoc, then the counts of the previous and the stored document,
-// each converted back into an item and its facts derived again.
+// its entries of the kept counts (prepare), the next item's facts derived once for both.
 //
 //	go test ./items/mongostore -run '^$' -bench WriteFactsAndCounts -benchmem
 func BenchmarkWriteFactsAndCounts(b *testing.B) {
 	it := retriedItem()
 	cur := toDoc(it, it.Facts())
-	b.Run("Once", func(b *testing.B) {
-		for b.Loop() {
-			next := cur.item()
-			changes := items.CountChanges{}
-			w := decided(next)
-			d := prepare(&cur, w)
-			w.move(changes, &cur)
-			_ = d
-		}
-	})
-	b.Run("Twice", func(b *testing.B) {
-		for b.Loop() {
-			next := cur.item()
-			changes := items.CountChanges{}
-			d := prepare(&cur, written{it: next, facts: next.Facts()})
-			changes.Move(cur.item(), d.item())
-		}
-	})
+	s := &Store{clock: time.Now}
+	for b.Loop() {
+		_ = s.prepare(&cur, decided(cur.item()))
+	}
 }

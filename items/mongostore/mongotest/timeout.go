@@ -16,3 +16,7 @@ func StoreTimeout() time.Duration {
 	}
 	return 15 * time.Second
 }
+
+// RaceDetector reports whether the tests run under the race detector, which makes FerretDB several times
+// slower: a test whose size is its point (a batch of 500 items) may run a smaller size then.
+func RaceDetector() bool { return raceEnabled }
