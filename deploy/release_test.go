@@ -22,6 +22,7 @@ func TestReleaseConfig(t *testing.T) {
 			Main    string   `json:"main"`
 			Env     []string `json:"env"`
 			Flags   []string `json:"flags"`
+			Tags    []string `json:"tags"`
 			Ldflags []string `json:"ldflags"`
 			Goos    []string `json:"goos"`
 			Goarch  []string `json:"goarch"`
@@ -39,6 +40,11 @@ func TestReleaseConfig(t *testing.T) {
 	b := cfg.Builds[0]
 	if !slices.Contains(b.Env, "CGO_ENABLED=0") || !slices.Contains(b.Flags, "-trimpath") {
 		t.Errorf("the build is not static and trimmed: env %v, flags %v", b.Env, b.Flags)
+	}
+	// The release's binaries and the image's are built with the same tags (nomsgpack: gin's MessagePack
+	// binding, which nothing uses, left out).
+	if !slices.Equal(b.Tags, []string{"nomsgpack"}) || !strings.Contains(read(t, "Dockerfile"), "-tags nomsgpack") {
+		t.Errorf("build tags %v; want nomsgpack, as the Dockerfile's build", b.Tags)
 	}
 	const stamp = "-X github.com/replaysafe/companion/cmd/companion/cli.Version="
 	if len(b.Ldflags) != 1 || !strings.Contains(b.Ldflags[0], stamp) || !strings.Contains(read(t, "Dockerfile"), stamp) ||
