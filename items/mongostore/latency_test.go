@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/replaysafe/companion/internal/tcpproxy"
 	"strings"
 	"sync"
 	"testing"
@@ -50,11 +51,11 @@ func (c *commands) count(f func()) []string {
 }
 
 // slowStore opens a store on the env's database through a proxy that adds oneWay to every message.
-func slowStore(t *testing.T, e env, timeout time.Duration, opts ...mongostore.Option) (*mongostore.Store, *proxy) {
+func slowStore(t *testing.T, e env, timeout time.Duration, opts ...mongostore.Option) (*mongostore.Store, *tcpproxy.Proxy) {
 	t.Helper()
-	p := startProxy(t, sharedSrv.Addr())
-	p.slow(oneWay)
-	s, err := mongostore.Open(t.Context(), "mongodb://"+p.addr+"/", e.db, append([]mongostore.Option{mongostore.WithTimeout(timeout)}, opts...)...)
+	p := tcpproxy.Start(t, sharedSrv.Addr())
+	p.Slow(oneWay)
+	s, err := mongostore.Open(t.Context(), "mongodb://"+p.Addr+"/", e.db, append([]mongostore.Option{mongostore.WithTimeout(timeout)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,8 +154,8 @@ func TestTimedOutBatchLeavesNoClaimHeldByNobody(t *testing.T) {
 	mongostore.SetFault(s, func(op string) error {
 		if op == "bulk update" {
 			// The claims are written; the link hangs until just past the batch's deadline.
-			p.freeze()
-			thaw = time.AfterFunc(time.Until(start.Add(deadline+100*time.Millisecond)), p.thaw)
+			p.Freeze()
+			thaw = time.AfterFunc(time.Until(start.Add(deadline+100*time.Millisecond)), p.Thaw)
 		}
 		return nil
 	})
@@ -165,7 +166,7 @@ func TestTimedOutBatchLeavesNoClaimHeldByNobody(t *testing.T) {
 		t.Fatal("the batch wrote no claims")
 	}
 	thaw.Stop()
-	p.thaw()
+	p.Thaw()
 	if !errors.Is(err, items.ErrUnavailable) || strings.Contains(err.Error(), "taking back its claims failed too") {
 		t.Fatalf("err = %v, want ErrUnavailable with its claims taken back", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/replaysafe/companion/internal/tcpproxy"
 	"net"
 	"os"
 	"os/exec"
@@ -508,14 +509,14 @@ func TestSlowServerBatchAnswersWithinTheTimeout(t *testing.T) {
 		keys[i] = fmt.Sprintf("slow-%02d", i)
 		create(t, direct, keys[i])
 	}
-	proxy := startProxy(t, sharedSrv.Addr())
+	proxy := tcpproxy.Start(t, sharedSrv.Addr())
 	const timeout = time.Second
-	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", e.db, mongostore.WithTimeout(timeout))
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.Addr+"/", e.db, mongostore.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	proxy.slow(100 * time.Millisecond) // each round trip: 200 ms or more
+	proxy.Slow(100 * time.Millisecond) // each round trip: 200 ms or more
 	start := time.Now()
 	_, err = s.TransitionMany(t.Context(), "acme", keys, func(i int, cur *items.Item) (*items.Item, error) {
 		cur.Owner = "ops-anna"
@@ -538,16 +539,16 @@ func TestHungServerTimesOut(t *testing.T) {
 		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
 	}
 	srv := sharedSrv
-	proxy := startProxy(t, srv.Addr())
+	proxy := tcpproxy.Start(t, srv.Addr())
 	db := srv.Database()
-	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", db, mongostore.WithTimeout(500*time.Millisecond))
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.Addr+"/", db, mongostore.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	ledger := newLedger(t, s, nil)
 
-	proxy.freeze()
+	proxy.Freeze()
 	start := time.Now()
 	ans, err := ledger.BeforeWrite(t.Context(), claimParams("hung"))
 	if !errors.Is(err, items.ErrUnavailable) || ans.Decision == items.Proceed {
@@ -556,7 +557,7 @@ func TestHungServerTimesOut(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("before-write took %v on a hung server, want about the 500ms timeout", d)
 	}
-	proxy.thaw()
+	proxy.Thaw()
 
 	direct, err := mongostore.Open(t.Context(), srv.URI(), db)
 	if err != nil {

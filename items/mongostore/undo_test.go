@@ -3,6 +3,7 @@ package mongostore_test
 import (
 	"errors"
 	"fmt"
+	"github.com/replaysafe/companion/internal/tcpproxy"
 	"strings"
 	"testing"
 	"time"
@@ -176,8 +177,8 @@ func TestUndoOnAHungServerIsBounded(t *testing.T) {
 	if realURI() != "" {
 		t.Skip("runs on the in-process FerretDB only (it needs the server's address to put a proxy before it)")
 	}
-	proxy := startProxy(t, sharedSrv.Addr())
-	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.addr+"/", sharedSrv.Database(), mongostore.WithTimeout(500*time.Millisecond))
+	proxy := tcpproxy.Start(t, sharedSrv.Addr())
+	s, err := mongostore.Open(t.Context(), "mongodb://"+proxy.Addr+"/", sharedSrv.Database(), mongostore.WithTimeout(500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,13 +189,13 @@ func TestUndoOnAHungServerIsBounded(t *testing.T) {
 		ps = append(ps, claimParams(fmt.Sprintf("hung-undo-%d", i)))
 	}
 	mongostore.SetFault(s, func(string) error {
-		proxy.freeze()
+		proxy.Freeze()
 		return errLost
 	})
 	start := time.Now()
 	_, err = l.BeforeWriteMany(t.Context(), "acme", ps)
 	elapsed := time.Since(start)
-	proxy.thaw()
+	proxy.Thaw()
 	mongostore.SetFault(s, nil)
 	if !errors.Is(err, items.ErrUnavailable) || !strings.Contains(err.Error(), "taking back its claims failed too") {
 		t.Fatalf("err = %v, want ErrUnavailable naming the failed undo", err)

@@ -2,10 +2,9 @@ package pgstore_test
 
 import (
 	"context"
-	"net"
+	"github.com/replaysafe/companion/internal/tcpproxy"
 	"net/http"
 	"net/url"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,119 +14,16 @@ import (
 	"github.com/replaysafe/companion/items/pgstore/pgtest"
 )
 
-// proxy forwards TCP connections to the server. Down, it closes every connection and refuses new ones, as
-// a server that stopped; frozen, it keeps them open and passes no byte, as a server that hangs.
-type proxy struct {
-	addr string
-
-	mu     sync.Mutex
-	down   bool
-	frozen bool
-	thawed *sync.Cond
-	open   []net.Conn
-}
-
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{addr: l.Addr().String()}
-	p.thawed = sync.NewCond(&p.mu)
-	var conns sync.WaitGroup
-	t.Cleanup(func() {
-		l.Close()
-		p.setDown(true)
-		p.thaw()
-		conns.Wait()
-	})
-	go func() {
-		for {
-			client, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.mu.Lock()
-			down := p.down
-			p.mu.Unlock()
-			if down {
-				client.Close()
-				continue
-			}
-			server, err := net.Dial("tcp", target)
-			if err != nil {
-				client.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.open = append(p.open, client, server)
-			p.mu.Unlock()
-			conns.Add(2)
-			go func() { defer conns.Done(); p.pipe(server, client) }()
-			go func() { defer conns.Done(); p.pipe(client, server) }()
-		}
-	}()
-	return p
-}
-
-func (p *proxy) pipe(dst, src net.Conn) {
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		p.mu.Lock()
-		for p.frozen {
-			p.thawed.Wait()
-		}
-		p.mu.Unlock()
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// setDown stops (true) or restarts the server as its clients see it.
-func (p *proxy) setDown(down bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = down
-	if down {
-		for _, c := range p.open {
-			c.Close()
-		}
-		p.open = nil
-	}
-}
-
-func (p *proxy) freeze() {
-	p.mu.Lock()
-	p.frozen = true
-	p.mu.Unlock()
-}
-
-func (p *proxy) thaw() {
-	p.mu.Lock()
-	p.frozen = false
-	p.thawed.Broadcast()
-	p.mu.Unlock()
-}
-
 // throughProxy opens a store whose connections go through a proxy to the test server, with the timeout given.
-func throughProxy(t *testing.T, timeout time.Duration) (*pgstore.Store, *proxy) {
+func throughProxy(t *testing.T, timeout time.Duration) (*pgstore.Store, *tcpproxy.Proxy) {
 	t.Helper()
 	raw, schema := pgtest.Schema(t)
 	u, err := url.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startProxy(t, u.Host)
-	u.Host = p.addr
+	p := tcpproxy.Start(t, u.Host)
+	u.Host = p.Addr
 	s, err := pgstore.Open(context.Background(), u.String(), schema, pgstore.WithLogger(quiet), pgstore.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +48,7 @@ func TestHTTPOutageAnswers503AndRecovers(t *testing.T) {
 	}
 	handlerstest.Expect(t, s.Get("", "/readyz"), http.StatusOK, "", "")
 
-	p.setDown(true)
+	p.SetDown(true)
 	for _, key := range []string{"inv-2", "inv-1"} {
 		began := time.Now()
 		r := s.BeforeWrite(body(key))
@@ -168,7 +64,7 @@ func TestHTTPOutageAnswers503AndRecovers(t *testing.T) {
 		http.StatusServiceUnavailable, items.CodeUnavailable, "")
 	handlerstest.Expect(t, s.Get("", "/readyz"), http.StatusServiceUnavailable, items.CodeUnavailable, "")
 
-	p.setDown(false)
+	p.SetDown(false)
 	deadline := time.Now().Add(10 * time.Second)
 	for s.Get("", "/readyz").Status != http.StatusOK {
 		if time.Now().After(deadline) {
@@ -194,13 +90,13 @@ func TestHTTPHungServerAnswers503InTime(t *testing.T) {
 	store, p := throughProxy(t, time.Second)
 	s := handlerstest.NewService(t, store, handlerstest.ServiceConfig{})
 	handlerstest.Expect(t, s.Get("", "/readyz"), http.StatusOK, "", "")
-	p.freeze()
+	p.Freeze()
 	began := time.Now()
 	handlerstest.Expect(t, s.BeforeWrite(body("inv-1")), http.StatusServiceUnavailable, items.CodeUnavailable, "")
 	if took := time.Since(began); took > 4*time.Second {
 		t.Errorf("the before-write took %s against a hung server, want about the store's timeout of 1s", took)
 	}
-	p.thaw()
+	p.Thaw()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r := s.BeforeWrite(body("inv-1"))
