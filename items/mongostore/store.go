@@ -89,10 +89,11 @@ type Store struct {
 	timeout time.Duration
 	// log is where Open says what it changed in the ledger's indexes (WithLogger).
 	log *slog.Logger
-	// unmarked holds the marks of applied kept counts to remove with the group's next write (counts.go);
-	// stopRepair stops the repair pass's loop.
-	unmarked   unmarked
-	stopRepair func()
+	// unmarked holds the marks of applied kept counts to remove with the group's next write (counts.go),
+	// unmarkedRows those of the series' rows, removed with the next call's (series.go); stopRepair stops
+	// the repair pass's loop.
+	unmarked, unmarkedRows unmarked
+	stopRepair             func()
 	// background runs the start's passes over the documents of an earlier build (refreshSweepCandidates,
 	// fillExecutionIDs), beside the service; Close cancels them and waits.
 	background background
