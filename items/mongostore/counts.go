@@ -531,6 +531,40 @@ func (s *Store) applyEntries(ctx context.Context, jobs []countJob, guarded bool)
 	return len(done), nil
 }
 
+// removeOldMarks removes the marks older than before of the documents of coll that filter selects.
+func (s *Store) removeOldMarks(ctx context.Context, coll *mongo.Collection, filter bson.D, before time.Time) error {
+	cur, err := coll.Find(ctx, append(filter, bson.E{Key: "applying", Value: bson.D{{Key: "$exists", Value: true}}}),
+		options.Find().SetProjection(bson.D{{Key: "applying", Value: 1}}))
+	if err != nil {
+		return unavailable("find the marks of "+coll.Name(), err)
+	}
+	var docs []struct {
+		ID       string               `bson:"_id"`
+		Applying map[string]time.Time `bson:"applying"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return unavailable("find the marks of "+coll.Name(), err)
+	}
+	var unmark []mongo.WriteModel
+	for _, d := range docs {
+		var old []string
+		for id, at := range d.Applying {
+			if at.Before(before) {
+				old = append(old, id)
+			}
+		}
+		if len(old) > 0 {
+			unmark = append(unmark, unmarkModel(d.ID, old))
+		}
+	}
+	if len(unmark) > 0 {
+		if _, err := bulk(ctx, coll, unmark, false); err != nil {
+			return unavailable("remove the marks of "+coll.Name(), err)
+		}
+	}
+	return nil
+}
+
 // unmarkModel removes the marks of the entries ids from the document id (step 3).
 func unmarkModel(id string, ids []string) mongo.WriteModel {
 	marks := bson.D{}
@@ -708,33 +742,13 @@ func (s *Store) repairCounts(ctx context.Context) (RepairReport, error) {
 // removeSettled removes the marks of applied entries and the tombstones without counts due, both older
 // than before.
 func (s *Store) removeSettled(ctx context.Context, before time.Time) error {
-	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "applying", Value: bson.D{{Key: "$exists", Value: true}}}})
-	if err != nil {
-		return unavailable("find count marks", err)
+	if err := s.removeOldMarks(ctx, s.countsColl(), bson.D{}, before); err != nil {
+		return err
 	}
-	var groups []countsDoc
-	if err := cur.All(ctx, &groups); err != nil {
-		return unavailable("find count marks", err)
-	}
-	var unmark []mongo.WriteModel
-	for _, g := range groups {
-		marks := bson.D{}
-		for id, at := range g.Applying {
-			if at.Before(before) {
-				marks = append(marks, bson.E{Key: "applying." + id, Value: ""})
-			}
-		}
-		if len(marks) > 0 {
-			unmark = append(unmark, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: g.Group.id()}}).
-				SetUpdate(bson.D{{Key: "$unset", Value: marks}}))
-		}
-	}
-	if len(unmark) > 0 {
-		if _, err := bulk(ctx, s.countsColl(), unmark, false); err != nil {
-			return unavailable("remove count marks", err)
-		}
-	}
-	if err := s.removeSeriesMarks(ctx, before); err != nil {
+	// The series' rows with marks are recent ones (seriesMarkWindow), found through step_start.
+	if err := s.removeOldMarks(ctx, s.seriesColl(), bson.D{
+		{Key: "step", Value: bson.D{{Key: "$in", Value: bson.A{string(items.StepHour), string(items.StepDay)}}}},
+		{Key: "start", Value: bson.D{{Key: "$gte", Value: s.serverNow().Add(-seriesMarkWindow)}}}}, before); err != nil {
 		return err
 	}
 	if _, err := s.items.DeleteMany(ctx, bson.D{{Key: "tombstone", Value: true}, {Key: "updated_at", Value: bson.D{{Key: "$lte", Value: before}}},
