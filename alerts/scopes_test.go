@@ -243,18 +243,18 @@ func TestSlackScopesCoverEveryMethod(t *testing.T) {
 // docScopeRow is a row of a Markdown table whose first cell is a scope in backticks.
 var docScopeRow = regexp.MustCompile("(?m)^ *\\| `([a-z_.]+:[a-z_.:]+)` \\|")
 
-// The Slack setup in docs/operators.md lists, in its table of scopes, exactly the scopes of the code's
+// The Slack setup in docs/slack.md lists, in its table of scopes, exactly the scopes of the code's
 // table, each with its methods.
 func TestDocsListTheSlackScopes(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../docs/operators.md")
+	b, err := os.ReadFile("../docs/slack.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	start := strings.Index(doc, "\n## Slack setup\n")
+	start := strings.Index(doc, "\n## Scopes\n")
 	if start < 0 {
-		t.Fatal("docs/operators.md has no Slack setup section")
+		t.Fatal("docs/slack.md has no section Scopes")
 	}
 	section := doc[start+1:]
 	if end := strings.Index(section, "\n## "); end >= 0 {
@@ -276,6 +276,6 @@ func TestDocsListTheSlackScopes(t *testing.T) {
 		}
 	}
 	if got := slices.Sorted(maps.Keys(rows)); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-		t.Errorf("docs/operators.md's Slack setup lists the scopes %q; the code needs %q", got, want)
+		t.Errorf("docs/slack.md lists the scopes %q; the code needs %q", got, want)
 	}
 }

@@ -693,11 +693,11 @@ func TestMakeBatchCheckDelivery(t *testing.T) {
 	}
 }
 
-// The Make README's and docs/templates.md's examples name the modules by their ids in the shipped
+// The Make README's and docs/make.md's examples name the modules by their ids in the shipped
 // blueprints.
 func TestMakeReadmeNamesTheModules(t *testing.T) {
 	s := DefaultSettings()
-	docs, err := os.ReadFile("../docs/templates.md")
+	docs, err := os.ReadFile("../docs/make.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,7 +710,7 @@ func TestMakeReadmeNamesTheModules(t *testing.T) {
 	} {
 		want = strings.ReplaceAll(want, `\"`, `"`)
 		if n := strings.Count(readme, want); n != 2 {
-			t.Errorf("the Make README and docs/templates.md show %s %d times, want once each", want, n)
+			t.Errorf("the Make README and docs/make.md show %s %d times, want once each", want, n)
 		}
 	}
 }

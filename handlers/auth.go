@@ -223,7 +223,7 @@ func (s *server) authenticate(c *gin.Context) (Principal, error) {
 				Message: "unknown token; send only the secret, the part after the third colon of name:tenant:role:secret"}
 		}
 		return Principal{}, &items.Error{Code: CodeUnauthorized,
-			Message: "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's COMPANION_TOKENS)"}
+			Message: "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's tokens: COMPANION_TOKENS, COMPANION_TOKENS_FILE or the config file's tokens:)"}
 	}
 	return p, nil
 }

@@ -103,7 +103,7 @@ func TestWholeTokenLineAsBearerSaysToSendTheSecret(t *testing.T) {
 	}
 	r = s.Get("not-a-token", "/v1/items/x")
 	handlerstest.Expect(t, r, http.StatusUnauthorized, handlers.CodeUnauthorized, "")
-	if msg := r.Str("error.message"); msg != "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's COMPANION_TOKENS)" {
+	if msg := r.Str("error.message"); msg != "unknown token: no token of this service has this secret (check that it was pasted whole, and against the service's tokens: COMPANION_TOKENS, COMPANION_TOKENS_FILE or the config file's tokens:)" {
 		t.Errorf("unknown token: %q", msg)
 	}
 }

@@ -600,6 +600,11 @@ func TestHelpVersionAndUsageMistakes(t *testing.T) {
 		"serve --data_dir x":       `serve: unknown flag --data_dir (did you mean --data-dir?`,
 		"items list --need-person": `items list: unknown flag --need-person (did you mean --needs-person?`,
 		"serve --frobnicate":       `serve: unknown flag --frobnicate (run "companion serve --help" for its flags)`,
+		// The flag other servers listen by: --addr takes host and port together.
+		"serve --port 8081":    `serve: unknown flag --port (did you mean --addr? it takes host:port, such as --addr 127.0.0.1:8080;`,
+		"serve --listen x":     `serve: unknown flag --listen (did you mean --addr? it takes host:port`,
+		"healthcheck --port 1": `healthcheck: unknown flag --port (did you mean --addr?`,
+		"items list --port 1":  `items list: unknown flag --port (run "companion items list --help" for its flags)`,
 		// Two neighbouring letters swapped: two edits apart, too far for a short name, but what was meant.
 		"bench --itmes 5":          `bench: unknown flag --itmes (did you mean --items? run "companion bench --help")`,
 		"stats --josn":             `stats: unknown flag --josn (did you mean --json?`,

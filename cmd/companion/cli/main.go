@@ -370,11 +370,19 @@ func unknownFlag(cmd, name string, known []string) error {
 			}
 		}
 	}
+	if guess == "" && slices.Contains(known, "addr") && slices.Contains(addrSynonyms, strings.ToLower(name)) {
+		// Other servers take a port or a host on its own: this one takes both in --addr.
+		return usageErrorf("%s: unknown flag --%s (did you mean --addr? it takes host:port, such as --addr 127.0.0.1:8080; "+
+			"run \"companion %s --help\")", cmd, name, cmd)
+	}
 	if guess != "" {
 		return usageErrorf("%s: unknown flag --%s (did you mean --%s? run \"companion %s --help\")", cmd, name, guess, cmd)
 	}
 	return usageErrorf("%s: unknown flag --%s (run \"companion %s --help\" for its flags)", cmd, name, cmd)
 }
+
+// addrSynonyms are the flags other servers listen by, which --addr stands for here.
+var addrSynonyms = []string{"port", "p", "listen", "bind", "host", "address", "listen-addr", "http-addr"}
 
 // likely is the name of known that name most likely meant: one a letter or two away (nearest), or the
 // same letters with two neighbours swapped (--itmes: --items), which an edit distance counts as two

@@ -118,13 +118,13 @@ func (c *apiClient) do(ctx context.Context, method, path string, body any) ([]by
 		switch {
 		case resp.StatusCode == http.StatusUnauthorized && c.token == "":
 			e.Error.hint = fmt.Sprintf("The service at %s has tokens: set COMPANION_TOKEN to the secret of an operator token "+
-				"(the last part of name:tenant:operator:secret in its COMPANION_TOKENS).", c.base)
+				"(the last part of its name:tenant:operator:secret, in %s).", c.base, tokenSources)
 		case resp.StatusCode == http.StatusUnauthorized && strings.Count(c.token, ":") >= 3:
 			e.Error.hint = "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only, " +
 				"the part after the third colon."
 		case resp.StatusCode == http.StatusUnauthorized:
 			e.Error.hint = fmt.Sprintf("The service at %s knows no token with the secret in COMPANION_TOKEN: check it against "+
-				"its COMPANION_TOKENS (or tokens: in its config file).", c.base)
+				"its tokens, in %s.", c.base, tokenSources)
 		case resp.StatusCode == http.StatusForbidden:
 			e.Error.hint = "COMPANION_TOKEN is a workflow token; this command needs one of role operator."
 		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(e.Error.Message, "no such endpoint"):
@@ -737,6 +737,10 @@ func someKeys(keys []string) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(keys[:shown], ", "), len(keys)-shown)
 }
 
+// tokenSources are the places a service takes its tokens from, as the messages about a token it does
+// not know name them: the service's operator may have used any of them.
+const tokenSources = "its COMPANION_TOKENS, the file its COMPANION_TOKENS_FILE names, or tokens: in its config file"
+
 // printResolved prints the answer to one resolve request in a line that begins or ends with its key.
 func (m *Main) printResolved(b []byte, outcome string) error {
 	var it apiItem
@@ -759,7 +763,8 @@ func (m *Main) printResolved(b []byte, outcome string) error {
 const statsSynopsis = `Shows the post-release measures of the token's tenant, in total and per destination: items per
 state, items needing a person, the oldest unresolved age, retries, fingerprint conflicts, same-key
 recoveries, manual resolutions, duplicate effects, removed items, and the repeated reports the
-items' histories dropped (not 0: a workflow replays its reports in a loop; docs/operators.md).
+items' histories dropped (not 0: a workflow replays its reports in a loop; docs/operators.md), as two
+tables that fit 100 columns (--wide: one table).
 
   companion stats --since 7d --step 1d [--destination billing]
 
@@ -792,6 +797,7 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 		"--step or --destination alone print the last 48 hours by hour, or 30 days by day")
 	step := fs.String("step", "", "the measures over time: one row per `1h or 1d` (default 1h up to --since 48h, else 1d)")
 	destination := fs.String("destination", "", "the measures over time of this `destination` only (default all together)")
+	wide := fs.Bool("wide", false, "print the measures as one table, a row per destination (wider than 100 columns)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
@@ -819,20 +825,66 @@ func (m *Main) stats(ctx context.Context, args []string) error {
 		return errors.New("unexpected answer from /v1/stats")
 	}
 	fmt.Fprintf(m.Stdout, "tenant %s at %s\n\n", st.Tenant, st.At.Format(time.RFC3339))
-	tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "DESTINATION\tITEMS\tIN_FLIGHT\tSUCCEEDED\tFAILED\tUNKNOWN\tNEEDS PERSON\tOLDEST UNRESOLVED\tRETRIES\tCONFLICTS\tSAME-KEY RECOVERIES\tRESOLVED BY HAND\tDUPLICATES\tREMOVED\tDROPPED REPEATS\t")
-	line := func(name string, m apiMeasures) {
-		oldest := "-"
-		if m.OldestUnresolvedAgeSeconds > 0 {
-			oldest = items.Age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+	names := append(slices.Sorted(maps.Keys(st.Destinations)), "all")
+	measures := func(name string) apiMeasures {
+		if name == "all" {
+			return st.apiMeasures
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", name, m.Items, m.States["in_flight"], m.States["succeeded"],
-			m.States["failed"], m.States["unknown"], m.NeedsPerson, oldest, m.Retries, m.FingerprintConflicts, m.SameKeyRecoveries,
-			m.ManualResolutions, m.DuplicateEffects, m.Removed, m.HistoryDropped)
+		return st.Destinations[name]
 	}
-	for _, name := range slices.Sorted(maps.Keys(st.Destinations)) {
-		line(name, st.Destinations[name])
+	for i, t := range statsTables(*wide) {
+		if i > 0 {
+			fmt.Fprintln(m.Stdout)
+		}
+		tw := tabwriter.NewWriter(m.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "DESTINATION\t"+strings.Join(t.headers, "\t")+"\t")
+		for _, name := range names {
+			fmt.Fprintln(tw, name+"\t"+strings.Join(t.cells(measures(name)), "\t")+"\t")
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		if t.note != "" {
+			fmt.Fprintln(m.Stdout, t.note)
+		}
 	}
-	line("all", st.apiMeasures)
-	return tw.Flush()
+	return nil
+}
+
+// statsTable is one table of companion stats: its columns after DESTINATION, and each row's cells.
+type statsTable struct {
+	headers []string
+	cells   func(apiMeasures) []string
+	note    string // printed under the table: what its shortened headers stand for
+}
+
+// statsTables returns the tables companion stats prints: two that fit 100 columns, the states and who
+// waits, then how the items were settled; or, wide, both as one table of a row per destination.
+func statsTables(wide bool) []statsTable {
+	states := statsTable{
+		headers: []string{"ITEMS", "IN_FLIGHT", "SUCCEEDED", "FAILED", "UNKNOWN", "NEEDS PERSON", "OLDEST UNRESOLVED"},
+		cells: func(m apiMeasures) []string {
+			oldest := "-"
+			if m.OldestUnresolvedAgeSeconds > 0 {
+				oldest = items.Age(time.Duration(m.OldestUnresolvedAgeSeconds) * time.Second)
+			}
+			return []string{strconv.Itoa(m.Items), strconv.Itoa(m.States["in_flight"]), strconv.Itoa(m.States["succeeded"]),
+				strconv.Itoa(m.States["failed"]), strconv.Itoa(m.States["unknown"]), strconv.Itoa(m.NeedsPerson), oldest}
+		},
+	}
+	settled := statsTable{
+		headers: []string{"RETRIES", "CONFLICTS", "SAME-KEY", "BY HAND", "DUPLICATES", "REMOVED", "DROPPED REPEATS"},
+		cells: func(m apiMeasures) []string {
+			return []string{strconv.Itoa(m.Retries), strconv.Itoa(m.FingerprintConflicts), strconv.Itoa(m.SameKeyRecoveries),
+				strconv.Itoa(m.ManualResolutions), strconv.Itoa(m.DuplicateEffects), strconv.Itoa(m.Removed), strconv.Itoa(m.HistoryDropped)}
+		},
+		note: "SAME-KEY: recovered by a retry with the same key; BY HAND: resolved by a person (--wide: one table)",
+	}
+	if !wide {
+		return []statsTable{states, settled}
+	}
+	return []statsTable{{
+		headers: append(slices.Clone(states.headers), "RETRIES", "CONFLICTS", "SAME-KEY RECOVERIES", "RESOLVED BY HAND", "DUPLICATES", "REMOVED", "DROPPED REPEATS"),
+		cells:   func(m apiMeasures) []string { return append(states.cells(m), settled.cells(m)...) },
+	}}
 }

@@ -198,6 +198,17 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") || !strings.Contains(err.Error(), "secret in COMPANION_TOKEN") {
 		t.Fatalf("stats with an unknown COMPANION_TOKEN: %v", err)
 	}
+	// The service's tokens may come from any of three places; both messages name all of them.
+	for _, msg := range []string{err.Error(), func() string {
+		_, err := run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"]}, "stats")
+		return err.Error()
+	}()} {
+		for _, source := range []string{"COMPANION_TOKENS,", "COMPANION_TOKENS_FILE", "tokens: in its config file"} {
+			if !strings.Contains(msg, source) {
+				t.Errorf("the message about a token the service does not know names no %s: %s", source, msg)
+			}
+		}
+	}
 	_, err = run(t, map[string]string{"COMPANION_URL": env["COMPANION_URL"], "COMPANION_TOKEN": "anna:acme:operator:op-secret-0123456789"}, "stats")
 	if err == nil || !strings.Contains(err.Error(), "unauthorized (HTTP 401)") ||
 		!strings.Contains(err.Error(), "COMPANION_TOKEN looks like a whole token line (name:tenant:role:secret): set it to the secret only") {
@@ -209,7 +220,7 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	if looped["history_dropped"] != 5.0 {
 		t.Fatalf("inv-2's history dropped %v reports, want 5", looped["history_dropped"])
 	}
-	out, err = run(t, env, "stats")
+	out, err = run(t, env, "stats", "--wide")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +233,24 @@ func TestOperatorCommandsOverTheAPI(t *testing.T) {
 	// items, in_flight, succeeded, failed, unknown, needs person, oldest, retries, conflicts, recoveries, by hand, duplicates, removed,
 	// dropped repeats
 	if !strings.HasPrefix(all, "all 4 1 2 0 1 1 ") || !strings.HasSuffix(all, " 0 0 0 2 1 0 5") {
-		t.Fatalf("stats total line %q:\n%s", all, out)
+		t.Fatalf("stats --wide total line %q:\n%s", all, out)
+	}
+	// Without --wide the same numbers come in two tables, neither wider than 100 columns.
+	out, err = run(t, env, "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var totals []string
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 100 {
+			t.Errorf("stats prints a line of %d columns: %q", len(l), l)
+		}
+		if strings.HasPrefix(strings.TrimSpace(l), "all") {
+			totals = append(totals, strings.Join(strings.Fields(l), " "))
+		}
+	}
+	if len(totals) != 2 || !strings.HasPrefix(totals[0], "all 4 1 2 0 1 1 ") || totals[1] != "all 0 0 0 2 1 0 5" {
+		t.Fatalf("stats total lines %q:\n%s", totals, out)
 	}
 	out, err = run(t, env, "stats", "--json")
 	var st map[string]any

@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readmeBlock is one fenced block of README.md.
@@ -168,8 +171,25 @@ func TestREADMEWalkThrough(t *testing.T) {
 	blocks := readmeBlocks(t, "../../../README.md")
 	// seen maps a generated value the README shows to the one the service answered.
 	seen := map[string]string{}
-	steps, checked := 0, 0
+	// files are the answers a curl saved with | tee FILE; vars the shell variables a line
+	// NAME=$(jq -r .FIELD FILE) set from them, which a later body uses as "$NAME".
+	files, vars := map[string]map[string]any{}, map[string]string{}
+	steps, checked, carried := 0, 0, 0
 	for i, b := range blocks {
+		if b.lang == "sh" && !strings.Contains(b.text, "curl ") {
+			for _, m := range jqLine.FindAllStringSubmatch(b.text, -1) {
+				answer, ok := files[m[3]]
+				if !ok {
+					t.Fatalf("README.md line %d: jq reads %s, which no curl before it wrote (| tee %s)", b.line, m[3], m[3])
+				}
+				v, ok := answer[m[2]].(string)
+				if !ok {
+					t.Fatalf("README.md line %d: the answer in %s has no string field %s: %v", b.line, m[3], m[2], answer)
+				}
+				vars[m[1]] = v
+			}
+			continue
+		}
 		if b.lang != "sh" || !strings.Contains(b.text, "curl ") {
 			if b.lang == "json" && (i == 0 || !strings.Contains(blocks[i-1].text, "curl ")) {
 				t.Errorf("README.md line %d: an answer with no curl before it", b.line)
@@ -189,10 +209,26 @@ func TestREADMEWalkThrough(t *testing.T) {
 				t.Fatalf("README.md line %d: %q in a block of curls", b.line, words[0])
 			}
 			steps++
+			var tee string
+			if p := slices.Index(words, "|"); p >= 0 {
+				if len(words) != p+3 || words[p+1] != "tee" {
+					t.Fatalf("README.md line %d: a curl piped into %q; the walk-through pipes only into tee FILE", b.line, words[p+1:])
+				}
+				words, tee = words[:p], words[p+2]
+			}
 			r := parseCurl(t, words)
 			body := r.body
 			for shown, got := range seen {
 				body = strings.ReplaceAll(body, shown, got)
+			}
+			for name, v := range vars {
+				if strings.Contains(body, "$"+name) {
+					body = strings.ReplaceAll(body, "$"+name, v)
+					carried++
+				}
+			}
+			if strings.Contains(body, "$") {
+				t.Fatalf("README.md line %d: the body names a variable no step before it set: %s", b.line, body)
 			}
 			target, ok := strings.CutPrefix(r.url, "localhost:8080")
 			if !ok {
@@ -225,6 +261,9 @@ func TestREADMEWalkThrough(t *testing.T) {
 			if err := json.Unmarshal(got, &have); err != nil {
 				t.Fatalf("README.md line %d: %v: %s", b.line, err, got)
 			}
+			if tee != "" {
+				files[tee] = have
+			}
 			for _, problem := range compareShown("", want, have, seen) {
 				t.Errorf("README.md line %d: %s\nanswer: %s", answer.line, problem, got)
 			}
@@ -232,10 +271,14 @@ func TestREADMEWalkThrough(t *testing.T) {
 		}
 	}
 	// The walk-through has eight answers and a last look at the item; fewer means the parsing lost some.
-	if steps < 9 || checked < 8 {
-		t.Fatalf("ran %d curl(s), checked %d answer(s): the README's walk-through was not found", steps, checked)
+	if steps < 9 || checked < 8 || carried < 2 {
+		t.Fatalf("ran %d curl(s), checked %d answer(s), carried %d claim(s): the README's walk-through was not found", steps, checked, carried)
 	}
 }
+
+// jqLine is a line of the walk-through that sets a shell variable from a saved answer:
+// CLAIM=$(jq -r .claim answer.json).
+var jqLine = regexp.MustCompile(`(?m)^([A-Z_]+)=\$\(jq -r \.([a-z_]+) (\S+)\)`)
 
 // compareShown returns how have differs from what the README shows in want.
 func compareShown(prefix string, want, have map[string]any, seen map[string]string) []string {
@@ -256,6 +299,11 @@ func compareShown(prefix string, want, have map[string]any, seen map[string]stri
 			}
 			if wp, _, _ := strings.Cut(ws, "_"); strings.Contains(ws, "_") && !strings.HasPrefix(hs, wp+"_") {
 				out = append(out, fmt.Sprintf("%s%s = %q, not of the shape %q", prefix, name, hs, ws))
+			}
+			// A time shown with its fraction of a second is answered with one, and the other way round
+			// (the service writes times to the nanosecond, RFC 3339).
+			if _, err := time.Parse(time.RFC3339Nano, ws); err == nil && strings.Contains(ws, ".") != strings.Contains(hs, ".") {
+				out = append(out, fmt.Sprintf("%s%s = %q, written otherwise than the README's %q", prefix, name, hs, ws))
 			}
 			seen[ws] = hs
 		default:

@@ -46,7 +46,7 @@ that need a person, and sends their alerts — to Slack with SLACK_BOT_TOKEN and
 else to the log. At the start serve asks Slack who the bot token is (auth.test, at most 5 s) and names
 the bot on the start line; a token Slack refuses (invalid_auth, token_revoked, …), or one without the
 chat:write scope, stops the start unless SLACK_TOKEN_CHECK=warn; a missing history scope is a warning
-naming it (docs/operators.md#slack-setup); a Slack that does not answer only warns, and is asked again
+naming it (docs/slack.md); a Slack that does not answer only warns, and is asked again
 every minute until it answers. Slack's buttons call POST /v1/slack/actions ("companion slack manifest"
 prints the Slack app with it as the request URL). On the same schedule the probes look up the unknown
 items of the destinations that have a "lookup:" in the config file. Every 10

@@ -164,7 +164,7 @@ func (m *Main) bench(ctx context.Context, args []string) error {
 		if st := metricsStatus(0); errors.As(err, &st) && st == http.StatusUnauthorized {
 			// A token the service does not know (or none where it needs one): every call would be refused
 			// the same way, so none is sent.
-			why := "it knows no token with the secret in --token (COMPANION_TOKEN): check it against its COMPANION_TOKENS (or tokens: in its config file)"
+			why := "it knows no token with the secret in --token (COMPANION_TOKEN): check it against its tokens, in " + tokenSources
 			if o.token == "" {
 				why = "it runs with tokens and none was given: set COMPANION_TOKEN (or --token) to the secret of a workflow or operator token"
 			}

@@ -200,7 +200,7 @@ func TestBenchWithATokenTheServiceRefusesSendsNothing(t *testing.T) {
 	svc := start(t, map[string]string{"COMPANION_ADDR": "127.0.0.1:0", "COMPANION_DATA_DIR": t.TempDir(),
 		"COMPANION_TOKENS": "wf:acme:workflow:wf-secret-0123456789,op:acme:operator:op-secret-0123456789", "COMPANION_SWEEP_EVERY": "@every 1h"})
 	for _, tc := range []struct{ token, want string }{
-		{"wrong-secret-0123456789", "it knows no token with the secret in --token (COMPANION_TOKEN)"},
+		{"wrong-secret-0123456789", "it knows no token with the secret in --token (COMPANION_TOKEN): check it against its tokens, in its COMPANION_TOKENS, the file its COMPANION_TOKENS_FILE names, or tokens: in its config file"},
 		{"", "it runs with tokens and none was given: set COMPANION_TOKEN"},
 	} {
 		env := map[string]string{"COMPANION_URL": "http://" + svc.Addr(), "COMPANION_TOKEN": tc.token}

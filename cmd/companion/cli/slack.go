@@ -35,7 +35,7 @@ public_url: in the configuration file (--config, env COMPANION_CONFIG); it must 
 scheme Slack sends interactions to. Of the file it reads only the owners and public_url: the secrets
 its tokens and lookups name need not be set yet. The manifest goes to standard output, what to do
 next to standard error. Then install the app, and start companion with its bot token (SLACK_BOT_TOKEN)
-and signing secret (SLACK_SIGNING_SECRET): docs/operators.md#slack-setup.`
+and signing secret (SLACK_SIGNING_SECRET): docs/slack.md.`
 
 // slackCommand runs "companion slack manifest". Without a subcommand, or with one it does not know, it is
 // a usage mistake: the usage on standard error and exit 2.
@@ -130,7 +130,7 @@ func (m *Main) slackManifest(_ context.Context, args []string) error {
 	}
 	fmt.Fprint(m.Stderr, "Next: https://api.slack.com/apps → Create New App → From an app manifest → pick the workspace → paste it "+
 		"(the "+strings.ToUpper(*format)+" tab) → Create. Then Install to Workspace, and start companion with the Bot User OAuth Token "+
-		"as SLACK_BOT_TOKEN and Basic Information's Signing Secret as SLACK_SIGNING_SECRET (docs/operators.md#slack-setup).\n")
+		"as SLACK_BOT_TOKEN and Basic Information's Signing Secret as SLACK_SIGNING_SECRET (docs/slack.md).\n")
 	return nil
 }
 
@@ -195,7 +195,7 @@ func (m *Main) manifestPublicURL(flagValue, fileValue, configPath string) (base,
 			"(the request URL is that address followed by " + handlers.SlackActionsPath + "). Give it with --public-url https://companion.example.com, " +
 			"or set COMPANION_PUBLIC_URL, or public_url: in the configuration file (--config or COMPANION_CONFIG). No public address yet " +
 			"(a try-out)? Alerts are posted without one, only their buttons need it: create the app by hand, steps 1, 3 and 4 of " +
-			"docs/operators.md#slack-setup")
+			"docs/slack.md")
 	}
 	if err := checkPublicURL(base); err != nil {
 		return "", "", usageErrorf("slack manifest: %s: %v", source, err)
@@ -203,7 +203,7 @@ func (m *Main) manifestPublicURL(flagValue, fileValue, configPath string) (base,
 	if u, _ := url.Parse(base); u.Scheme != "https" {
 		return "", "", usageErrorf("slack manifest: %s %q is not https: Slack sends the buttons only to an https request URL with a valid "+
 			"certificate. Put companion behind your TLS reverse proxy and give its https address (for a try-out, a tunnel's https "+
-			"address); docs/operators.md#slack-setup", source, base)
+			"address); docs/slack.md", source, base)
 	}
 	return base, source, nil
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/replaysafe/companion/cmd/companion/cli"
 )
 
-// allScopes are the bot scopes the alerts need (docs/operators.md), and one more a real app may have.
+// allScopes are the bot scopes the alerts need (docs/slack.md), and one more a real app may have.
 const allScopes = "chat:write,chat:write.public,im:write,im:history,channels:history,groups:history"
 
 // botScopes are the scopes each of fakeSlackAuth's bot tokens was granted, as Slack sends them in the

@@ -211,7 +211,7 @@ func (m *Main) checkSlack(ctx context.Context, slack *slackClient, owners []stri
 func reportScopes(id alerts.SlackIdentity, owners []string, log *slog.Logger) (essential, others []alerts.SlackScope) {
 	if !id.ScopesKnown {
 		log.Info("the Slack bot token's scopes were not checked: Slack's answer did not name them (no X-OAuth-Scopes header; " +
-			"a proxy in between may drop it); the scopes the alerts need are listed in docs/operators.md#slack-setup")
+			"a proxy in between may drop it); the scopes the alerts need are listed in docs/slack.md")
 		return nil, nil
 	}
 	for _, s := range alerts.MissingScopes(id.Scopes, owners) {
@@ -289,7 +289,7 @@ func lacksEssential(id alerts.SlackIdentity, essential, others []alerts.SlackSco
 	also := ""
 	if len(others) > 0 {
 		also = fmt.Sprintf("; it also lacks %s, which the alerts' owners need too (without them a post whose answer "+
-			"was lost cannot be found, and may be posted twice: docs/operators.md#slack-setup)", scopeList(others))
+			"was lost cannot be found, and may be posted twice: docs/slack.md)", scopeList(others))
 	}
 	return fmt.Sprintf("the bot token of %s lacks the scope %s (Slack names its scopes: %s): %s%s", id.String(), scopeList(essential),
 		granted, strings.Join(costs, "; "), also)

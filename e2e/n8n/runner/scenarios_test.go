@@ -8,20 +8,20 @@ import (
 	"testing"
 )
 
-// TestDocsCountTheScenarios: the number of scenarios docs/templates.md gives for a whole run is the runner's,
+// TestDocsCountTheScenarios: the number of scenarios CONTRIBUTING.md gives for a whole run is the runner's,
 // and no two scenarios share a name (E2E_ONLY selects by name).
 func TestDocsCountTheScenarios(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "templates.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "CONTRIBUTING.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`A whole run has (\d+) scenarios`).FindSubmatch(b)
 	if m == nil {
-		t.Fatal(`docs/templates.md no longer says "A whole run has N scenarios": update this test with the docs`)
+		t.Fatal(`CONTRIBUTING.md no longer says "A whole run has N scenarios": update this test with the docs`)
 	}
 	list := scenarioList()
 	if n, _ := strconv.Atoi(string(m[1])); n != len(list) {
-		t.Errorf("docs/templates.md says %d scenarios, the runner has %d", n, len(list))
+		t.Errorf("CONTRIBUTING.md says %d scenarios, the runner has %d", n, len(list))
 	}
 	seen := map[string]bool{}
 	for _, s := range list {
