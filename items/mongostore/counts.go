@@ -763,6 +763,7 @@ func (s *Store) removeSettled(ctx context.Context, before time.Time) error {
 func (s *Store) repairInBackground() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	first := s.repaired()
 	var once sync.Once
 	s.stopRepair = func() {
 		once.Do(func() { close(stop) })
@@ -777,6 +778,10 @@ func (s *Store) repairInBackground() {
 		}()
 		for {
 			r, err := s.repairCounts(ctx)
+			if first != nil {
+				close(first)
+				first = nil
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				s.log.Warn("the kept counts' repair pass failed; it runs again in a minute", "error", err)

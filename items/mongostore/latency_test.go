@@ -108,6 +108,7 @@ func TestBatchOf500ExistingItemsOverASlowLink(t *testing.T) {
 	ps := prepared(t, e.open(), "slow", n)
 	var cmds commands
 	s, _ := slowStore(t, e, 20*mongotest.StoreTimeout(), mongostore.WithCommandMonitor(cmds.monitor()))
+	mongostore.WaitFirstRepairPass(s) // its commands are the store's, not the batch's
 	l := newLedger(t, s, nil)
 	var answers []items.Answer
 	var err error

@@ -285,6 +285,7 @@ func (b *background) pass(name string) chan struct{} {
 
 func (s *Store) refreshed() chan struct{} { return s.background.pass("refresh") }
 func (s *Store) filled() chan struct{}    { return s.background.pass("fill") }
+func (s *Store) repaired() chan struct{}  { return s.background.pass("repair") }
 
 // indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
 // options is a no-op, so every replica creates them at every start.
