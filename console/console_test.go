@@ -19,6 +19,7 @@ import (
 
 	"github.com/replaysafe/companion/alerts"
 	"github.com/replaysafe/companion/handlers"
+	"github.com/replaysafe/companion/handlers/handlerstest"
 	"github.com/replaysafe/companion/items"
 	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
@@ -65,6 +66,9 @@ type envOptions struct {
 	refresh time.Duration
 	// mongo runs the env on a FerretDB of its own instead of SQLite.
 	mongo bool
+	// withoutSeries runs it on a SQLite store seen without its measures over time
+	// (handlerstest.WithoutSeries).
+	withoutSeries bool
 	// queueLimit is the console's QueueLimit (console.QueueLimit when 0).
 	queueLimit int
 	// publicURL is the service's public_url.
@@ -96,6 +100,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 			t.Fatal(err)
 		}
 		store = s
+		if o.withoutSeries {
+			store = handlerstest.WithoutSeries(s)
+		}
 	}
 	t.Cleanup(func() { store.Close() })
 	clock := itemstest.NewClock()
@@ -107,8 +114,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 		t.Fatal(err)
 	}
 	kind := "sqlite"
-	if o.mongo {
+	switch {
+	case o.mongo:
 		kind = "mongodb"
+	case o.withoutSeries:
+		kind = "sqlite-without-series"
 	}
 	cfg := handlers.Config{Ledger: ledger, Operators: store, Open: o.open, PublicURL: o.publicURL, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StoreKind: kind,
 		Console: handlers.ConsoleConfig{Refresh: o.refresh, QueueLimit: o.queueLimit, CauseText: alerts.CauseText,

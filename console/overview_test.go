@@ -291,15 +291,15 @@ func TestBrowserOverviewChartsShowABadRelease(t *testing.T) {
 // On a store that does not keep the measures over time the Overview says so, naming the store, and still
 // shows the measures now.
 func TestOverviewOnAStoreWithoutSeriesSaysSo(t *testing.T) {
-	e := newEnv(t, envOptions{open: true, mongo: true})
+	e := newEnv(t, envOptions{open: true, withoutSeries: true})
 	e.unknownItem("inv-1", "QT-1", "", 0)
 	status, page, _ := e.page(e.client(), "/console/overview")
 	if status != http.StatusOK {
 		t.Fatalf("overview: %d\n%s", status, page)
 	}
-	if !strings.Contains(page, `id="charts-unavailable"`) || !strings.Contains(page, "not available on the mongodb store") ||
+	if !strings.Contains(page, `id="charts-unavailable"`) || !strings.Contains(page, "not available on the sqlite-without-series store") ||
 		strings.Contains(page, `<svg class="plot"`) || !strings.Contains(page, `id="measures"`) {
-		t.Errorf("the overview on MongoDB:\n%s", page)
+		t.Errorf("the overview on a store without series:\n%s", page)
 	}
 }
 

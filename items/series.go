@@ -3,6 +3,7 @@ package items
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -442,3 +443,39 @@ const (
 	DefaultSeriesHoursKept = 35 * 24 * time.Hour
 	DefaultSeriesDaysKept  = 2 * 365 * 24 * time.Hour
 )
+
+// TallyColumns names the counts of a Tally as the stores keep them, a column (or a field) each, in the
+// order of Tally.Columns: the events, then the times to resolution (their count, their sum in
+// milliseconds, and one per bucket of ResolutionBounds, r_1m … r_168h, and r_more past the last).
+var TallyColumns = func() []string {
+	cols := []string{"proceeds", "succeeded", "failed", "unknown", "needs_person", "resolved_by_person", "settled_by_lookup",
+		"same_key_recoveries", "conflicts", "duplicate_effects", "resolutions", "resolution_ms"}
+	for _, b := range ResolutionBounds {
+		cols = append(cols, "r_"+strings.TrimSuffix(strings.TrimSuffix(b.String(), "0s"), "0m"))
+	}
+	return append(cols, "r_more")
+}()
+
+// Columns returns the counts of t in the order of TallyColumns.
+func (t *Tally) Columns() []int64 {
+	v := []int64{int64(t.Proceeds), int64(t.Succeeded), int64(t.Failed), int64(t.Unknown), int64(t.NeedsPerson),
+		int64(t.ResolvedByPerson), int64(t.SettledByLookup), int64(t.SameKeyRecoveries), int64(t.Conflicts),
+		int64(t.DuplicateEffects), int64(t.Resolution.Count), t.Resolution.SumMillis}
+	for _, n := range t.Resolution.Buckets {
+		v = append(v, int64(n))
+	}
+	return v
+}
+
+// TallyOfColumns returns the Tally whose counts are v, in the order of TallyColumns.
+func TallyOfColumns(v []int64) Tally {
+	var t Tally
+	n := func(i int) int { return int(v[i]) }
+	t.Proceeds, t.Succeeded, t.Failed, t.Unknown, t.NeedsPerson, t.ResolvedByPerson, t.SettledByLookup = n(0), n(1), n(2), n(3), n(4), n(5), n(6)
+	t.SameKeyRecoveries, t.Conflicts, t.DuplicateEffects, t.Resolution.Count = n(7), n(8), n(9), n(10)
+	t.Resolution.SumMillis = v[11]
+	for i := range t.Resolution.Buckets {
+		t.Resolution.Buckets[i] = n(12 + i)
+	}
+	return t
+}

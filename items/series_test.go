@@ -280,3 +280,23 @@ func TestSeriesEventsFollowTheLedger(t *testing.T) {
 		t.Errorf("the walk made too little happen to check: %+v", total)
 	}
 }
+
+// TestTallyColumnsRoundTrip: a Tally read back from its columns is the same Tally, every count in its own
+// column, named as the stores name them.
+func TestTallyColumnsRoundTrip(t *testing.T) {
+	var in items.Tally
+	in.Proceeds, in.Succeeded, in.Failed, in.Unknown, in.NeedsPerson, in.ResolvedByPerson = 1, 2, 3, 4, 5, 6
+	in.SettledByLookup, in.SameKeyRecoveries, in.Conflicts, in.DuplicateEffects = 7, 8, 9, 10
+	in.Resolution.Count, in.Resolution.SumMillis = 11, 1<<40
+	for i := range in.Resolution.Buckets {
+		in.Resolution.Buckets[i] = 100 + i
+	}
+	cols := in.Columns()
+	if len(cols) != len(items.TallyColumns) || items.TallyColumns[0] != "proceeds" || items.TallyColumns[12] != "r_1m" ||
+		items.TallyColumns[len(items.TallyColumns)-1] != "r_more" {
+		t.Fatalf("%d values for the columns %v", len(cols), items.TallyColumns)
+	}
+	if out := items.TallyOfColumns(cols); out != in {
+		t.Errorf("read back\n%+v\nwant\n%+v", out, in)
+	}
+}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/companion/items/itemstest"
+	"github.com/replaysafe/companion/items/pgstore"
+	"github.com/replaysafe/companion/items/pgstore/pgtest"
 	"github.com/replaysafe/companion/items/sqlitestore"
 )
 
@@ -22,8 +25,35 @@ import (
 // ledger serves the same series.
 func TestSeriesExactAfterSIGKILL(t *testing.T) {
 	dir := t.TempDir()
+	seriesExactAfterSIGKILL(t, func() *exec.Cmd { return command(dir) }, func() itemstest.SeriesStore {
+		s, err := sqlitestore.Open(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestSeriesExactAfterSIGKILLOnPostgres is TestSeriesExactAfterSIGKILL on the PostgreSQL store
+// (COMPANION_TEST_POSTGRES_URL), in a schema of its own.
+func TestSeriesExactAfterSIGKILLOnPostgres(t *testing.T) {
+	url, schema := pgtest.Schema(t)
+	dir := t.TempDir()
+	seriesExactAfterSIGKILL(t, func() *exec.Cmd { return command(dir, "POSTGRES_URL="+url, "POSTGRES_SCHEMA="+schema) },
+		func() itemstest.SeriesStore {
+			s, err := pgstore.Open(context.Background(), url, schema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		})
+}
+
+// seriesExactAfterSIGKILL runs the traffic of TestSeriesExactAfterSIGKILL on the service cmd starts, kills
+// it, checks the ledger through the store open opens, and the series of the service started again.
+func seriesExactAfterSIGKILL(t *testing.T, cmd func() *exec.Cmd, open func() itemstest.SeriesStore) {
 	started := time.Now()
-	p := run(t, command(dir))
+	p := run(t, cmd())
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
 	var (
 		mu   sync.Mutex
@@ -66,10 +96,7 @@ func TestSeriesExactAfterSIGKILL(t *testing.T) {
 		return done
 	})
 
-	s, err := sqlitestore.Open(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open()
 	from, to := started.Add(-time.Hour), time.Now().Add(time.Hour)
 	itemstest.CheckSeriesMatchesItems(t, s, "default", from, to)
 	st, err := s.Stats(context.Background(), "default", time.Now())
@@ -81,7 +108,7 @@ func TestSeriesExactAfterSIGKILL(t *testing.T) {
 		t.Fatalf("the traffic did too little to check: %d items, %d conflicts, %d resolutions", st.Items, st.FingerprintConflicts, st.ManualResolutions)
 	}
 
-	q := run(t, command(dir))
+	q := run(t, cmd())
 	resp, err := http.Get(fmt.Sprintf("http://%s/v1/stats/series?step=1d&from=%s", q.addr, from.UTC().Format(time.RFC3339)))
 	if err != nil {
 		t.Fatal(err)

@@ -144,6 +144,23 @@ func ExerciseSeries(t *testing.T, open func(t *testing.T) items.Store) {
 	})
 }
 
+// StoreWithoutSeries is a real store that does not keep the measures over time: the store it wraps,
+// seen only through items.Store and handlers.OperatorStore (interface values: the wrapped store's other
+// methods, items.SeriesStore's among them, are not promoted). The tests of a service over a store without
+// the series use it, now that every store of the project keeps them.
+type StoreWithoutSeries struct {
+	items.Store
+	handlers.OperatorStore
+}
+
+// WithoutSeries returns s without its measures over time.
+func WithoutSeries(s interface {
+	items.Store
+	handlers.OperatorStore
+}) *StoreWithoutSeries {
+	return &StoreWithoutSeries{Store: s, OperatorStore: s}
+}
+
 // ExpectNoSeries checks that a service over store, which does not keep the measures over time, says so
 // in GET /v1/stats/series: 501 not_implemented naming the store (kind, as GET /healthz names it).
 func ExpectNoSeries(t *testing.T, store items.Store, kind string) {

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -469,25 +471,45 @@ func CheckSeriesMatchesItems(t testing.TB, s SeriesStore, tenant string, from, t
 	for d := range st.Destinations { // conflicts may be the only events of a destination
 		dests[d] = true
 	}
+	delete(dests, "")
 	conflicts := 0
 	for _, step := range items.Steps {
 		q := items.SeriesQuery{Tenant: tenant, Step: step, From: step.BucketStart(from), To: to}
+		// Each destination's rows; the empty destination's are those of every destination together (what
+		// SeriesRows answers for it) less the others'.
 		got := map[items.SeriesKey]items.Tally{}
-		for d := range dests {
+		all := map[int64]items.Tally{}
+		for _, d := range append(slices.Sorted(maps.Keys(dests)), "") {
 			q.Destination = d
 			rows, err := s.SeriesRows(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, r := range rows {
-				k := items.SeriesKey{Tenant: tenant, Destination: d, Step: step, Start: r.Start.Unix()}
-				if step == items.StepDay {
-					conflicts += r.Conflicts
+				start := r.Start.Unix()
+				if d == "" {
+					all[start] = all[start].Add(r.Tally)
+					continue
 				}
-				r.Conflicts = 0
-				if sum := got[k].Add(r.Tally); !sum.IsZero() {
-					got[k] = sum
-				}
+				k := items.SeriesKey{Tenant: tenant, Destination: d, Step: step, Start: start}
+				got[k] = got[k].Add(r.Tally)
+			}
+		}
+		for k, tally := range got {
+			all[k.Start] = all[k.Start].Add(negated(tally))
+		}
+		for start, tally := range all {
+			got[items.SeriesKey{Tenant: tenant, Step: step, Start: start}] = tally
+		}
+		for k, tally := range got {
+			if step == items.StepDay {
+				conflicts += tally.Conflicts
+			}
+			tally.Conflicts = 0
+			if tally.IsZero() {
+				delete(got, k)
+			} else {
+				got[k] = tally
 			}
 		}
 		n := 0
@@ -508,4 +530,13 @@ func CheckSeriesMatchesItems(t testing.TB, s SeriesStore, tenant string, from, t
 		t.Errorf("the day rows count %d fingerprint conflicts, the kept counter %d", conflicts, st.FingerprintConflicts)
 	}
 	t.Logf("tenant %s: %d items, their events in %d rows, and %d conflicts, all as the store keeps them", tenant, len(its), len(want), conflicts)
+}
+
+// negated returns the tally whose every count is t's negated.
+func negated(t items.Tally) items.Tally {
+	v := t.Columns()
+	for i := range v {
+		v[i] = -v[i]
+	}
+	return items.TallyOfColumns(v)
 }

@@ -1,6 +1,7 @@
 package mongostore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -24,7 +25,8 @@ import (
 //
 // EXACTNESS: the ledger uses no multi-document transactions, so an item and its group's counts cannot
 // change in one write. Instead every write of an item carries, in that same single-document write, the
-// changes it makes to the kept counts: one entry per group it changes, in the item's count_due (dueEntry).
+// changes it makes to the kept counts: one entry per group it changes, in the item's count_due (dueEntry),
+// beside the entries of the rows of the series it changes (series.go), which take the same steps.
 // Once the call's writes are acknowledged, the store applies their entries, for the whole call at once
 // (applyDue), in steps:
 //
@@ -164,11 +166,20 @@ type dueEntry struct {
 	At     time.Time   `bson:"at"`
 	Group  countGroup  `bson:",inline"`
 	Counts countFields `bson:",inline"`
+	// Series, when set, makes the entry a change of a row of the series of Group's tenant and destination
+	// (series.go) instead, and Counts is zero.
+	Series *seriesDue `bson:"series,omitempty"`
 }
 
-// dueOf returns the entries of changes, made by the write of the document with rev at at: one per group
-// whose counts change, in the order of the groups' ids.
-func dueOf(changes items.CountChanges, rev string, at time.Time) []dueEntry {
+// dueOf returns the entries of changes and of the changes of the series, made by the write of the
+// document with rev at at: one per group whose counts change, in the order of the groups' ids, then one
+// per row of the series that changes, in the order of the rows' ids.
+func dueOf(changes items.CountChanges, series items.SeriesChanges, rev string, at time.Time) []dueEntry {
+	return dueWith(changes, seriesEntries(series, msTime(at), false), rev, at)
+}
+
+// dueWith returns the entries of changes followed by those of more (the series'), with their ids.
+func dueWith(changes items.CountChanges, more []dueEntry, rev string, at time.Time) []dueEntry {
 	var out []dueEntry
 	for g, c := range changes {
 		if !c.IsZero() {
@@ -176,6 +187,7 @@ func dueOf(changes items.CountChanges, rev string, at time.Time) []dueEntry {
 		}
 	}
 	slices.SortFunc(out, func(a, b dueEntry) int { return strings.Compare(a.Group.id(), b.Group.id()) })
+	out = append(out, more...)
 	for i := range out {
 		out[i].ID = fmt.Sprintf("%s-%d", rev, i)
 	}
@@ -195,6 +207,7 @@ type written struct {
 func decided(next *items.Item) written { return written{it: next, facts: next.Facts()} }
 
 // move records in changes that the item went from prev (nil: it did not exist) to w (items.CountChanges.Move).
+// The series' changes are read from the documents (seriesOf).
 func (w written) move(changes items.CountChanges, prev *itemDoc) {
 	changes.Move(itemOf(prev), nil)
 	g, c := items.CountsFromFacts(w.it, w.facts)
@@ -210,7 +223,9 @@ func itemOf(d *itemDoc) *items.Item {
 
 // countJob is what one acknowledged write left to apply: its document's entries.
 type countJob struct {
-	id      string // the document's _id
+	id string // the document's _id
+	// counter says the document is a counter's (CountConflicts), not an item's.
+	counter bool
 	entries []dueEntry
 }
 
@@ -264,6 +279,15 @@ func (u *unmarked) take(group string) []string {
 	return m
 }
 
+// takeAll returns every group's marks to remove, and forgets them.
+func (u *unmarked) takeAll() map[string][]string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	m := u.marks
+	u.marks = nil
+	return m
+}
+
 func (u *unmarked) add(group string, ids []string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
@@ -273,31 +297,56 @@ func (u *unmarked) add(group string, ids []string) {
 	u.marks[group] = append(u.marks[group], ids...)
 }
 
-// groupApply is one group's update of step 1.
+// groupApply is one group's update of step 1, or one row's of the series (row set).
 type groupApply struct {
 	group   countGroup
 	sum     countFields
+	row     *seriesDue // the row's change, summed
 	entries []dueEntry
 }
 
+// id is the _id of the group's document, in item_counts, or of the row's, in series.
+func (g *groupApply) id() string {
+	if g.row != nil {
+		return g.row.rowID(g.group)
+	}
+	return g.group.id()
+}
+
 func groupsOf(entries []dueEntry, each bool) []*groupApply {
+	of := func(e dueEntry) *groupApply {
+		g := &groupApply{group: e.Group, sum: e.Counts, entries: []dueEntry{e}}
+		if e.Series != nil {
+			g.row = &seriesDue{Step: e.Series.Step, Start: e.Series.Start, Tally: slices.Clone(e.Series.Tally)}
+		}
+		return g
+	}
 	if each {
 		out := make([]*groupApply, len(entries))
 		for i, e := range entries {
-			out[i] = &groupApply{group: e.Group, sum: e.Counts, entries: []dueEntry{e}}
+			out[i] = of(e)
 		}
 		return out
 	}
 	by := map[string]*groupApply{}
 	var out []*groupApply
 	for _, e := range entries {
-		g := by[e.Group.id()]
-		if g == nil {
-			g = &groupApply{group: e.Group}
-			by[e.Group.id()] = g
-			out = append(out, g)
+		key := "c" + e.Group.id()
+		if e.Series != nil {
+			key = "s" + e.Series.rowID(e.Group)
 		}
-		g.sum = g.sum.add(e.Counts)
+		g := by[key]
+		if g == nil {
+			g = of(e)
+			by[key] = g
+			out = append(out, g)
+			continue
+		}
+		if g.row != nil {
+			g.row.add(e.Series)
+		} else {
+			g.sum = g.sum.add(e.Counts)
+		}
 		g.entries = append(g.entries, e)
 	}
 	return out
@@ -311,7 +360,7 @@ func (f countFields) add(o countFields) countFields {
 // of entries taken off their items since (unmark) removed. guarded matches only while none of the entries
 // is marked (the repair: an entry step 1 applied already is not applied again).
 func (g *groupApply) model(at time.Time, guarded bool, unmark []string) mongo.WriteModel {
-	filter := bson.D{{Key: "_id", Value: g.group.id()}}
+	filter := bson.D{{Key: "_id", Value: g.id()}}
 	marks := bson.D{}
 	for _, e := range g.entries {
 		if guarded {
@@ -320,6 +369,9 @@ func (g *groupApply) model(at time.Time, guarded bool, unmark []string) mongo.Wr
 		marks = append(marks, bson.E{Key: "applying." + e.ID, Value: at})
 	}
 	update := bson.D{{Key: "$inc", Value: g.sum.inc()}, {Key: "$set", Value: marks}, {Key: "$setOnInsert", Value: g.group.fields()}}
+	if g.row != nil {
+		update = bson.D{{Key: "$inc", Value: g.row.inc()}, {Key: "$set", Value: marks}, {Key: "$setOnInsert", Value: g.row.fields(g.group)}}
+	}
 	if len(unmark) > 0 {
 		gone := bson.D{}
 		for _, id := range unmark {
@@ -341,44 +393,82 @@ func (s *Store) applyEntries(ctx context.Context, jobs []countJob, guarded bool)
 	}
 	groups := groupsOf(entries, guarded)
 	at := msTime(s.serverNow())
-	models := make([]mongo.WriteModel, len(groups))
+	// Step 1 in item_counts and in series, side by side. The rows of the series take with it the removal of
+	// every mark of theirs this store still has to remove (series.go): a row's next write may never come.
+	var pendingRows map[string][]string
+	if !guarded {
+		pendingRows = s.unmarkedRows.takeAll()
+	}
+	var steps [2]struct {
+		coll   *mongo.Collection
+		of     []int // the places in groups of the models
+		models []mongo.WriteModel
+		ok     []bool
+		err    error
+	}
+	steps[0].coll, steps[1].coll = s.countsColl(), s.seriesColl()
 	for i, g := range groups {
 		var unmark []string
-		if !guarded {
-			unmark = s.unmarked.take(g.group.id())
+		k := 0
+		switch {
+		case g.row != nil && !guarded:
+			k, unmark = 1, pendingRows[g.id()]
+			delete(pendingRows, g.id())
+		case g.row != nil:
+			k = 1
+		case !guarded:
+			unmark = s.unmarked.take(g.id())
 		}
-		models[i] = g.model(at, guarded, unmark)
+		steps[k].of = append(steps[k].of, i)
+		steps[k].models = append(steps[k].models, g.model(at, guarded, unmark))
 	}
-	// ok: the group's entries are in its counts now (applied here, or, guarded, marked before).
-	ok, err := s.upsertAll(ctx, s.countsColl(), models, guarded)
+	for id, marks := range pendingRows {
+		steps[1].models = append(steps[1].models, unmarkModel(id, marks))
+	}
+	var wg sync.WaitGroup
+	for k := range steps {
+		if len(steps[k].models) > 0 {
+			wg.Go(func() { steps[k].ok, steps[k].err = s.upsertAll(ctx, steps[k].coll, steps[k].models, guarded) })
+		}
+	}
+	wg.Wait()
+	err := cmp.Or(steps[0].err, steps[1].err)
 	if err == nil && s.countFault != nil {
 		err = s.countFault(1)
 	}
 	if err != nil {
 		return 0, unavailable("add counts", err)
 	}
+	// ok: the group's entries are in its counts now (applied here, or, guarded, marked before).
+	ok := make([]bool, len(groups))
+	for _, st := range steps {
+		for j, i := range st.of {
+			ok[i] = st.ok[j]
+		}
+	}
 	done := map[string]bool{}
-	var unmark []mongo.WriteModel
+	var unmark [2][]mongo.WriteModel
 	for i, g := range groups {
 		if !ok[i] {
 			continue
 		}
-		for _, e := range g.entries {
+		ids := make([]string, len(g.entries))
+		for j, e := range g.entries {
 			done[e.ID] = true
+			ids[j] = e.ID
 		}
-		marks := bson.D{}
-		for _, e := range g.entries {
-			marks = append(marks, bson.E{Key: "applying." + e.ID, Value: ""})
+		k := 0
+		if g.row != nil {
+			k = 1
 		}
-		unmark = append(unmark, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: g.group.id()}}).
-			SetUpdate(bson.D{{Key: "$unset", Value: marks}}))
+		unmark[k] = append(unmark[k], unmarkModel(g.id(), ids))
 	}
 	if len(done) == 0 {
 		return 0, nil
 	}
-	// One update per item, each naming its own entries: a $pullAll compares every element of an item's
-	// count_due with every value it names.
-	var pulls []mongo.WriteModel
+	// One update per document, each naming its own entries: a $pullAll compares every element of an
+	// item's count_due with every value it names.
+	var pulls [2][]mongo.WriteModel // of items, of counters
 	for _, j := range jobs {
 		var mine []dueEntry
 		for _, e := range j.entries {
@@ -387,19 +477,30 @@ func (s *Store) applyEntries(ctx context.Context, jobs []countJob, guarded bool)
 			}
 		}
 		if len(mine) > 0 {
-			pulls = append(pulls, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: j.id}}).
+			k := 0
+			if j.counter {
+				k = 1
+			}
+			pulls[k] = append(pulls[k], mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: j.id}}).
 				SetUpdate(bson.D{{Key: "$pullAll", Value: bson.D{{Key: "count_due", Value: mine}}}}))
 		}
 	}
-	r, err := bulk(ctx, s.items, pulls, false)
-	if err == nil && len(r.failed) > 0 {
-		err = fmt.Errorf("%d of %d refused", len(r.failed), len(pulls))
+	for k, coll := range []*mongo.Collection{s.items, s.counters()} {
+		if len(pulls[k]) == 0 {
+			continue
+		}
+		r, err := bulk(ctx, coll, pulls[k], false)
+		if err == nil && len(r.failed) > 0 {
+			err = fmt.Errorf("%d of %d refused", len(r.failed), len(pulls[k]))
+		}
+		if err != nil {
+			return len(done), unavailable("take applied counts off their items", err)
+		}
 	}
-	if err == nil && s.countFault != nil {
-		err = s.countFault(2)
-	}
-	if err != nil {
-		return len(done), unavailable("take applied counts off their items", err)
+	if s.countFault != nil {
+		if err := s.countFault(2); err != nil {
+			return len(done), unavailable("take applied counts off their items", err)
+		}
 	}
 	if !guarded {
 		// Step 3 rides with the group's next step 1 (one round trip less for every call); marks nobody
@@ -410,15 +511,67 @@ func (s *Store) applyEntries(ctx context.Context, jobs []countJob, guarded bool)
 				for j, e := range g.entries {
 					ids[j] = e.ID
 				}
-				s.unmarked.add(g.group.id(), ids)
+				if g.row != nil {
+					s.unmarkedRows.add(g.id(), ids)
+				} else {
+					s.unmarked.add(g.id(), ids)
+				}
 			}
 		}
 		return len(done), nil
 	}
-	if _, err := bulk(ctx, s.countsColl(), unmark, false); err != nil {
-		return len(done), unavailable("unmark applied counts", err) // the repair removes the marks an hour on
+	for k, coll := range []*mongo.Collection{s.countsColl(), s.seriesColl()} {
+		if len(unmark[k]) == 0 {
+			continue
+		}
+		if _, err := bulk(ctx, coll, unmark[k], false); err != nil {
+			return len(done), unavailable("unmark applied counts", err) // the repair removes the marks an hour on
+		}
 	}
 	return len(done), nil
+}
+
+// removeOldMarks removes the marks older than before of the documents of coll that filter selects.
+func (s *Store) removeOldMarks(ctx context.Context, coll *mongo.Collection, filter bson.D, before time.Time) error {
+	cur, err := coll.Find(ctx, append(filter, bson.E{Key: "applying", Value: bson.D{{Key: "$exists", Value: true}}}),
+		options.Find().SetProjection(bson.D{{Key: "applying", Value: 1}}))
+	if err != nil {
+		return unavailable("find the marks of "+coll.Name(), err)
+	}
+	var docs []struct {
+		ID       string               `bson:"_id"`
+		Applying map[string]time.Time `bson:"applying"`
+	}
+	if err := cur.All(ctx, &docs); err != nil {
+		return unavailable("find the marks of "+coll.Name(), err)
+	}
+	var unmark []mongo.WriteModel
+	for _, d := range docs {
+		var old []string
+		for id, at := range d.Applying {
+			if at.Before(before) {
+				old = append(old, id)
+			}
+		}
+		if len(old) > 0 {
+			unmark = append(unmark, unmarkModel(d.ID, old))
+		}
+	}
+	if len(unmark) > 0 {
+		if _, err := bulk(ctx, coll, unmark, false); err != nil {
+			return unavailable("remove the marks of "+coll.Name(), err)
+		}
+	}
+	return nil
+}
+
+// unmarkModel removes the marks of the entries ids from the document id (step 3).
+func unmarkModel(id string, ids []string) mongo.WriteModel {
+	marks := bson.D{}
+	for _, e := range ids {
+		marks = append(marks, bson.E{Key: "applying." + e, Value: ""})
+	}
+	return mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(bson.D{{Key: "$unset", Value: marks}})
 }
 
 // upsertAll runs the upserts unordered, and once more those that lost the race to create their document
@@ -534,16 +687,31 @@ func (s *Store) repairCounts(ctx context.Context) (RepairReport, error) {
 	if err != nil {
 		return r, unavailable("find due counts", err)
 	}
-	var docs []struct {
+	type dueDoc struct {
 		ID       string     `bson:"_id"`
 		CountDue []dueEntry `bson:"count_due"`
+		counter  bool
 	}
+	var docs, counters []dueDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return r, unavailable("find due counts", err)
 	}
+	// The counters' documents carry the series' entries of conflicts (CountConflicts): few documents.
+	if cur, err = s.counters().Find(ctx, bson.D{{Key: "count_due.at", Value: bson.D{{Key: "$lte", Value: cutoff}}}},
+		options.Find().SetProjection(bson.D{{Key: "count_due", Value: 1}}).SetLimit(repairPage)); err != nil {
+		return r, unavailable("find due counts", err)
+	}
+	if err := cur.All(ctx, &counters); err != nil {
+		return r, unavailable("find due counts", err)
+	}
+	full := len(docs) == repairPage || len(counters) == repairPage
+	for _, c := range counters {
+		c.counter = true
+		docs = append(docs, c)
+	}
 	var jobs []countJob
 	for _, d := range docs {
-		j := countJob{id: d.ID}
+		j := countJob{id: d.ID, counter: d.counter}
 		for _, e := range d.CountDue {
 			if !e.At.After(cutoff) {
 				j.entries = append(j.entries, e) // a newer entry is its own replica's to apply
@@ -560,7 +728,7 @@ func (s *Store) repairCounts(ctx context.Context) (RepairReport, error) {
 			return r, err
 		}
 	}
-	if len(docs) == repairPage {
+	if full {
 		r.Took = time.Since(start)
 		return r, nil // more next time; the marks and tombstones wait until all is applied
 	}
@@ -574,31 +742,14 @@ func (s *Store) repairCounts(ctx context.Context) (RepairReport, error) {
 // removeSettled removes the marks of applied entries and the tombstones without counts due, both older
 // than before.
 func (s *Store) removeSettled(ctx context.Context, before time.Time) error {
-	cur, err := s.countsColl().Find(ctx, bson.D{{Key: "applying", Value: bson.D{{Key: "$exists", Value: true}}}})
-	if err != nil {
-		return unavailable("find count marks", err)
+	if err := s.removeOldMarks(ctx, s.countsColl(), bson.D{}, before); err != nil {
+		return err
 	}
-	var groups []countsDoc
-	if err := cur.All(ctx, &groups); err != nil {
-		return unavailable("find count marks", err)
-	}
-	var unmark []mongo.WriteModel
-	for _, g := range groups {
-		marks := bson.D{}
-		for id, at := range g.Applying {
-			if at.Before(before) {
-				marks = append(marks, bson.E{Key: "applying." + id, Value: ""})
-			}
-		}
-		if len(marks) > 0 {
-			unmark = append(unmark, mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: g.Group.id()}}).
-				SetUpdate(bson.D{{Key: "$unset", Value: marks}}))
-		}
-	}
-	if len(unmark) > 0 {
-		if _, err := bulk(ctx, s.countsColl(), unmark, false); err != nil {
-			return unavailable("remove count marks", err)
-		}
+	// The series' rows with marks are recent ones (seriesMarkWindow), found through step_start.
+	if err := s.removeOldMarks(ctx, s.seriesColl(), bson.D{
+		{Key: "step", Value: bson.D{{Key: "$in", Value: bson.A{string(items.StepHour), string(items.StepDay)}}}},
+		{Key: "start", Value: bson.D{{Key: "$gte", Value: s.serverNow().Add(-seriesMarkWindow)}}}}, before); err != nil {
+		return err
 	}
 	if _, err := s.items.DeleteMany(ctx, bson.D{{Key: "tombstone", Value: true}, {Key: "updated_at", Value: bson.D{{Key: "$lte", Value: before}}},
 		{Key: "count_due.0", Value: bson.D{{Key: "$exists", Value: false}}}}); err != nil {
@@ -612,6 +763,7 @@ func (s *Store) removeSettled(ctx context.Context, before time.Time) error {
 func (s *Store) repairInBackground() {
 	stop := make(chan struct{})
 	done := make(chan struct{})
+	first := s.repaired()
 	var once sync.Once
 	s.stopRepair = func() {
 		once.Do(func() { close(stop) })
@@ -626,6 +778,10 @@ func (s *Store) repairInBackground() {
 		}()
 		for {
 			r, err := s.repairCounts(ctx)
+			if first != nil {
+				close(first)
+				first = nil
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				s.log.Warn("the kept counts' repair pass failed; it runs again in a minute", "error", err)
@@ -740,6 +896,9 @@ func (s *Store) countAll(ctx context.Context) error {
 			changes.Move(nil, d.item())
 		}
 		for _, e := range d.CountDue {
+			if e.Series != nil {
+				continue // the series' entries: the series are not rebuilt
+			}
 			g := e.Group.domain()
 			changes[g] = changes[g].Add(e.Counts.counts().Neg())
 		}

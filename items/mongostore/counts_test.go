@@ -71,7 +71,8 @@ func someTraffic(t *testing.T, l *items.Ledger, s items.Store, prefix string) {
 
 // recounted returns the tenant acme's stats as a recount of its items gives them (every one read back
 // through the list), and the stats the store answers from its kept counts, both without the oldest
-// unresolved age (which is not a count).
+// unresolved age (which is not a count) and the fingerprint conflicts (which no item records:
+// itemstest.CheckSeriesMatchesItems compares them with the series').
 func recounted(t *testing.T, s *mongostore.Store, now time.Time) (want, got string) {
 	t.Helper()
 	groups := items.CountChanges{}
@@ -93,43 +94,50 @@ func recounted(t *testing.T, s *mongostore.Store, now time.Time) (want, got stri
 		t.Fatal(err)
 	}
 	w := items.StatsOf("acme", now, groups, nil, nil)
-	st.OldestUnresolvedAgeSeconds = 0
+	st.OldestUnresolvedAgeSeconds, st.FingerprintConflicts = 0, 0
 	for d, m := range st.Destinations {
-		m.OldestUnresolvedAgeSeconds = 0
+		m.OldestUnresolvedAgeSeconds, m.FingerprintConflicts = 0, 0
 		st.Destinations[d] = m
 	}
 	return fmt.Sprintf("%+v", *w), fmt.Sprintf("%+v", *st)
 }
 
-// dueLeft counts the items that still hold kept counts to apply, and the groups' marks of applied ones.
-func dueLeft(t *testing.T, e env) (itemsWithDue, marks int) {
+// dueLeft counts the items and counters that still hold kept counts or series to apply, and the marks
+// of applied ones on the groups and the series' rows.
+func dueLeft(t *testing.T, e env) (withDue, marks int) {
 	t.Helper()
-	n, err := e.collection(mongostore.ItemsCollection).CountDocuments(t.Context(), bson.D{{Key: "count_due.0", Value: bson.D{{Key: "$exists", Value: true}}}})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []string{mongostore.ItemsCollection, mongostore.CountersCollection} {
+		n, err := e.collection(c).CountDocuments(t.Context(), bson.D{{Key: "count_due.0", Value: bson.D{{Key: "$exists", Value: true}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		withDue += int(n)
 	}
-	cur, err := e.collection(mongostore.CountsCollection).Find(t.Context(), bson.D{})
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []string{mongostore.CountsCollection, mongostore.SeriesCollection} {
+		cur, err := e.collection(c).Find(t.Context(), bson.D{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var groups []struct {
+			Applying map[string]time.Time `bson:"applying"`
+		}
+		if err := cur.All(t.Context(), &groups); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range groups {
+			marks += len(g.Applying)
+		}
 	}
-	var groups []struct {
-		Applying map[string]time.Time `bson:"applying"`
-	}
-	if err := cur.All(t.Context(), &groups); err != nil {
-		t.Fatal(err)
-	}
-	for _, g := range groups {
-		marks += len(g.Applying)
-	}
-	return int(n), marks
+	return withDue, marks
 }
 
-// TestCountsExactAfterAStopBetweenWriteAndCount (the kept counts cannot drift): a replica stops after its
-// writes are acknowledged and before their counts are applied (none applied), or after step 1 applied
-// them to the groups and before step 2 took them off the items (all applied, the entries still due: a
-// count write whose answer was lost, which a second $inc would count twice). Another replica's repair
-// pass then applies what is due, each entry once: the counts equal a recount, no entry is left on an
-// item, and once the marks are an hour old none is left on a group.
+// TestCountsExactAfterAStopBetweenWriteAndCount (the kept counts and the series cannot drift): a replica
+// stops after its writes are acknowledged and before their counts are applied (none applied), or after
+// step 1 applied them to the groups and the series' rows and before step 2 took them off the items and
+// the counter of conflicts (all applied, the entries still due: a count write whose answer was lost,
+// which a second $inc would count twice). Another replica's repair pass then applies what is due, each
+// entry once: the counts equal a recount, the series the items' events and the conflicts counted, no
+// entry is left on an item, and once the marks are an hour old none is left on a group or a row.
 func TestCountsExactAfterAStopBetweenWriteAndCount(t *testing.T) {
 	for _, stop := range []string{"before step 1", "after step 1"} {
 		t.Run(stop, func(t *testing.T) {
@@ -148,6 +156,9 @@ func TestCountsExactAfterAStopBetweenWriteAndCount(t *testing.T) {
 			}
 			now := time.Now()
 			someTraffic(t, newLedger(t, stopped, nil), stopped, "t")
+			if err := stopped.CountConflicts(t.Context(), "acme", "billing", now, 2); err != nil {
+				t.Fatal(err)
+			}
 			want, got := recounted(t, stopped, now)
 			if (want == got) != (stop == "after step 1") {
 				t.Fatalf("%s, before any repair, the counts %s the recount:\n%s\nrecount\n%s", stop,
@@ -168,6 +179,7 @@ func TestCountsExactAfterAStopBetweenWriteAndCount(t *testing.T) {
 			if want, got := recounted(t, restarted, now); want != got {
 				t.Fatalf("after the repair, the counts\n%s\nwant (a recount)\n%s", got, want)
 			}
+			itemstest.CheckSeriesMatchesItems(t, restarted, "acme", now.Add(-time.Hour), now.Add(time.Hour))
 			if err := mongostore.RemoveSettled(t.Context(), restarted, time.Now().Add(time.Hour)); err != nil {
 				t.Fatal(err)
 			}
@@ -181,6 +193,7 @@ func TestCountsExactAfterAStopBetweenWriteAndCount(t *testing.T) {
 			if want, got := recounted(t, restarted, now); want != got {
 				t.Fatalf("after a second pass, the counts\n%s\nwant\n%s", got, want)
 			}
+			itemstest.CheckSeriesMatchesItems(t, restarted, "acme", now.Add(-time.Hour), now.Add(time.Hour))
 		})
 	}
 }

@@ -99,8 +99,8 @@ type itemDoc struct {
 	// so that a new item of the key continues its version. Once its counts are applied and it is an hour
 	// old, the repair pass deletes it (counts.go).
 	Tombstone bool `bson:"tombstone,omitempty"`
-	// CountDue holds the changes this document's writes made to the kept counts that item_counts may not
-	// hold yet: see EXACTNESS in counts.go. A write inserts it with the document or appends to it ($push);
+	// CountDue holds the changes this document's writes made to the kept counts and the series that
+	// item_counts and series may not hold yet: see EXACTNESS in counts.go and series.go. A write inserts it with the document or appends to it ($push);
 	// it is never part of a $set, so that a write decided on a stale read cannot bring back entries that
 	// were applied and removed meanwhile.
 	CountDue []dueEntry `bson:"count_due,omitempty"`

@@ -79,3 +79,6 @@ func ClockFresh(s *Store) bool {
 
 // BatchTimeout is the deadline of a batch of n items on s.
 func BatchTimeout(s *Store, n int) time.Duration { return s.batchTimeout(n) }
+
+// WaitFirstRepairPass waits for the end of the repair pass the store runs at its start.
+func WaitFirstRepairPass(s *Store) { <-s.repaired() }

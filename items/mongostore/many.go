@@ -135,7 +135,7 @@ func (s *Store) transitionMany(ctx context.Context, log *callLog, tenant string,
 		final := *p.last
 		changes := items.CountChanges{}
 		p.decided.move(changes, p.stored)
-		final.CountDue = dueOf(changes, final.Rev, s.serverNow())
+		final.CountDue = dueOf(changes, seriesOf(p.stored, &final), final.Rev, s.serverNow())
 		p.last = &final
 		forget[key] = log.wrote(p.stored, final)
 		if p.stored == nil {

@@ -56,7 +56,7 @@ func operatorIndexes() []operatorIndex {
 // ensureOperatorIndexes creates the operator indexes, one command each (see ensureIndexes).
 func (s *Store) ensureOperatorIndexes(ctx context.Context) error {
 	db := s.items.Database()
-	for _, ix := range operatorIndexes() {
+	for _, ix := range append(operatorIndexes(), seriesIndexes()...) {
 		if _, err := db.Collection(ix.collection).Indexes().CreateOne(ctx, ix.model); err != nil {
 			if isServerError(err) {
 				return fmt.Errorf("mongostore: create index: %w", err)

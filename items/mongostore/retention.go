@@ -89,7 +89,7 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 		if !at.After(d.UpdatedAt) {
 			at = d.UpdatedAt.Add(time.Millisecond)
 		}
-		t := itemDoc{ID: d.ID, Tombstone: true, Version: d.Version + 1, Rev: rev, UpdatedAt: at, CountDue: dueOf(changes, rev, s.serverNow())}
+		t := itemDoc{ID: d.ID, Tombstone: true, Version: d.Version + 1, Rev: rev, UpdatedAt: at, CountDue: dueOf(changes, nil, rev, s.serverNow())}
 		res, err := s.items.UpdateOne(ctx, guard(d), toTombstone(t))
 		if err != nil {
 			return removed, nil, unavailable("remove settled item", err)

@@ -89,10 +89,11 @@ type Store struct {
 	timeout time.Duration
 	// log is where Open says what it changed in the ledger's indexes (WithLogger).
 	log *slog.Logger
-	// unmarked holds the marks of applied kept counts to remove with the group's next write (counts.go);
-	// stopRepair stops the repair pass's loop.
-	unmarked   unmarked
-	stopRepair func()
+	// unmarked holds the marks of applied kept counts to remove with the group's next write (counts.go),
+	// unmarkedRows those of the series' rows, removed with the next call's (series.go); stopRepair stops
+	// the repair pass's loop.
+	unmarked, unmarkedRows unmarked
+	stopRepair             func()
 	// background runs the start's passes over the documents of an earlier build (refreshSweepCandidates,
 	// fillExecutionIDs), beside the service; Close cancels them and waits.
 	background background
@@ -284,6 +285,7 @@ func (b *background) pass(name string) chan struct{} {
 
 func (s *Store) refreshed() chan struct{} { return s.background.pass("refresh") }
 func (s *Store) filled() chan struct{}    { return s.background.pass("fill") }
+func (s *Store) repaired() chan struct{}  { return s.background.pass("repair") }
 
 // indexes returns the ledger's secondary indexes. Creating an index that exists with the same keys and
 // options is a no-op, so every replica creates them at every start.

@@ -167,10 +167,12 @@ func (s *Store) takeBack(e *undoEntry) (itemDoc, mongo.WriteModel) {
 	rev := newRev()
 	changes := items.CountChanges{}
 	changes.Move(itemOf(&e.last), itemOf(e.base))
+	// The events the call's writes added to the item are taken out of the series again.
+	series := seriesEntries(seriesOf(e.base, &e.last), msTime(s.serverNow()), true)
 	filter := bson.D{{Key: "_id", Value: e.last.ID}, {Key: "version", Value: e.last.Version}, {Key: "rev", Value: e.last.Rev}}
 	if live(e.base) == nil {
 		d := itemDoc{ID: e.last.ID, Tombstone: true, Version: e.last.Version + 1, Rev: rev, UpdatedAt: at,
-			CountDue: dueOf(changes, rev, s.serverNow())}
+			CountDue: dueWith(changes, series, rev, s.serverNow())}
 		return d, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(toTombstone(d))
 	}
 	// The base as read may be a document of an earlier build, without sweep_candidate (read as false) and
@@ -178,7 +180,7 @@ func (s *Store) takeBack(e *undoEntry) (itemDoc, mongo.WriteModel) {
 	it := e.base.item()
 	d := toDoc(it, it.Facts())
 	d.ID, d.Version, d.Rev, d.UpdatedAt = e.last.ID, e.last.Version+1, rev, at
-	d.CountDue = dueOf(changes, rev, s.serverNow())
+	d.CountDue = dueWith(changes, series, rev, s.serverNow())
 	return d, mongo.NewUpdateOneModel().SetFilter(filter).SetUpdate(replace(&e.last, d))
 }
 

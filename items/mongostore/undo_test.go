@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/mongostore"
 )
 
@@ -85,6 +86,8 @@ func TestFailedBatchTakesBackItsClaims(t *testing.T) {
 			t.Fatalf("failure after write %d: the stats count %d items, %d in flight, %d prepared; want %d in flight",
 				k, st.Items, st.States[items.StateInFlight], st.States[items.StatePrepared], 7*k)
 		}
+		// And the series: the claims taken back are not counted, those made again are, once.
+		itemstest.CheckSeriesMatchesItems(t, s, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	}
 }
 
@@ -106,6 +109,7 @@ func TestFailedClaimIsTakenBack(t *testing.T) {
 			t.Fatalf("%s after the undo: %+v, %v; want proceed at attempt 1", key, a, err)
 		}
 	}
+	itemstest.CheckSeriesMatchesItems(t, s, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 }
 
 // TestUndoLeavesAnotherWritersChange: the undo is guarded by version and claim. When another replica

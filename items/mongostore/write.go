@@ -185,7 +185,7 @@ func (s *Store) prepare(cur *itemDoc, next written) itemDoc {
 	d.Rev = newRev()
 	changes := items.CountChanges{}
 	next.move(changes, cur)
-	d.CountDue = dueOf(changes, d.Rev, s.serverNow())
+	d.CountDue = dueOf(changes, seriesOf(cur, &d), d.Rev, s.serverNow())
 	return d
 }
 

@@ -46,3 +46,11 @@ func statsLedger(b testing.TB, n int) (*pgstore.Store, time.Time) {
 func BenchmarkStatsAtSize(b *testing.B) {
 	itemstest.StatsAtSize(b, func(b *testing.B, n int) (itemstest.OperatorStore, time.Time) { return statsLedger(b, n) })
 }
+
+// BenchmarkSeriesAtSize measures GET /v1/stats/series's store read at 2k and at 300k items spread over up
+// to 30 days (itemstest.SeriesAtSize). Filling 300k items takes a few minutes.
+//
+//	go test ./items/pgstore -run '^$' -bench SeriesAtSize -benchtime 50x
+func BenchmarkSeriesAtSize(b *testing.B) {
+	itemstest.SeriesAtSize(b, func(b *testing.B) itemstest.SeriesStore { return open(b) })
+}

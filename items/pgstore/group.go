@@ -297,11 +297,12 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 
 	// The writes and the COMMIT, sent together: an error of the server skips what follows it, COMMIT included.
 	var inserts, updates itemRows
-	counts := items.CountChanges{}
+	counts, series := items.CountChanges{}, items.SeriesChanges{}
 	for _, id := range changed {
 		cur, next := found[id], seen[id]
 		f := next.Facts()
 		counts.Move(cur, next)
+		series.Move(cur, next)
 		if cur == nil {
 			inserts.add(next, f, docs[id])
 		} else {
@@ -318,6 +319,9 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 	}
 	if c := countArgs(counts); c != nil {
 		b.Queue(s.q.AddCounts, c.args()...)
+	}
+	if r := seriesArgs(series); r != nil {
+		b.Queue(s.q.AddSeries, r.args()...)
 	}
 	b.Queue("COMMIT")
 	// A fault of a test in "write" stands for a connection lost as the writes were sent, "answer" for the

@@ -48,6 +48,8 @@ func TestQueryPlans(t *testing.T) {
 	rows.add(it, it.Facts(), []byte("{}"))
 	rows.seenVersion = []int64{1}
 	counts := countArgs(items.CountChanges{{Tenant: "acme", Destination: "d", State: items.StateSucceeded}: {Items: 1}})
+	series := items.SeriesChanges{}
+	series.Add("acme", "d", now, items.Tally{Proceeds: 1})
 	tests := []struct {
 		name  string
 		query string
@@ -113,6 +115,12 @@ func TestQueryPlans(t *testing.T) {
 		{"RemoveProbes", q.RemoveProbes, []any{"acme", strs("k")}, []string{"probes_pkey"}},
 		{"AddCounter", q.AddCounter, []any{"acme", "d", "n", 1}, []string{"counters_pkey"}},
 		{"Conflicts", q.Conflicts, []any{"acme", "n"}, []string{"counters_pkey"}},
+		{"AddSeries", q.AddSeries, seriesArgs(series).args(), []string{"series_pkey"}},
+		{"SeriesRows", q.SeriesRows, []any{"acme", "1h", now.Add(-48 * time.Hour), now, ""}, []string{"series_pkey"}},
+		{"RemoveSeries", q.RemoveSeries, []any{"1h", now}, []string{"series_start"}},
+		{"CountConflicts", q.CountConflicts, []any{"acme", "d", "n", 1, now, now}, []string{"series_pkey", "counters_pkey"}},
+		{"RecordRelease", q.RecordRelease, []any{now, "v1"}, []string{"releases_pkey"}},
+		{"Releases", q.Releases, []any{now.Add(-time.Hour), now}, []string{"releases_at"}},
 	}
 	lists := map[string]items.ListParams{
 		"ListItems":                           {},
@@ -305,7 +313,14 @@ func fillForPlans(t *testing.T, s *Store) time.Time {
 	if _, err := s.AddAlerts(ctx, alerts); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.pool.Exec(ctx, "ANALYZE "+s.quoted+".items, "+s.quoted+".alerts, "+s.quoted+".item_counts"); err != nil {
+	// The series of a ledger that ran for a while, of many tenants: a month of hours of four destinations
+	// for each of 20 tenants (what a ledger's own items, written within a second, do not make).
+	if _, err := s.pool.Exec(ctx, `INSERT INTO `+s.quoted+`.series (tenant, step, start, destination, slot, proceeds)
+		SELECT 't' || t, '1h', $1::timestamptz - h * interval '1 hour', 'dest-' || d, 0, 1
+		FROM generate_series(1, 20) AS t, generate_series(1, 720) AS h, generate_series(0, 3) AS d`, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, "ANALYZE "+s.quoted+".items, "+s.quoted+".alerts, "+s.quoted+".item_counts, "+s.quoted+".series"); err != nil {
 		t.Fatal(err)
 	}
 	return now

@@ -31,6 +31,8 @@ type queries struct {
 	SettledDestinations, SettledItems, RemoveItems, RemoveAlerts, RemoveProbes string
 
 	BatchCounts string
+
+	AddSeries, SeriesRows, RemoveSeries, CountConflicts, RecordRelease, Releases string
 }
 
 // newQueries returns the queries with the quoted schema in them.
@@ -227,6 +229,51 @@ var sqlText = queries{
 
 	BatchCounts: `SELECT CASE WHEN state = 'in_flight' AND lease_expires_at <= $3 THEN 'unknown' ELSE state END AS st, count(*)
 		FROM {schema}.items WHERE tenant = $1 AND batch_id = $2 AND batch_id <> '' GROUP BY st`,
+
+	// The changes of the series, a row per tenant, step, bucket and destination in key order, into the slot
+	// of the server process that runs the transaction (as AddCounts).
+	AddSeries: `INSERT INTO {schema}.series (tenant, step, start, destination, slot, ` + seriesColumns + `)
+		SELECT w.tenant, w.step, w.start, w.destination, pg_backend_pid() % ` + strconv.Itoa(countSlots) + `, ` + prefixed("w.", seriesColumns) + `
+		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], ` + seriesArrays(5) + `)
+			AS w(tenant, step, start, destination, ` + seriesColumns + `)
+		ON CONFLICT (tenant, step, start, destination, slot) DO UPDATE SET ` + seriesAdded(),
+	// A tenant's buckets of a step in a range of starts, of one destination ($5) or of all, slots summed.
+	SeriesRows: `SELECT start, ` + sums(seriesColumns) + ` FROM {schema}.series
+		WHERE tenant = $1 AND step = $2 AND start >= $3 AND start < $4 AND ($5 = '' OR destination = $5) GROUP BY start`,
+	RemoveSeries: `DELETE FROM {schema}.series WHERE step = $1 AND start < $2`,
+	// A tenant's destination's conflicts ($4), to the named counter and to the series' day ($5) and hour
+	// ($6), in one statement (the rows in key order: '1d' before '1h').
+	CountConflicts: `WITH counted AS (
+		INSERT INTO {schema}.counters (tenant, destination, name, value) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (tenant, destination, name) DO UPDATE SET value = counters.value + excluded.value)
+		INSERT INTO {schema}.series (tenant, step, start, destination, slot, conflicts)
+		VALUES ($1, '1d', $5, $2, pg_backend_pid() % ` + strconv.Itoa(countSlots) + `, $4), ($1, '1h', $6, $2, pg_backend_pid() % ` + strconv.Itoa(countSlots) + `, $4)
+		ON CONFLICT (tenant, step, start, destination, slot) DO UPDATE SET conflicts = series.conflicts + excluded.conflicts`,
+	// A version, unless it is the one recorded last (under the releases' lock: releaseLock).
+	RecordRelease: `INSERT INTO {schema}.releases (at, version) SELECT $1, $2::text
+		WHERE $2::text IS DISTINCT FROM (SELECT version FROM {schema}.releases ORDER BY id DESC LIMIT 1)`,
+	Releases: `SELECT version, at FROM {schema}.releases WHERE at >= $1 AND at < $2 ORDER BY at`,
+}
+
+// seriesColumns are the counts of a row of series, in the order of items.TallyColumns.
+var seriesColumns = strings.Join(items.TallyColumns, ", ")
+
+// seriesArrays returns the bigint arrays of the series' counts from $from on.
+func seriesArrays(from int) string {
+	out := make([]string, len(items.TallyColumns))
+	for i := range out {
+		out[i] = "$" + strconv.Itoa(from+i) + "::bigint[]"
+	}
+	return strings.Join(out, ", ")
+}
+
+// seriesAdded returns the SET of an upsert of series that adds the new counts to the row's.
+func seriesAdded() string {
+	out := make([]string, len(items.TallyColumns))
+	for i, c := range items.TallyColumns {
+		out[i] = c + " = series." + c + " + excluded." + c
+	}
+	return strings.Join(out, ", ")
 }
 
 // sums returns "sum(a)::bigint, sum(b)::bigint, …" for the comma-separated columns.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemstest"
 	"github.com/replaysafe/companion/items/pgstore"
 	"github.com/replaysafe/companion/items/pgstore/pgtest"
 )
@@ -155,8 +156,8 @@ func TestReplicasSameBatch(t *testing.T) {
 }
 
 // TestReplicasKeepCountsTogether: after three replicas raced over the same keys (claims and retries of the
-// same keys at once, reports to another replica than the claim's), the kept counts every replica reads
-// equal a count of the items.
+// same keys at once, reports to another replica than the claim's, conflicts counted), the kept counts and
+// the series every replica reads equal a count of the items.
 func TestReplicasKeepCountsTogether(t *testing.T) {
 	stores, ledgers := openReplicas(t, 3)
 	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
@@ -171,6 +172,12 @@ func TestReplicasKeepCountsTogether(t *testing.T) {
 				if err != nil {
 					t.Error(err)
 					return
+				}
+				if i%5 == 0 {
+					if err := stores[r].CountConflicts(ctx, "acme", fmt.Sprintf("d%d", i%3), time.Now(), 1); err != nil {
+						t.Error(err)
+						return
+					}
 				}
 				if a.Decision != items.Proceed {
 					continue
@@ -210,5 +217,6 @@ func TestReplicasKeepCountsTogether(t *testing.T) {
 				r, got.Items, got.States, got.Retries, got.EnteredUnknown, got.NeedsPerson,
 				wantStats.Items, wantStats.States, wantStats.Retries, wantStats.EnteredUnknown, wantStats.NeedsPerson)
 		}
+		itemstest.CheckSeriesMatchesItems(t, s, "acme", now.Add(-time.Hour), now.Add(time.Hour))
 	}
 }

@@ -32,7 +32,7 @@ type migration struct {
 // migrations are the schema's steps, in order. A released step is never changed: a later one alters what
 // it made.
 var migrations = []migration{
-	{1, "items, counts, alerts, probes", schemaV1},
+	{1, "items, counts, series, alerts, probes", schemaV1},
 }
 
 // schemaV1 creates the ledger.
@@ -69,8 +69,16 @@ var migrations = []migration{
 //	items_alert_pending      partial (tenant, key) of the items whose alert is due
 //	                                         PendingAlertItems
 //
-// item_counts keeps the counts Stats reads (counts.go), a row per group and slot; alerts is the alert
-// outbox, counters the named counters, probes the probes' claims of reads, meta the ledger secret.
+// item_counts keeps the counts Stats reads (counts.go), a row per group and slot; series the measures
+// over time (series.go), a row per tenant, step, bucket, destination and slot, and releases the versions
+// of the service as they started; alerts is the alert outbox, counters the named counters, probes the
+// probes' claims of reads, meta the ledger secret.
+//
+//	series_pkey   (tenant, step, start, destination, slot)  SeriesRows, the groups' upserts
+//	series_start  (step, start)                             RemoveSeriesRows: every tenant's old rows
+//	releases_pkey (id)                                      RecordRelease: the last one recorded
+//	releases_at   (at)                                      Releases, in a range of times
+//
 // expect_rows is the guard of a statement that must change a number of rows (group.go).
 const schemaV1 = `
 CREATE TABLE {schema}.meta (
@@ -178,6 +186,45 @@ CREATE TABLE {schema}.probes (
 	claimed_until timestamptz NOT NULL,
 	PRIMARY KEY (tenant, key, attempt, read)
 );
+
+CREATE TABLE {schema}.series (
+	tenant              text NOT NULL,
+	step                text NOT NULL CHECK (step IN ('1h', '1d')),
+	start               timestamptz NOT NULL,
+	destination         text NOT NULL,
+	slot                integer NOT NULL,
+	proceeds            bigint NOT NULL DEFAULT 0,
+	succeeded           bigint NOT NULL DEFAULT 0,
+	failed              bigint NOT NULL DEFAULT 0,
+	unknown             bigint NOT NULL DEFAULT 0,
+	needs_person        bigint NOT NULL DEFAULT 0,
+	resolved_by_person  bigint NOT NULL DEFAULT 0,
+	settled_by_lookup   bigint NOT NULL DEFAULT 0,
+	same_key_recoveries bigint NOT NULL DEFAULT 0,
+	conflicts           bigint NOT NULL DEFAULT 0,
+	duplicate_effects   bigint NOT NULL DEFAULT 0,
+	resolutions         bigint NOT NULL DEFAULT 0,
+	resolution_ms       bigint NOT NULL DEFAULT 0,
+	r_1m                bigint NOT NULL DEFAULT 0,
+	r_5m                bigint NOT NULL DEFAULT 0,
+	r_15m               bigint NOT NULL DEFAULT 0,
+	r_1h                bigint NOT NULL DEFAULT 0,
+	r_4h                bigint NOT NULL DEFAULT 0,
+	r_12h               bigint NOT NULL DEFAULT 0,
+	r_24h               bigint NOT NULL DEFAULT 0,
+	r_72h               bigint NOT NULL DEFAULT 0,
+	r_168h              bigint NOT NULL DEFAULT 0,
+	r_more              bigint NOT NULL DEFAULT 0,
+	PRIMARY KEY (tenant, step, start, destination, slot)
+);
+CREATE INDEX series_start ON {schema}.series (step, start);
+
+CREATE TABLE {schema}.releases (
+	id      bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	at      timestamptz NOT NULL,
+	version text NOT NULL
+);
+CREATE INDEX releases_at ON {schema}.releases (at);
 
 CREATE FUNCTION {schema}.expect_rows(got bigint, want bigint) RETURNS bigint LANGUAGE plpgsql AS $$
 BEGIN

@@ -8,8 +8,8 @@
 // INSERT that a concurrent creator of the same key makes fail on the primary key. The row locks hold the
 // items from the read to the commit, so no other replica decides on them in between; a creator that lost
 // the race for a new key, a deadlock, or a connection lost before the commit was sent make the store
-// decide the transaction again, on a fresh read. The kept counts (counts.go) are written in the same
-// transaction as the items.
+// decide the transaction again, on a fresh read. The kept counts (counts.go) and the measures over time
+// (series.go) are written in the same transaction as the items.
 //
 // Transitions that arrive together share one transaction (group.go): one commit, one WAL flush, for as
 // many callers as arrived while the last commit was on disk. A caller alone waits for nothing more.

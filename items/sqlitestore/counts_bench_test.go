@@ -3,7 +3,6 @@ package sqlitestore_test
 import (
 	"context"
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -69,81 +68,17 @@ func BenchmarkStatsAtSize(b *testing.B) {
 	itemstest.StatsAtSize(b, func(b *testing.B, n int) (itemstest.OperatorStore, time.Time) { return statsLedger(b, n) })
 }
 
-// seriesLedger fills a store with n items through the ledger, four destinations, one item in fifty
-// unknown, in batches an hour apart up to the clock's last reading (returned): 720 hours (30 days), or
-// n/4 of them for fewer items, so that the last 48 hours have rows of every destination at every size,
-// and a read of the series reads about as many rows at 2k items as at 300k.
-func seriesLedger(b testing.TB, n int) (*sqlitestore.Store, time.Time) {
-	b.Helper()
-	ctx := context.Background()
-	end := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	hours := min(720, n/4)
-	now := end
-	s, l := openLedger(b, func() time.Time { return now })
-	fp, _ := items.Fingerprint([]byte(`{"invoice":"742"}`))
-	for h, i := 0, 0; h < hours; h++ {
-		now = end.Add(-time.Duration(hours-h) * time.Hour)
-		var ps []items.BeforeWriteParams
-		for ; i < n*(h+1)/hours; i++ {
-			ps = append(ps, items.BeforeWriteParams{Tenant: "acme", Key: fmt.Sprintf("wf:inv-%07d:send:0", i), Fingerprint: fp,
-				Destination: fmt.Sprintf("dest-%d", i%4)})
-		}
-		answers, err := l.BeforeWriteMany(ctx, "acme", ps)
-		if err != nil {
-			b.Fatal(err)
-		}
-		reports := make([]items.AfterWriteParams, len(answers))
-		for j, a := range answers {
-			ev := items.Evidence{Outcome: items.OutcomeSucceeded}
-			if j%50 == 0 {
-				ev = items.Evidence{Outcome: items.OutcomeUnknown, Class: items.ClassTimeout}
-			}
-			reports[j] = items.AfterWriteParams{Tenant: "acme", Key: a.Key, Claim: a.Claim, Evidence: ev}
-		}
-		if _, _, err := l.AfterWriteMany(ctx, "acme", reports); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return s, end
-}
-
-// BenchmarkSeriesAtSize measures GET /v1/stats/series's store read (items.ReadSeries) at 2k and at 300k
-// items spread over up to 30 days (COMPANION_BENCH_ITEMS names other sizes): the console's Overview reads, of
-// every destination together, the last 48 hours by hour (Hours48) and the last 30 days by day (Days30),
-// and the most one call answers, 1,000 hours of one destination (Hours1000). Their medians (p50-ms) must
-// stay within 3× from the smallest size to the largest: the read is of kept rows, a row per destination
-// and bucket, never of the items.
+// BenchmarkSeriesAtSize measures GET /v1/stats/series's store read at 2k and at 300k items spread over up
+// to 30 days (itemstest.SeriesAtSize).
 //
 //	go test ./items/sqlitestore -run '^$' -bench SeriesAtSize -benchtime 200x
 func BenchmarkSeriesAtSize(b *testing.B) {
-	sizes := itemstest.BenchSizes(b)
-	ctx := context.Background()
-	for _, n := range sizes {
-		s, now := seriesLedger(b, n)
-		for _, q := range []struct {
-			name string
-			q    items.SeriesQuery
-		}{
-			{"Hours48", items.SeriesQuery{Tenant: "acme", Step: items.StepHour, To: now}},
-			{"Days30", items.SeriesQuery{Tenant: "acme", Step: items.StepDay, To: now}},
-			{"Hours1000", items.SeriesQuery{Tenant: "acme", Step: items.StepHour, Destination: "dest-1", From: now.Add(-1000 * time.Hour), To: now}},
-		} {
-			b.Run(fmt.Sprintf("items=%d/%s", n, q.name), func(b *testing.B) {
-				var took []time.Duration
-				for b.Loop() {
-					start := time.Now()
-					got, err := items.ReadSeries(ctx, s, q.q)
-					if err != nil {
-						b.Fatal(err)
-					}
-					took = append(took, time.Since(start))
-					if q.name == "Days30" && got.Total().Proceeds != n && n >= 4*720 {
-						b.Fatalf("the 30 days count %d claims, want %d", got.Total().Proceeds, n)
-					}
-				}
-				slices.Sort(took)
-				b.ReportMetric(float64(took[len(took)/2])/1e6, "p50-ms")
-			})
+	itemstest.SeriesAtSize(b, func(b *testing.B) itemstest.SeriesStore {
+		s, err := sqlitestore.Open(context.Background(), b.TempDir())
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
+		b.Cleanup(func() { s.Close() })
+		return s
+	})
 }

@@ -25,23 +25,13 @@ import (
 //	releases (rowid)                         RecordRelease: the last one recorded
 //	releases_at (at)                         Releases: a range of times, in order
 
-// seriesCounts are the columns of a row's counts, in seriesValues' order: the events, then the times
-// to resolution (their count, their sum in milliseconds, and one column per bucket of
-// items.ResolutionBounds, r_1m … r_168h, and r_more past the last).
-var seriesCounts = func() []string {
-	cols := []string{"proceeds", "succeeded", "failed", "unknown", "needs_person", "resolved_by_person", "settled_by_lookup",
-		"same_key_recoveries", "conflicts", "duplicate_effects", "resolutions", "resolution_ms"}
-	for _, b := range items.ResolutionBounds {
-		cols = append(cols, "r_"+strings.TrimSuffix(strings.TrimSuffix(b.String(), "0s"), "0m"))
-	}
-	return append(cols, "r_more")
-}()
+// seriesCounts are the columns of a row's counts, in the order of items.TallyColumns.
+var seriesCounts = items.TallyColumns
 
 // seriesValues returns the values of seriesCounts of t.
 func seriesValues(t *items.Tally) []any {
-	v := []any{t.Proceeds, t.Succeeded, t.Failed, t.Unknown, t.NeedsPerson, t.ResolvedByPerson, t.SettledByLookup,
-		t.SameKeyRecoveries, t.Conflicts, t.DuplicateEffects, t.Resolution.Count, t.Resolution.SumMillis}
-	for _, n := range t.Resolution.Buckets {
+	var v []any
+	for _, n := range t.Columns() {
 		v = append(v, n)
 	}
 	return v
@@ -50,16 +40,11 @@ func seriesValues(t *items.Tally) []any {
 // seriesFrom sets t from the values of seriesCounts as the driver gives them (int64; nil for NULL):
 // database/sql scans into an *any as it is, where into an *int it converts by way of a string.
 func seriesFrom(t *items.Tally, v []any) {
-	n := func(i int) int {
-		x, _ := v[i].(int64)
-		return int(x)
+	n := make([]int64, len(v))
+	for i := range v {
+		n[i], _ = v[i].(int64)
 	}
-	t.Proceeds, t.Succeeded, t.Failed, t.Unknown, t.NeedsPerson, t.ResolvedByPerson, t.SettledByLookup = n(0), n(1), n(2), n(3), n(4), n(5), n(6)
-	t.SameKeyRecoveries, t.Conflicts, t.DuplicateEffects, t.Resolution.Count = n(7), n(8), n(9), n(10)
-	t.Resolution.SumMillis = int64(n(11))
-	for i := range t.Resolution.Buckets {
-		t.Resolution.Buckets[i] = n(12 + i)
-	}
+	*t = items.TallyOfColumns(n)
 }
 
 var seriesSchema = `
