@@ -173,7 +173,9 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprint(w, `Usage: companion acceptance [flags]
 
 Runs the replay-safety acceptance suite: the twelve cases of a published
-replay-safety test ("seed 000", see docs/README.md) and the ones this project adds, each as a workflow would run them (before-write, the
+replay-safety test ("Workflow Retries Can Duplicate Business Actions: A 12-Case
+Replay-Safety Test", see docs/why-a-ledger.md) and the ones this project adds,
+each as a workflow would run them (before-write, the
 write with an injected fault, after-write, replays), asserting both the ledger
 (GET /v1/items/{key}) and the receiver's effects (GET /effects).
 

@@ -7,7 +7,7 @@ import (
 )
 
 // The bot scopes the Slack notifier needs are listed here and nowhere else in the code: the start's check
-// (CheckToken's Scopes, MissingScopes) and docs/operators.md's Slack setup follow this table, and
+// (CheckToken's Scopes, MissingScopes) and docs/slack.md's setup follow this table, and
 // TestSlackScopesCoverEveryMethod fails when the notifier calls a Web API method that is not in it.
 //
 // Slack sends the scopes a token was granted in the X-OAuth-Scopes header of every Web API answer

@@ -17,7 +17,7 @@ import (
 )
 
 // MeasureEnv names the environment variable that, set to 1, runs the measurements behind the claim in
-// docs/deploying.md that FerretDB v1 must not be the production store. They take about a minute and a
+// docs/mongodb.md that FerretDB v1 must not be the production store. They take about a minute and a
 // half, so they do not run by default.
 const MeasureEnv = "COMPANION_MEASURE_FERRETDB"
 
@@ -71,7 +71,7 @@ func TestFerretDBLimits(t *testing.T) {
 		t.Logf("%d concurrent before-writes on %s: more than one proceed in %d of %d rounds (%d proceeds in all)",
 			callers, what, multi, rounds, total)
 		if prepared && multi == 0 {
-			t.Errorf("FerretDB applied every round of concurrent conditional updates atomically; docs/deploying.md says it does not")
+			t.Errorf("FerretDB applied every round of concurrent conditional updates atomically; docs/mongodb.md says it does not")
 		}
 	}
 	for _, n := range []int{100, 2000} {

@@ -571,7 +571,7 @@ func TestHungServerTimesOut(t *testing.T) {
 
 // Three replicas (three clients) race for one item: on a new item through the insert, on a prepared one
 // through the conditional update. The conformance suite races one store; this races several. It needs a
-// server whose conditional updates are atomic: FerretDB v1's are not (docs/deploying.md).
+// server whose conditional updates are atomic: FerretDB v1's are not (docs/mongodb.md).
 func TestReplicasRacingForOneItemHaveOneWinner(t *testing.T) {
 	if realURI() == "" {
 		t.Skipf("needs a real MongoDB (set %s): FerretDB v1, the test server here, does not apply concurrent conditional updates atomically", mongotest.RealURIEnv)

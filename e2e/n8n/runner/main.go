@@ -120,7 +120,7 @@ type scenario struct {
 	fn   func(context.Context, *env) error
 }
 
-// scenarioList is every scenario of a whole run (docs/templates.md states how many).
+// scenarioList is every scenario of a whole run (CONTRIBUTING.md states how many).
 func scenarioList() []scenario {
 	return []scenario{
 		{"single: clean run writes once and records succeeded", scenarioClean},
