@@ -170,6 +170,65 @@ func TestDocsLinks(t *testing.T) {
 	}
 }
 
+// docReference is a page of the repository's docs named in code, a comment or a deploy file
+// (docs/sizing.md, deploy/README.md, README.md), with its heading's anchor when it has one.
+var docReference = regexp.MustCompile(`(?:^|[\s("'\x60])((?:docs|deploy|n8n-node|n8n-templates|items|e2e|console|blueprints)/(?:[a-z0-9-]+/)*[A-Za-z0-9-]+\.md|README\.md|CONTRIBUTING\.md|CHANGELOG\.md)(#[a-z0-9-]+)?`)
+
+// TestDocsReferencesInCodeResolve: every page of the docs a source, script or deploy file names (and the
+// heading it names) exists, so that a comment or a message that sends a reader to the docs sends them
+// somewhere.
+func TestDocsReferencesInCodeResolve(t *testing.T) {
+	refs := 0
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "node_modules" || d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != repoRoot) {
+			return filepath.SkipDir
+		}
+		switch filepath.Ext(path) {
+		case ".go", ".sh", ".yaml", ".yml", ".ts", ".mjs":
+		default:
+			if filepath.Base(path) != "Dockerfile" {
+				return nil
+			}
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		name, _ := filepath.Rel(repoRoot, path)
+		for _, m := range docReference.FindAllStringSubmatch(string(b), -1) {
+			refs++
+			page, anchor := m[1], strings.TrimPrefix(m[2], "#")
+			// A path (docs/sizing.md) is the repository's; a page's name alone (README.md) is the nearest one
+			// up from the file.
+			file := filepath.Join(repoRoot, filepath.FromSlash(page))
+			for dir := filepath.Dir(path); !strings.Contains(page, "/") && dir != repoRoot && strings.HasPrefix(dir, repoRoot); dir = filepath.Dir(dir) {
+				if _, err := os.Stat(filepath.Join(dir, page)); err == nil {
+					file = filepath.Join(dir, page)
+					break
+				}
+			}
+			text, err := os.ReadFile(file)
+			if err != nil {
+				t.Errorf("%s names %s, which does not exist", name, strings.TrimSpace(m[0]))
+				continue
+			}
+			if anchor != "" && !anchors(string(text))[anchor] {
+				t.Errorf("%s names %s: %s has no such heading", name, strings.TrimSpace(m[0]), page)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs < 50 {
+		t.Fatalf("found %d references to the docs in the code: the reading is wrong", refs)
+	}
+}
+
 // history is what tells the project's history rather than what the software does: an issue's number,
 // "before issue", a test's name (CONTRIBUTING.md is where they belong).
 var history = regexp.MustCompile(`(?i:\bissue #?\d+|\bbefore issue\b)|\b(Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*`)
