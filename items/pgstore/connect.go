@@ -65,19 +65,27 @@ func Open(ctx context.Context, connString, schema string, opts ...Option) (*Stor
 }
 
 // awaitServer pings the server until it answers or wait has passed. A server that refuses the login, or
-// has no such database, is not asked again: waiting does not change its answer.
+// has no such database, is not asked again: waiting does not change its answer. When wait ends during a
+// ping, the error is the last one a whole ping met (connection refused), not the cut-off's.
 func awaitServer(ctx context.Context, pool *pgxpool.Pool, wait time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
+	var last error
 	for {
 		began := time.Now()
 		err := pool.Ping(ctx)
-		if err == nil || ctx.Err() != nil || final(err) {
+		if err == nil || final(err) {
 			return err
+		}
+		if ctx.Err() == nil || last == nil {
+			last = err
+		}
+		if ctx.Err() != nil {
+			return last
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return last
 		case <-time.After(max(0, 200*time.Millisecond-time.Since(began))):
 		}
 	}
