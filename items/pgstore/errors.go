@@ -77,3 +77,9 @@ func serverSaid(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe)
 }
+
+// isDuplicate reports whether err is an insert of an item that exists (23505 on the items table).
+func isDuplicate(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505" && pe.TableName == "items"
+}

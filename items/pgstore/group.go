@@ -71,15 +71,19 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 	default:
 	}
 	if s.committers == 0 {
-		s.commitGroup([]*transition{t})
+		s.commitGroup([]*transition{t}, nil, nil)
 		return t.out, t.err
 	}
 	t.done = make(chan struct{})
+	s.waiting.Add(1)
 	select {
 	case s.transitions <- t:
+		s.waiting.Add(-1)
 	case <-s.stop:
+		s.waiting.Add(-1)
 		return nil, fmt.Errorf("%w: %w", items.ErrUnavailable, errClosed)
 	case <-ctx.Done():
+		s.waiting.Add(-1)
 		return nil, interpretError(ctx.Err())
 	}
 	// Once taken, the transition is waited for even if ctx ends: it may be committed already.
@@ -88,36 +92,79 @@ func (s *Store) TransitionMany(ctx context.Context, tenant string, keys []string
 }
 
 // commitGroups is a committer: until Close, it takes the transitions waiting and commits them as one.
+// When more are waiting as a group's writes are sent, the next group's transaction begins with them
+// (begun): a group whose items the cache holds then costs one round trip to the server, not two.
 func (s *Store) commitGroups() {
 	defer s.committerDone.Done()
+	var next *begun
+	idle := time.NewTimer(time.Hour)
+	defer idle.Stop()
 	for {
 		var first *transition
-		select {
-		case first = <-s.transitions:
-		case <-s.stop:
-			return
-		}
-		group := []*transition{first}
-		for n := len(first.keys); n < groupKeys; {
+		if next == nil {
 			select {
-			case t := <-s.transitions:
-				group = append(group, t)
-				n += len(t.keys)
-				continue
-			default:
+			case first = <-s.transitions:
+			case <-s.stop:
+				return
 			}
-			break
+		} else {
+			idle.Reset(idleBegun)
+			select {
+			case first = <-s.transitions:
+			case <-s.stop:
+				next.end()
+				return
+			case <-idle.C:
+				// Those waiting gave up: the transaction begun for them is not left open.
+				next.end()
+				next = nil
+				continue
+			}
 		}
-		s.commitGroup(group)
+		group := s.gather([]*transition{first}, len(first.keys))
+		carried := next
+		next = nil
+		s.commitGroup(group, carried, &next)
 		for _, t := range group {
 			close(t.done)
 		}
 	}
 }
 
+// idleBegun is how long a transaction begun for the transitions waiting stays open when none comes.
+const idleBegun = 100 * time.Millisecond
+
+// gather adds the transitions waiting to group, which names n keys, until it names groupKeys.
+func (s *Store) gather(group []*transition, n int) []*transition {
+	for n < groupKeys {
+		select {
+		case t := <-s.transitions:
+			group = append(group, t)
+			n += len(t.keys)
+			continue
+		default:
+		}
+		break
+	}
+	return group
+}
+
+// begun is a transaction begun on conn, whose id xid was read: one a group's COMMIT began for the next.
+type begun struct {
+	conn *pgxpool.Conn
+	xid  string
+}
+
+// end rolls the transaction back and gives the connection back to the pool.
+func (b *begun) end() {
+	rollback(b.conn)
+	b.conn.Release()
+}
+
 // commitGroup decides the group's transitions in one transaction and answers each, deciding the group
-// again after a lost race, within the store's timeout.
-func (s *Store) commitGroup(group []*transition) {
+// again after a lost race, within the store's timeout. carried, when not nil, is a transaction begun for
+// the group; next, when not nil, takes one begun for the group after it.
+func (s *Store) commitGroup(group []*transition, carried *begun, next **begun) {
 	defer func() {
 		// A panic outside any one decision (a bug here or in the driver) answers the group: in a committer
 		// it would stop every later write.
@@ -139,7 +186,9 @@ func (s *Store) commitGroup(group []*transition) {
 		for _, t := range group {
 			t.out, t.err = nil, t.fault
 		}
-		if err = s.tryGroup(ctx, group); err == nil {
+		err = s.tryGroup(ctx, group, carried, race == 0, next)
+		carried = nil // a group decided again begins afresh, and reads its items
+		if err == nil {
 			return
 		}
 		again := retryInside(err) || errors.Is(err, errNotCommitted)
@@ -174,6 +223,15 @@ type groupItems struct {
 	tenants, keys []string
 }
 
+// ids returns the items' ids (itemID).
+func (g groupItems) ids() []string {
+	ids := make([]string, len(g.keys))
+	for i := range g.keys {
+		ids[i] = itemID(g.tenants[i], g.keys[i])
+	}
+	return ids
+}
+
 func namedItems(group []*transition) groupItems {
 	type ref struct{ tenant, key string }
 	seen := map[ref]bool{}
@@ -199,100 +257,119 @@ func namedItems(group []*transition) groupItems {
 }
 
 // tryGroup runs the group's transaction once. It returns nil when every transition has its answer
-// (recorded, or its own error), else why the transaction did not commit.
-func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
+// (recorded, or its own error), else why the transaction did not commit. carried, when not nil, is the
+// group's transaction, begun already; next, when not nil, takes the one begun for the next group.
+//
+// Unless unreadOK is false (a group decided again), the group is first decided on the items the cache
+// holds, those it does not hold taken as new (unless such a guess was wrong lately: guessNew). When every
+// transition got its answer and every item it named changed, those decisions are written without reading
+// the items, since the writes check what was assumed: an item the cache holds is updated only at the
+// version and time of change it was decided on, and one taken as new is inserted, which fails if it
+// exists. Either way the transaction then writes nothing, and the group is decided again on a read.
+// Otherwise (a transition failed or changed nothing, which no write would check) the decisions are
+// dropped and the items read.
+func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begun, unreadOK bool, next **begun) (err error) {
 	named := namedItems(group)
-	if len(named.keys) == 0 {
-		return nil // every transition has its own error
-	}
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return uncommitted{err}
-	}
+	ids := named.ids()
+	var conn *pgxpool.Conn
 	open := false // a transaction is open on conn
+	keep := false // conn goes on holding the transaction begun for the next group
+	xid := ""
+	if carried != nil {
+		conn, open, xid = carried.conn, true, carried.xid
+	}
 	defer func() {
+		if err != nil {
+			s.cache.drop(ids)
+		}
+		if conn == nil || keep {
+			return
+		}
 		if open {
 			rollback(conn)
 		}
 		conn.Release()
 	}()
-	if err := s.injected("read"); err != nil {
-		return err
+	if len(named.keys) == 0 {
+		return nil // every transition has its own error
 	}
 
-	// The read: BEGIN, the transaction's id and the database's clock, the items locked in key order.
-	young := s.young(ctx)
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	if young {
-		b.Queue(customPlans)
-	}
-	b.Queue(s.q.ReadClock)
-	b.Queue(s.q.ReadGroup, named.tenants, named.keys)
-	sent := time.Now()
-	br := conn.SendBatch(ctx, b)
-	open = true
-	var xid string
-	var dbNow time.Time
-	found := make(map[string]*items.Item, len(named.keys))
-	var bad map[string]error
-	_, err = br.Exec()
-	if err == nil && young {
-		_, err = br.Exec()
-	}
-	if err == nil {
-		err = br.QueryRow().Scan(&xid, &dbNow)
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = br.Query(); err == nil {
-			var tenant, key string
-			var doc []byte
-			_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &doc}, func() error {
-				it, derr := decodeItem(doc, tenant, key)
-				if derr != nil {
-					if bad == nil {
-						bad = map[string]error{}
-					}
-					bad[itemID(tenant, key)] = derr
-					return nil
-				}
-				found[itemID(tenant, key)] = it
-				return nil
-			})
-		}
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		if !serverSaid(err) && conn.Conn().IsClosed() {
-			return uncommitted{err} // a connection that failed (a server restarted): nothing was written
-		}
-		return err
-	}
-	s.noteClock(dbNow, sent, time.Now())
-
-	// The decisions, in arrival order, each against what the earlier ones left.
-	seen := maps.Clone(found)
-	docs := map[string][]byte{}
+	var found, seen map[string]*items.Item
+	var docs map[string][]byte
 	var changed []string // items with a new state, in the order of their first change
-	for _, t := range group {
-		if t.err != nil {
-			continue
-		}
-		if t.err = corruptKey(t, bad); t.err != nil {
-			continue
-		}
-		if err := decide(t, found, seen, docs, &changed); err != nil {
-			t.out, t.err = nil, err
+	unread := false      // decided on the cache and guesses, not on a read
+	var bad map[string]error
+	if s.cache != nil && unreadOK {
+		found = s.cache.lookup(ids, s.guessNew.Load() == 0)
+		if found != nil {
+			seen, docs, changed = decideAll(group, found, nil)
+			if unread = allChanged(group, changed); !unread {
+				for _, t := range group {
+					t.out, t.err = nil, t.fault
+				}
+			}
 		}
 	}
-	if len(changed) == 0 {
-		open = false
-		rollback(conn) // nothing to write: the locks go, no commit to flush
-		unshare(group)
-		return nil
+	if conn == nil {
+		if conn, err = s.pool.Acquire(ctx); err != nil {
+			return uncommitted{err}
+		}
+	}
+	if !open || !unread {
+		if err := s.injected("read"); err != nil {
+			return err
+		}
+		// The read: BEGIN, the transaction's id and the database's clock (unless begun already), and the
+		// items locked in key order (unless decided already).
+		b := &pgx.Batch{}
+		young := false
+		if !open {
+			young = s.queueBegin(ctx, b)
+		}
+		if !unread {
+			b.Queue(s.q.ReadGroup, named.tenants, named.keys)
+		}
+		sent := time.Now()
+		br := conn.SendBatch(ctx, b)
+		if !open {
+			open = true
+			xid, err = s.takeBegin(br, young, sent)
+		}
+		if err == nil && !unread {
+			found, bad, err = takeItems(br)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			if !serverSaid(err) && conn.Conn().IsClosed() {
+				return uncommitted{err} // a connection that failed (a server restarted): nothing was written
+			}
+			return err
+		}
+	}
+	if !unread {
+		// The decisions, in arrival order, each against what the earlier ones left.
+		seen, docs, changed = decideAll(group, found, bad)
+		if len(changed) == 0 {
+			open = false
+			rollback(conn) // nothing to write: the locks go, no commit to flush
+			unshare(group)
+			return nil
+		}
+	} else {
+		// An answer that is an item of the cache (a transition that changed nothing, after an earlier one
+		// of the group changed it) gets a copy of its own.
+		for _, t := range group {
+			for i, it := range t.out {
+				if it != nil && it == found[itemID(t.tenant, t.keys[i])] {
+					t.out[i] = it.Clone()
+				}
+			}
+		}
+		if s.guessNew.Load() > 0 {
+			s.guessNew.Add(-1)
+		}
 	}
 
 	// The writes and the COMMIT, sent together: an error of the server skips what follows it, COMMIT included.
@@ -307,10 +384,10 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 			inserts.add(next, f, docs[id])
 		} else {
 			updates.add(next, f, docs[id])
-			updates.seenVersion = append(updates.seenVersion, cur.Version)
+			updates.seenVersion, updates.seenUpdatedAt = append(updates.seenVersion, cur.Version), append(updates.seenUpdatedAt, cur.UpdatedAt)
 		}
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	if updates.len() > 0 {
 		b.Queue(s.q.UpdateItems, updates.args(true)...)
 	}
@@ -324,28 +401,46 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 		b.Queue(s.q.AddSeries, r.args()...)
 	}
 	b.Queue("COMMIT")
+	writes := b.Len()
+	// When more transitions wait, the next group's transaction begins once this one committed.
+	beginning, nextYoung := next != nil && s.waiting.Load() > 0, false
+	if beginning {
+		nextYoung = s.queueBegin(ctx, b)
+	}
 	// A fault of a test in "write" stands for a connection lost as the writes were sent, "answer" for the
 	// answer of a COMMIT that was lost.
 	var tag string
+	var nextXid string
 	if err = s.injected("write"); err == nil {
-		br = conn.SendBatch(ctx, b)
-		for range b.Len() {
+		sent := time.Now()
+		br := conn.SendBatch(ctx, b)
+		for range writes {
 			var t pgconn.CommandTag
 			if t, err = br.Exec(); err != nil {
 				break
 			}
 			tag = t.String()
 		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
 		if err == nil {
 			err = s.injected("answer")
 		}
+		if err == nil && tag == "COMMIT" && beginning {
+			if nextXid, err = s.takeBegin(br, nextYoung, sent); err != nil {
+				nextXid, err = "", nil // the group committed; the next one begins afresh
+			}
+		}
+		if cerr := br.Close(); err == nil && tag != "COMMIT" {
+			err = cerr
+		} else if cerr != nil {
+			nextXid = ""
+		}
+	}
+	if err != nil && unread && isDuplicate(err) {
+		s.guessNew.Store(guessPause) // an item taken as new existed: read for a while rather than guess
 	}
 	switch {
 	case err == nil && tag != "COMMIT":
-		open = false
+		open = beginning       // the next group's BEGIN ran after the rollback
 		return errNotCommitted // the server rolled the transaction back (it cannot have, but then nothing was written)
 	case err == nil:
 	case serverSaid(err):
@@ -362,10 +457,120 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition) error {
 			return err
 		}
 	}
-	open = false
+	open = beginning && !conn.Conn().IsClosed() // the next group's transaction, begun or not
 	s.commits.Add(1)
+	if unread {
+		s.unread.Add(1)
+	}
+	s.cache.put(changed, seen)
 	unshare(group)
+	if nextXid != "" {
+		*next, keep = &begun{conn: conn, xid: nextXid}, true
+	}
 	return nil
+}
+
+// guessPause is how many groups are read whole, after one whose item taken as new existed, before the
+// store takes items it does not hold as new again.
+const guessPause = 64
+
+// queueBegin queues the start of a group's transaction into b: BEGIN, and the transaction's id and the
+// database's clock. It reports whether the table is young (customPlans).
+func (s *Store) queueBegin(ctx context.Context, b *pgx.Batch) (young bool) {
+	young = s.young(ctx)
+	b.Queue("BEGIN")
+	if young {
+		b.Queue(customPlans)
+	}
+	b.Queue(s.q.ReadClock)
+	return young
+}
+
+// takeBegin takes the answers of what queueBegin queued (young as it reported), sent at sent, and
+// returns the transaction's id.
+func (s *Store) takeBegin(br pgx.BatchResults, young bool, sent time.Time) (string, error) {
+	_, err := br.Exec()
+	if err == nil && young {
+		_, err = br.Exec()
+	}
+	var xid string
+	var dbNow time.Time
+	if err == nil {
+		err = br.QueryRow().Scan(&xid, &dbNow)
+	}
+	if err != nil {
+		return "", err
+	}
+	s.noteClock(dbNow, sent, time.Now())
+	return xid, nil
+}
+
+// takeItems takes the answer of a group's read: the items found, by itemID, and the errors of those stored
+// corrupt.
+func takeItems(br pgx.BatchResults) (found map[string]*items.Item, bad map[string]error, err error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, nil, err
+	}
+	found = map[string]*items.Item{}
+	var tenant, key string
+	var doc []byte
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &doc}, func() error {
+		it, derr := decodeItem(doc, tenant, key)
+		if derr != nil {
+			if bad == nil {
+				bad = map[string]error{}
+			}
+			bad[itemID(tenant, key)] = derr
+			return nil
+		}
+		found[itemID(tenant, key)] = it
+		return nil
+	})
+	return found, bad, err
+}
+
+// decideAll decides the group's transitions in arrival order, each against what the earlier ones left,
+// on the items found (by itemID; bad: those stored corrupt): it returns the items' states after the group,
+// the documents of the new ones, and the items changed, in the order of their first change.
+func decideAll(group []*transition, found map[string]*items.Item, bad map[string]error) (seen map[string]*items.Item, docs map[string][]byte, changed []string) {
+	seen = maps.Clone(found)
+	docs = map[string][]byte{}
+	for _, t := range group {
+		if t.err != nil {
+			continue
+		}
+		if t.err = corruptKey(t, bad); t.err != nil {
+			continue
+		}
+		if err := decide(t, found, seen, docs, &changed); err != nil {
+			t.out, t.err = nil, err
+		}
+	}
+	return seen, docs, changed
+}
+
+// allChanged reports whether every transition decided (those whose caller gave up aside) got an answer
+// and changed every item it named: then the writes check every item the decisions read.
+func allChanged(group []*transition, changed []string) bool {
+	set := make(map[string]bool, len(changed))
+	for _, id := range changed {
+		set[id] = true
+	}
+	for _, t := range group {
+		if t.fault != nil {
+			continue
+		}
+		if t.err != nil {
+			return false
+		}
+		for _, k := range t.keys {
+			if !set[itemID(t.tenant, k)] {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // customPlans makes the statements of a transaction planned at each execution, for the table as it is
@@ -386,7 +591,7 @@ const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
 const youngPages = 128
 
 // youngCheck is how often the store reads the table's size while it is young.
-const youngCheck = 2 * time.Second
+const youngCheck = 250 * time.Millisecond
 
 // young reports whether the items table is young (customPlans), reading its size at most every
 // youngCheck; once it is not, it is not read again.

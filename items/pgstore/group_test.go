@@ -46,7 +46,7 @@ func TestGroupRunsTransitionsInOrderAndDropsAFailedOne(t *testing.T) {
 	})
 	c := newTransition("acme", []string{"k", "x"}, claimFn("acme", []string{"k", "x"}))
 	other := newTransition("globex", []string{"k"}, claimFn("globex", []string{"k"}))
-	s.commitGroup([]*transition{a, b, c, other})
+	s.commitGroup([]*transition{a, b, c, other}, nil, nil)
 
 	if a.err != nil || c.err != nil || other.err != nil {
 		t.Fatalf("errors: a %v, c %v, other tenant %v", a.err, c.err, other.err)
@@ -131,7 +131,7 @@ func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
 		return it, nil
 	})
 	after := newTransition("acme", []string{"d"}, claimFn("acme", []string{"d"}))
-	s.commitGroup([]*transition{good, panics, unstorable, after})
+	s.commitGroup([]*transition{good, panics, unstorable, after}, nil, nil)
 	if good.err != nil || after.err != nil {
 		t.Fatalf("good transitions failed: %v, %v", good.err, after.err)
 	}
@@ -148,7 +148,7 @@ func TestOneTransitionsFaultStaysWithIt(t *testing.T) {
 	}
 }
 
-// TestCorruptItemFailsOnlyItsCaller: an item's document is corrupted underneath the service; a group
+// TestCorruptItemFailsOnlyItsCaller: an item's document is corrupted underneath the service (by a writer that moves its version); a group
 // naming it and other items answers the corrupt item's transition an error of kind internal, and records
 // the others; Get says it is corrupt, and the operator's list names it as unreadable and goes on.
 func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
@@ -159,12 +159,12 @@ func TestCorruptItemFailsOnlyItsCaller(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.pool.Exec(ctx, `UPDATE `+s.quoted+`.items SET doc = '\x7b7b' WHERE key = 'bad'`); err != nil {
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.quoted+`.items SET doc = '\x7b7b', version = version + 1 WHERE key = 'bad'`); err != nil {
 		t.Fatal(err)
 	}
 	bad := newTransition("acme", []string{"good", "bad"}, claimFn("acme", []string{"good", "bad"}))
 	good := newTransition("acme", []string{"good"}, claimFn("acme", []string{"good"}))
-	s.commitGroup([]*transition{bad, good})
+	s.commitGroup([]*transition{bad, good}, nil, nil)
 	if bad.err == nil || items.ErrorCode(bad.err) != items.CodeInternal || !errors.Is(bad.err, errCorrupt) {
 		t.Errorf("the transition of the corrupt item: %v, want it corrupt (internal)", bad.err)
 	}

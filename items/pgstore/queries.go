@@ -81,16 +81,17 @@ var sqlText = queries{
 
 	// A new item: another writer that created it since the read makes this fail on the primary key.
 	InsertItems: `INSERT INTO {schema}.items (` + itemWriteColumns + `) SELECT * FROM ` + itemArrays + `)`,
-	// The items that existed, each guarded by the version the transaction read ($20): expect_rows aborts
-	// the transaction when one was changed under it.
+	// The items that existed, each guarded by the version and the time of change it was decided on ($20,
+	// $21: a version alone could be a later item's of the same key, made after retention removed the first):
+	// expect_rows aborts the transaction when one was changed under it.
 	UpdateItems: `WITH changed AS (
 		UPDATE {schema}.items AS i SET version = w.version, updated_at = w.updated_at, needs_person_since = w.needs_person_since,
 			lease_expires_at = w.lease_expires_at, batch_index = w.batch_index, attempt = w.attempt, needs_person = w.needs_person,
 			sweep_candidate = w.sweep_candidate, alert_pending = w.alert_pending, state = w.state, destination = w.destination,
 			workflow = w.workflow, owner = w.owner, reference = w.reference, batch_id = w.batch_id, execution_id = w.execution_id,
 			doc = w.doc
-		FROM ` + itemArrays + `, $20::bigint[]) AS w(` + itemWriteColumns + `, seen_version)
-		WHERE i.tenant = w.tenant AND i.key = w.key AND i.version = w.seen_version
+		FROM ` + itemArrays + `, $20::bigint[], $21::timestamptz[]) AS w(` + itemWriteColumns + `, seen_version, seen_updated_at)
+		WHERE i.tenant = w.tenant AND i.key = w.key AND i.version = w.seen_version AND i.updated_at = w.seen_updated_at
 		RETURNING 1)
 		SELECT {schema}.expect_rows(count(*), cardinality($1::text[])) FROM changed`,
 	// The changes of the kept counts, into the slot of the server process that runs the transaction.

@@ -44,7 +44,8 @@ func encodeItem(buf []byte, it *items.Item) (doc []byte, err error) {
 }
 
 // itemRows are the arrays of a write of items, one element per item, in the order of itemWriteColumns;
-// seenVersion, for an update, is the version each item was read at.
+// seenVersion and seenUpdatedAt, for an update, are the version and the time of change of the state each
+// item was decided on.
 type itemRows struct {
 	tenant, key                               []string
 	version                                   []int64
@@ -57,6 +58,7 @@ type itemRows struct {
 	reference, batchID, executionID           []string
 	doc                                       [][]byte
 	seenVersion                               []int64
+	seenUpdatedAt                             []time.Time
 }
 
 // add appends the row of it, whose facts are f and whose document is doc.
@@ -89,11 +91,14 @@ func (r *itemRows) len() int { return len(r.key) }
 
 // args returns the arrays as the statements' arguments ($1 to $19; $20, the versions read, for an update).
 func (r *itemRows) args(update bool) []any {
-	a := []any{r.tenant, r.key, r.version, r.updatedAt, r.needsPersonSince, r.leaseExpiresAt, r.batchIndex, r.attempt,
+	// The slices of types pgx has no plan of its own for are given as FlatArrays, which it encodes without
+	// reflection (a tenth of a batch's encoding otherwise).
+	a := []any{r.tenant, r.key, r.version, r.updatedAt, pgtype.FlatArray[pgtype.Timestamptz](r.needsPersonSince),
+		pgtype.FlatArray[pgtype.Timestamptz](r.leaseExpiresAt), pgtype.FlatArray[pgtype.Int4](r.batchIndex), r.attempt,
 		r.needsPerson, r.sweepCandidate, r.alertPending, r.state, r.destination, r.workflow, r.owner, r.reference,
-		r.batchID, r.executionID, r.doc}
+		r.batchID, r.executionID, pgtype.FlatArray[[]byte](r.doc)}
 	if update {
-		a = append(a, r.seenVersion)
+		a = append(a, r.seenVersion, r.seenUpdatedAt)
 	}
 	return a
 }

@@ -69,7 +69,7 @@ type serveOptions struct {
 	metricsOpen bool
 	// debugAddr serves the Go profiles (/debug/pprof/) on a loopback address of their own; "" is off.
 	debugAddr string
-	// itemCache is the bound of the SQLite committer's item cache as given; itemCacheItems the number
+	// itemCache is the bound of the committer's item cache (SQLite, PostgreSQL) as given; itemCacheItems the number
 	// (itemCacheBound); itemCacheGiven whether the flag or its environment twin gave it.
 	itemCache      string
 	itemCacheItems int
@@ -105,7 +105,7 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 	fs.StringVar(&o.debugAddr, "debug-addr", m.env("COMPANION_DEBUG_ADDR", ""),
 		"loopback `host:port` serving Go's CPU and heap profiles at /debug/pprof/; off when empty (env COMPANION_DEBUG_ADDR)")
 	fs.StringVar(&o.itemCache, "item-cache", m.env("COMPANION_ITEM_CACHE", strconv.Itoa(sqlitestore.DefaultItemCache)),
-		"`items` the SQLite ledger's writer keeps of those it wrote, so that their after-writes do not read them again; 0 turns the cache off (env COMPANION_ITEM_CACHE)")
+		"`items` the ledger's writer keeps of those it wrote, so that their after-writes do not read them again (SQLite; PostgreSQL, where the writes check them); 0 turns the cache off (env COMPANION_ITEM_CACHE)")
 	if done, err := m.parse(fs, args); done {
 		return err
 	}
@@ -284,11 +284,18 @@ func (m *Main) serve(ctx context.Context, args []string) error {
 		}
 	}
 	storeLine := where
-	if s, ok := store.(*sqlitestore.Store); ok {
+	cache := -1
+	switch s := store.(type) {
+	case *sqlitestore.Store:
+		cache = s.ItemCacheTotals().Bound
+	case *pgstore.Store:
+		cache = s.ItemCacheBound()
+	}
+	switch {
+	case cache == 0:
 		storeLine += " (item cache off)"
-		if bound := s.ItemCacheTotals().Bound; bound > 0 {
-			storeLine = fmt.Sprintf("%s (item cache %d items)", where, bound)
-		}
+	case cache > 0:
+		storeLine = fmt.Sprintf("%s (item cache %d items)", where, cache)
 	}
 	// The file by its absolute path, in the message and the config field alike: the one read, whatever
 	// the directory serve was started in.
@@ -505,9 +512,9 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 	if err != nil {
 		return nil, "", err
 	}
-	if shared != "" && o.itemCacheGiven {
-		m.logger().Warn(fmt.Sprintf("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the SQLite ledger's item cache, and the ledger is on %s, "+
-			"where replicas share the items and none keeps them", map[string]string{storeMongoDB: "MongoDB", storePostgres: "PostgreSQL"}[shared]))
+	if shared == storeMongoDB && o.itemCacheGiven {
+		m.logger().Warn("--item-cache (COMPANION_ITEM_CACHE) is ignored: it sizes the item cache of the SQLite and PostgreSQL ledgers, and the ledger is on MongoDB, " +
+			"where no replica keeps the items")
 	}
 	switch shared {
 	case storeMongoDB:
@@ -527,7 +534,7 @@ func (m *Main) openStore(ctx context.Context, o serveOptions) (items.Store, stri
 			return nil, "", err
 		}
 		schema := m.env("POSTGRES_SCHEMA", pgstore.DefaultSchema)
-		s, err := pgstore.Open(ctx, url, schema, pgstore.WithLogger(m.logger()))
+		s, err := pgstore.Open(ctx, url, schema, pgstore.WithLogger(m.logger()), pgstore.WithItemCache(o.itemCacheItems))
 		if err != nil {
 			where := pgstore.Describe(url) + " "
 			if strings.HasPrefix(where, "(") { // it cannot be parsed, which err says

@@ -1,0 +1,187 @@
+package pgstore
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/companion/items"
+)
+
+// openReplica opens a second store on s's schema, as another replica would.
+func openReplica(t *testing.T, s *Store) *Store {
+	t.Helper()
+	r, err := New(context.Background(), s.pool, s.schema, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+// claimAt claims key at attempt cur+1, changed at the time given.
+func claimAt(tenant, key string, at time.Time, calls *int) items.TransitionFunc {
+	return func(cur *items.Item) (*items.Item, error) {
+		*calls++
+		if cur == nil {
+			cur = &items.Item{Tenant: tenant, Key: key, Destination: "d", CreatedAt: at}
+		}
+		cur.State, cur.Attempt, cur.UpdatedAt = items.StateInFlight, cur.Attempt+1, at
+		return cur, nil
+	}
+}
+
+func mustTransition(t *testing.T, s *Store, key string, fn items.TransitionFunc) *items.Item {
+	t.Helper()
+	it, err := s.Transition(context.Background(), "acme", key, fn)
+	if err != nil {
+		t.Fatalf("transition of %s: %v", key, err)
+	}
+	return it
+}
+
+func mustGet(t *testing.T, s *Store, key string) *items.Item {
+	t.Helper()
+	it, err := s.Get(context.Background(), "acme", key)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	return it
+}
+
+// TestCachedItemsAreWrittenWithoutARead: a new item (taken as new) and then a change of the item the
+// store committed are each written without reading the item, and stored as decided.
+func TestCachedItemsAreWrittenWithoutARead(t *testing.T) {
+	s := openInternal(t)
+	calls := 0
+	mustTransition(t, s, "k", claimAt("acme", "k", epoch, &calls))
+	it := mustTransition(t, s, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	if it.Attempt != 2 || it.Version != 2 || calls != 2 {
+		t.Fatalf("answer: attempt %d version %d, fn called %d times; want attempt 2 at version 2, fn twice", it.Attempt, it.Version, calls)
+	}
+	if got := s.unread.Load(); got != 2 {
+		t.Errorf("%d of 2 transactions were written without a read; want both", got)
+	}
+	if stored := mustGet(t, s, "k"); stored.Attempt != 2 || stored.Version != 2 {
+		t.Errorf("stored: attempt %d version %d; want 2, 2", stored.Attempt, stored.Version)
+	}
+}
+
+// TestAnotherReplicasWriteUnderTheCacheIsCaught: replica B changes an item replica A holds in its cache. A's
+// next transition of it, decided on the cached state, must not be written: it is decided again on the
+// item as stored, B's change included.
+func TestAnotherReplicasWriteUnderTheCacheIsCaught(t *testing.T) {
+	a := openInternal(t)
+	b := openReplica(t, a)
+	calls := 0
+	mustTransition(t, a, "k", claimAt("acme", "k", epoch, &calls))
+	mustTransition(t, b, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	calls = 0
+	it := mustTransition(t, a, "k", claimAt("acme", "k", epoch.Add(2*time.Second), &calls))
+	if it.Attempt != 3 || it.Version != 3 {
+		t.Fatalf("A's answer: attempt %d version %d; want attempt 3 at version 3 (after B's claim)", it.Attempt, it.Version)
+	}
+	if calls != 2 {
+		t.Errorf("fn called %d times; want twice (on the cache, then on the read)", calls)
+	}
+	if stored := mustGet(t, a, "k"); stored.Attempt != 3 || stored.Version != 3 {
+		t.Errorf("stored: attempt %d version %d; want 3, 3", stored.Attempt, stored.Version)
+	}
+}
+
+// TestItemTakenAsNewThatExistsIsReadAgain: replica B made an item replica A has never seen. A takes it as
+// new; its insert fails, and A decides again on the item as stored, then reads for a while rather than
+// guess again.
+func TestItemTakenAsNewThatExistsIsReadAgain(t *testing.T) {
+	a := openInternal(t)
+	b := openReplica(t, a)
+	calls := 0
+	mustTransition(t, b, "k", claimAt("acme", "k", epoch, &calls))
+	calls = 0
+	it := mustTransition(t, a, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	if it.Attempt != 2 || it.Version != 2 || calls != 2 {
+		t.Fatalf("A's answer: attempt %d version %d, fn called %d times; want attempt 2 at version 2, fn twice", it.Attempt, it.Version, calls)
+	}
+	if got := a.guessNew.Load(); got != guessPause {
+		t.Errorf("after a wrong guess, %d groups are to be read; want %d", got, guessPause)
+	}
+	// An item A does not hold is now read, not guessed: fn runs once.
+	mustTransition(t, b, "j", claimAt("acme", "j", epoch, &calls))
+	calls = 0
+	if it := mustTransition(t, a, "j", claimAt("acme", "j", epoch.Add(time.Second), &calls)); it.Attempt != 2 || calls != 1 {
+		t.Errorf("j: attempt %d, fn called %d times; want attempt 2, fn once (read, not guessed)", it.Attempt, calls)
+	}
+}
+
+// TestItemRemovedAndMadeAgainIsNotTheCachedOne: an item A holds in its cache is removed (retention), and
+// replica B makes a new item of the same key, at the same version. A's transition of it must be decided
+// on B's item, not on the one A remembers.
+func TestItemRemovedAndMadeAgainIsNotTheCachedOne(t *testing.T) {
+	ctx := context.Background()
+	a := openInternal(t)
+	b := openReplica(t, a)
+	calls := 0
+	mustTransition(t, a, "k", claimAt("acme", "k", epoch, &calls))
+	if _, err := a.pool.Exec(ctx, `DELETE FROM `+a.quoted+`.items WHERE key = 'k'`); err != nil {
+		t.Fatal(err)
+	}
+	made := mustTransition(t, b, "k", func(cur *items.Item) (*items.Item, error) {
+		return &items.Item{Tenant: "acme", Key: "k", Destination: "d", State: items.StateInFlight, Attempt: 7,
+			CreatedAt: epoch.Add(time.Minute), UpdatedAt: epoch.Add(time.Minute)}, nil
+	})
+	if made.Version != 1 {
+		t.Fatalf("B's item is at version %d; the test needs it at 1, as A's was", made.Version)
+	}
+	it := mustTransition(t, a, "k", claimAt("acme", "k", epoch.Add(2*time.Minute), &calls))
+	if it.Attempt != 8 || it.Version != 2 {
+		t.Fatalf("A's answer: attempt %d version %d; want attempt 8 at version 2 (B's item, claimed again)", it.Attempt, it.Version)
+	}
+}
+
+// TestUnchangedItemIsRead: a transition that changes nothing is not answered from the cache, which the
+// writes could not check: it is answered the item as stored, another replica's change included.
+func TestUnchangedItemIsRead(t *testing.T) {
+	a := openInternal(t)
+	b := openReplica(t, a)
+	calls := 0
+	mustTransition(t, a, "k", claimAt("acme", "k", epoch, &calls))
+	mustTransition(t, b, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	it := mustTransition(t, a, "k", func(cur *items.Item) (*items.Item, error) { return nil, nil })
+	if it == nil || it.Attempt != 2 {
+		t.Fatalf("an unchanged item is answered %+v; want the stored one, at attempt 2", it)
+	}
+}
+
+// TestNoTransactionIsLeftOpen: after a burst of callers, whose groups begin the next one's transaction as
+// they commit, the store holds no connection (and so no transaction open on it).
+func TestNoTransactionIsLeftOpen(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	var wg sync.WaitGroup
+	for c := range 32 {
+		wg.Go(func() {
+			calls := 0
+			for i := range 20 {
+				key := string(rune('a'+c%26)) + string(rune('a'+c/26)) + "-" + string(rune('a'+i))
+				if _, err := s.Transition(ctx, "acme", key, claimAt("acme", key, epoch, &calls)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// A connection the committer holds between groups holds a transaction begun for the next one.
+	deadline := time.Now().Add(5 * time.Second)
+	for s.pool.Stat().AcquiredConns() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections still held %s after the burst", s.pool.Stat().AcquiredConns(), 5*time.Second)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s.commits.Load() >= 640 {
+		t.Errorf("%d commits for 640 transitions of 32 callers: none shared", s.commits.Load())
+	}
+}
