@@ -11,13 +11,16 @@ import (
 
 // POSTGRES_URL selects the PostgreSQL store: the same API answers, the ledger lives in the schema
 // POSTGRES_SCHEMA names (a restart on another data dir still knows the claim), the start line names the
-// server without the password, and sweep --once and the bench's floor work on it.
+// server without the password and gives the item cache's bound, and sweep --once and the bench's floor work on it.
 func TestServeOnPostgreSQL(t *testing.T) {
 	url, schema := pgtest.Schema(t)
 	env := map[string]string{"POSTGRES_URL": url, "POSTGRES_SCHEMA": schema}
 	again := checkSharedStore(t, env, "postgres", "store postgres "+pgstore.Describe(url)+" schema "+schema)
 	if strings.Contains(again.err.String(), "companion_test:companion_test") {
 		t.Errorf("the start line shows the password:\n%s", again.err)
+	}
+	if !strings.Contains(again.err.String(), "schema "+schema+" (item cache 2048 items)") {
+		t.Errorf("the start line does not give the item cache's bound:\n%s", again.err)
 	}
 
 	out, err := run(t, env, "sweep", "--once")
