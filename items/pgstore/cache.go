@@ -92,11 +92,30 @@ func (c *itemCache) put(ids []string, states map[string]*items.Item) {
 			delete(c.m, p.id)
 		}
 	}
+	// Keep order from growing with the places of entries put again: compact once half is gone, or once
+	// it holds many more places than live entries (a few keys put again and again, under the bound).
 	if c.head > len(c.order)/2 && c.head > 1024 {
 		n := copy(c.order, c.order[c.head:])
 		clear(c.order[n:])
 		c.order, c.head = c.order[:n], 0
 	}
+	if len(c.order)-c.head > 4*max(c.max, 256) {
+		live := c.order[:0]
+		for _, p := range c.order[c.head:] {
+			if e := c.m[p.id]; e != nil && e.seq == p.seq {
+				live = append(live, p)
+			}
+		}
+		clear(c.order[len(live):])
+		c.order, c.head = live, 0
+	}
+}
+
+// places returns how many places order holds (live or not), for tests.
+func (c *itemCache) places() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.order) - c.head
 }
 
 // drop removes ids.

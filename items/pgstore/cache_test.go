@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -155,8 +156,9 @@ func TestUnchangedItemIsRead(t *testing.T) {
 	}
 }
 
-// TestNoTransactionIsLeftOpen: after a burst of callers, whose groups begin the next one's transaction as
-// they commit, the store holds no connection (and so no transaction open on it).
+// TestNoTransactionIsLeftOpen: a burst of callers, whose groups begin the next one's transaction as they
+// commit and are written without a read, records each claim once; afterwards the store holds no
+// connection (and so no transaction open on it).
 func TestNoTransactionIsLeftOpen(t *testing.T) {
 	ctx := context.Background()
 	s := openInternal(t)
@@ -183,5 +185,80 @@ func TestNoTransactionIsLeftOpen(t *testing.T) {
 	}
 	if s.commits.Load() >= 640 {
 		t.Errorf("%d commits for 640 transitions of 32 callers: none shared", s.commits.Load())
+	}
+	if s.carried.Load() == 0 || s.unread.Load() == 0 {
+		t.Errorf("of %d groups, %d were given a transaction begun before them and %d written without a read; want some of each",
+			s.commits.Load(), s.carried.Load(), s.unread.Load())
+	}
+	for i := range 20 { // each item as stored, claimed once
+		key := "aa-" + string(rune('a'+i))
+		if it := mustGet(t, s, key); it.Attempt != 1 || it.Version != 1 {
+			t.Errorf("%s: attempt %d version %d; want 1, 1", key, it.Attempt, it.Version)
+		}
+	}
+}
+
+// TestSettleDoesNotTrustAReusedTransactionID: pg_xact_status says "committed" of a transaction id, but the
+// items that transaction wrote are not as it wrote them (the id was given again after a crash, to another
+// transaction): the store answers that it did not commit. An id in the future did not commit either.
+func TestSettleDoesNotTrustAReusedTransactionID(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	calls := 0
+	it := mustTransition(t, s, "k", claimAt("acme", "k", epoch, &calls))
+	var committed string
+	if err := s.pool.QueryRow(ctx, `SELECT xmin::text FROM `+s.quoted+`.items WHERE key = 'k'`).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	var epochXid string // the full (epoch-extended) id pg_xact_status takes
+	if err := s.pool.QueryRow(ctx, `SELECT (pg_current_xact_id()::text::bigint & ~x'ffffffff'::bigint | $1::bigint)::text`, committed).Scan(&epochXid); err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("connection reset by peer (test)")
+	as := writtenState{"acme", "k", it.Version, it.UpdatedAt}
+	if err := s.settle(ctx, epochXid, lost, []writtenState{as}); err != nil {
+		t.Fatalf("settle of the transaction that wrote k as it is: %v; want committed", err)
+	}
+	other := as
+	other.updatedAt = other.updatedAt.Add(time.Second)
+	if err := s.settle(ctx, epochXid, lost, []writtenState{other}); !errors.Is(err, errNotCommitted) {
+		t.Errorf("settle of a committed id whose item is not as written: %v; want not committed", err)
+	}
+	missing := writtenState{"acme", "never-written", 1, epoch}
+	if err := s.settle(ctx, epochXid, lost, []writtenState{as, missing}); !errors.Is(err, errNotCommitted) {
+		t.Errorf("settle of a committed id whose new item is missing: %v; want not committed", err)
+	}
+	var future string
+	if err := s.pool.QueryRow(ctx, `SELECT (pg_current_xact_id()::text::bigint + 1000000)::text`).Scan(&future); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.settle(ctx, future, lost, []writtenState{as}); !errors.Is(err, errNotCommitted) {
+		t.Errorf("settle of an id in the future: %v; want not committed", err)
+	}
+}
+
+// TestCacheStaysWithinItsBound: the cache keeps no more items than its bound, and its record of puts does
+// not grow with a few keys put again and again.
+func TestCacheStaysWithinItsBound(t *testing.T) {
+	c := newItemCache(4)
+	states := map[string]*items.Item{}
+	for i := range 10_000 {
+		id := itemID("acme", string(rune('a'+i%3)))
+		states[id] = &items.Item{Tenant: "acme", Key: id, Version: int64(i)}
+		c.put([]string{id}, states)
+	}
+	if n := len(c.m); n != 3 {
+		t.Errorf("the cache holds %d items; want the 3 put", n)
+	}
+	if p := c.places(); p > 4*256+1 {
+		t.Errorf("the cache records %d places for 3 items", p)
+	}
+	for i := range 10 {
+		id := itemID("acme", string(rune('k'+i)))
+		states[id] = &items.Item{Tenant: "acme", Key: id}
+		c.put([]string{id}, states)
+	}
+	if n := len(c.m); n != 4 {
+		t.Errorf("the cache holds %d items; want its bound, 4", n)
 	}
 }

@@ -6,12 +6,13 @@ import (
 )
 
 // The database's clock. Replicas' clocks differ, and a lease must be judged on one clock: every group's
-// read also reads clock_timestamp() (readClock), in the round trip that locks the group's items, and
-// ClockOffset gives the ledger the database's clock from the latest such reading. The ledger decides a
-// transition's leases (stamps a new one, judges an old one expired) on that clock, inside fn, with the
-// item locked from the read to the commit: a lease the database's clock showed expired at the read is
-// still expired when the write commits, since that clock only moves forward, and no other replica can
-// act on the item in between.
+// transaction reads clock_timestamp() as it begins (ReadClock), and ClockOffset gives the ledger the
+// database's clock from the latest such reading. The ledger decides a transition's leases (stamps a new
+// one, judges an old one expired) on that clock, inside fn, and the write is guarded by the state the
+// decision was made on (the item locked from the read to the commit, or the version and time of change
+// the item cache held): a lease the database's clock showed expired is still expired when the write
+// commits, since that clock only moves forward, and no other replica can act on the item in between
+// without the guard failing.
 //
 // The expiry is judged by the ledger, in Go, and not inside the statement with clock_timestamp(): the
 // lease rules are the ledger's (its decision table, with its fake clock in the conformance suite), and

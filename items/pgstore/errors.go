@@ -21,9 +21,11 @@ import (
 //     room for another connection or a full disk (class 53), a standby or read-only server (25006), a
 //     dropped schema (42P01), a timeout;
 //   - but some failures are not the caller's to see, and are retried inside (retryInside) while the
-//     store's timeout allows: another writer creating the same new item between the read and the write
-//     (23505 on the items' primary key), an item changed under a guarded UPDATE (lostRace, which the row
-//     locks make impossible, and which is guarded anyway), a deadlock the server broke (40P01), a
+//     store's timeout allows: another writer creating the same new item between the read and the write,
+//     or before a write that took it as new (23505 on the items' primary key), an item changed under a
+//     guarded UPDATE (lostRace: after a read the row locks make it impossible; after a decision on the
+//     item cache it is how a change by another writer shows), a lock the writes of a group decided
+//     without a read waited for too long (55P03, lockTimeout), a deadlock the server broke (40P01), a
 //     serialization failure (40001, which READ COMMITTED does not give these statements, and which would
 //     mean the same: decide again), a server that could not run the statement now (transientServer), and
 //     a connection that failed before anything was sent on it (a pooled connection the server closed:
@@ -54,7 +56,7 @@ func retryInside(err error) bool {
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch pe.Code {
-		case lostRace, "40P01", "40001":
+		case lostRace, "40P01", "40001", "55P03":
 			return true
 		case "23505":
 			return pe.TableName == "items"

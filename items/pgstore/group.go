@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,23 +18,29 @@ import (
 )
 
 // Transactions of transitions. Every transition runs in a transaction that reads its items FOR UPDATE,
-// decides them, writes what changed and commits: two round trips, one for the read (BEGIN, the clock,
-// the items) and one for the writes and the COMMIT, sent together. Transitions that arrive while the
-// committers are busy share one such transaction (a group): one commit, one WAL flush, for as many
-// callers as arrived meanwhile, one group at a time (DefaultCommitters). The group behaves as its
-// transitions run one after the other in arrival order, each deciding against the state the earlier ones
-// left, and a fault of one transition stays with its caller: one whose fn fails or panics, whose item is
-// stored corrupt, or whose new state cannot be stored leaves no trace and answers its own error, while
-// the others get their own answers, as if it had not been in the group. Only if the transaction itself
-// fails does every caller of the group get ErrUnavailable, as none of them was recorded.
+// decides them, writes what changed and commits: two round trips, one for the read (BEGIN, the
+// transaction's id and the clock, the items) and one for the writes and the COMMIT, sent together.
+// Transitions that arrive while the committers are busy share one such transaction (a group): one commit,
+// one WAL flush, for as many callers as arrived meanwhile, one group at a time (DefaultCommitters). The
+// group behaves as its transitions run one after the other in arrival order, each deciding against the
+// state the earlier ones left, and a fault of one transition stays with its caller: one whose fn fails or
+// panics, whose item is stored corrupt, or whose new state cannot be stored leaves no trace and answers
+// its own error, while the others get their own answers, as if it had not been in the group. Only if the
+// transaction itself fails does every caller of the group get ErrUnavailable, as none of them was
+// recorded.
 //
-// A transaction that lost a race (another writer created one of its new items), that the server aborted
-// to break a deadlock, or whose connection failed before its COMMIT was sent wrote nothing: it is decided
-// again, fn called again, on a fresh read, within the store's timeout. A COMMIT whose answer was lost (the
-// connection broke, the server crashed) is settled before anyone is answered: the transaction's id was
-// read with the items, and pg_xact_status says on another connection whether it committed (the callers
-// get their answers), or not (the group is decided again). Only when the server cannot be asked within
-// the timeout is the group answered ErrUnavailable with its outcome unknown.
+// Under load a group often takes one round trip: its transaction was begun with the previous group's
+// COMMIT (begun), and its items are ones the replica committed lately (the item cache) or new ones, so
+// that it is decided without reading them and written with guards the server checks (tryGroup).
+//
+// A transaction that lost a race (another writer created one of its new items or changed one it decided
+// on), that the server aborted to break a deadlock, or whose connection failed before its COMMIT was sent
+// wrote nothing: it is decided again, fn called again, on a fresh read, within the store's timeout. A
+// COMMIT whose answer was lost (the connection broke, the server crashed) is settled before anyone is
+// answered: the transaction's id was read before its writes were sent, and pg_xact_status says on
+// another connection whether it committed (the callers get their answers), or not (the group is decided
+// again). Only when the server cannot be asked within the timeout is the group answered ErrUnavailable
+// with its outcome unknown.
 
 // groupKeys bounds a group: it is closed once it holds this many keys, so that one commit never grows
 // without bound.
@@ -124,6 +131,9 @@ func (s *Store) commitGroups() {
 		group := s.gather([]*transition{first}, len(first.keys))
 		carried := next
 		next = nil
+		if carried != nil {
+			s.carried.Add(1)
+		}
 		s.commitGroup(group, carried, &next)
 		for _, t := range group {
 			close(t.done)
@@ -300,7 +310,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	unread := false      // decided on the cache and guesses, not on a read
 	var bad map[string]error
 	if s.cache != nil && unreadOK {
-		found = s.cache.lookup(ids, s.guessNew.Load() == 0)
+		found = s.cache.lookup(ids, s.guessed())
 		if found != nil {
 			seen, docs, changed = decideAll(group, found, nil)
 			if unread = allChanged(group, changed); !unread {
@@ -367,15 +377,16 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 				}
 			}
 		}
-		if s.guessNew.Load() > 0 {
-			s.guessNew.Add(-1)
-		}
 	}
 
 	// The writes and the COMMIT, sent together: an error of the server skips what follows it, COMMIT included.
 	var inserts, updates itemRows
 	counts, series := items.CountChanges{}, items.SeriesChanges{}
-	for _, id := range changed {
+	// The rows in key order (itemID sorts as tenant, then key), as the read locks them: two transactions
+	// that lock the same items by their writes never wait for each other in a circle.
+	byKey := slices.Clone(changed)
+	slices.Sort(byKey)
+	for _, id := range byKey {
 		cur, next := found[id], seen[id]
 		f := next.Facts()
 		counts.Move(cur, next)
@@ -388,6 +399,11 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		}
 	}
 	b := &pgx.Batch{}
+	if unread {
+		// A lock another transaction holds too long ends the writes with an error of the server, rather
+		// than the store's timeout cutting the connection with the COMMIT queued behind them.
+		b.Queue(setLockTimeout)
+	}
 	if updates.len() > 0 {
 		b.Queue(s.q.UpdateItems, updates.args(true)...)
 	}
@@ -453,7 +469,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		conn.Conn().Close(context.Background()) //nolint:errcheck // the connection failed already
 		sctx, cancel := context.WithTimeout(context.Background(), s.settleWait)
 		defer cancel()
-		if err := s.settle(sctx, xid, err); err != nil {
+		if err := s.settle(sctx, xid, err, writtenStates(byKey, seen)); err != nil {
 			return err
 		}
 	}
@@ -470,9 +486,46 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	return nil
 }
 
-// guessPause is how many groups are read whole, after one whose item taken as new existed, before the
-// store takes items it does not hold as new again.
+// guessPause is how many groups are read, after one whose item taken as new existed, before the store
+// takes items its cache does not hold as new again.
 const guessPause = 64
+
+// guessed reports whether items the cache does not hold may be taken as new, counting down guessNew
+// (see guessPause) when they may not.
+func (s *Store) guessed() bool {
+	for {
+		n := s.guessNew.Load()
+		if n <= 0 {
+			return true
+		}
+		if s.guessNew.CompareAndSwap(n, n-1) {
+			return false
+		}
+	}
+}
+
+// lockTimeout bounds a lock wait of the writes of a group decided without a read (setLockTimeout): below
+// DefaultTimeout, so that the server ends the wait, and the group is decided again on a read.
+const lockTimeout = 2 * time.Second
+
+var setLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())
+
+// writtenState is an item as a transaction wrote it: what a settled COMMIT is checked against.
+type writtenState struct {
+	tenant, key string
+	version     int64
+	updatedAt   time.Time
+}
+
+// writtenStates returns the states of the items ids (itemID) as states holds them.
+func writtenStates(ids []string, states map[string]*items.Item) []writtenState {
+	w := make([]writtenState, len(ids))
+	for i, id := range ids {
+		it := states[id]
+		w[i] = writtenState{it.Tenant, it.Key, it.Version, it.UpdatedAt}
+	}
+	return w
+}
 
 // queueBegin queues the start of a group's transaction into b: BEGIN, and the transaction's id and the
 // database's clock. It reports whether the table is young (customPlans).
@@ -623,20 +676,36 @@ func (e uncommitted) SafeToRetry() bool { return true }
 // committed (settle): a server that crashed has that long to come back.
 const DefaultSettleWait = 30 * time.Second
 
-// settle learns the outcome of the transaction xid whose COMMIT's answer was lost (lost): nil when it
-// committed, errNotCommitted when it did not, and an error of unknown outcome when the server cannot be
-// asked before ctx ends. A transaction still in progress (its server process has not noticed the lost
-// connection yet) is asked about again.
-func (s *Store) settle(ctx context.Context, xid string, lost error) error {
+// settle learns the outcome of the transaction xid whose COMMIT's answer was lost (lost), which wrote the
+// items written: nil when it committed, errNotCommitted when it did not, and an error of unknown outcome
+// when the server cannot be asked before ctx ends. A transaction still in progress (its server process
+// has not noticed the lost connection yet) is asked about again.
+//
+// pg_xact_status alone is not trusted with "committed": a transaction id that never reached the WAL (a
+// transaction that had written nothing yet when the server crashed) may be given again after a restart,
+// to a transaction that did commit. So the items are read too: every one must be at the version and time
+// of change written, or past that version. One that is not proves the transaction did not commit, as it
+// was all or nothing. An id the restarted server calls "in the future" never reached the WAL, and its
+// transaction did not commit either.
+func (s *Store) settle(ctx context.Context, xid string, lost error, written []writtenState) error {
 	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
 		var status *string
 		err := s.injected("settle")
 		if err == nil {
 			err = s.pool.QueryRow(ctx, s.q.XactStatus, xid).Scan(&status)
 		}
+		if pe := (*pgconn.PgError)(nil); errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, "in the future") {
+			return errNotCommitted
+		}
 		switch {
 		case err == nil && status != nil && *status == "committed":
-			return nil
+			ok, cerr := s.writtenAsSaid(ctx, written)
+			if cerr == nil {
+				if !ok {
+					return errNotCommitted
+				}
+				return nil
+			}
 		case err == nil && (status == nil || *status == "aborted"):
 			return errNotCommitted
 		}
@@ -647,6 +716,42 @@ func (s *Store) settle(ctx context.Context, xid string, lost error) error {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// writtenAsSaid reports whether every item of written is stored at the version and time of change
+// written, or past that version (changed again since).
+func (s *Store) writtenAsSaid(ctx context.Context, written []writtenState) (bool, error) {
+	if len(written) == 0 {
+		return true, nil
+	}
+	tenants, keys := make([]string, len(written)), make([]string, len(written))
+	for i, w := range written {
+		tenants[i], keys[i] = w.tenant, w.key
+	}
+	rows, err := s.pool.Query(ctx, s.q.WrittenStates, tenants, keys)
+	if err != nil {
+		return false, err
+	}
+	type stored struct {
+		version   int64
+		updatedAt time.Time
+	}
+	got := map[string]stored{}
+	var tenant, key string
+	var st stored
+	if _, err := pgx.ForEachRow(rows, []any{&tenant, &key, &st.version, &st.updatedAt}, func() error {
+		got[itemID(tenant, key)] = st
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	for _, w := range written {
+		g, ok := got[itemID(w.tenant, w.key)]
+		if !ok || g.version < w.version || (g.version == w.version && !g.updatedAt.Equal(w.updatedAt)) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // rollback ends the transaction open on conn; a connection that cannot is closed, so that the pool does

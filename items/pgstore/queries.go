@@ -16,8 +16,8 @@ import (
 
 // queries are the store's statements, with its schema in them (the fields are exported for newQueries's reflection only).
 type queries struct {
-	GetItem, ReadGroup, ReadClock, XactStatus, ItemsPages, InsertItems, UpdateItems, AddCounts string
-	InsertSecret, ReadSecret, Ping                                                             string
+	GetItem, ReadGroup, ReadClock, XactStatus, WrittenStates, ItemsPages, InsertItems, UpdateItems, AddCounts string
+	InsertSecret, ReadSecret, Ping                                                                            string
 
 	Counts, Unresolved, Conflicts, NeedsPersonCount, AddCounter string
 
@@ -69,17 +69,22 @@ var sqlText = queries{
 	GetItem: `SELECT doc FROM {schema}.items WHERE tenant = $1 AND key = $2`,
 
 	// The group's read: its items, locked in key order (the LockRows above the Sort), so that two
-	// transactions locking the same items never wait for each other in a circle.
+	// transactions locking the same items never wait for each other in a circle. A group decided without
+	// a read locks them by its writes, whose rows are in key order too (tryGroup).
 	ReadGroup: `SELECT tenant, key, doc FROM {schema}.items
 		WHERE (tenant, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY tenant, key FOR UPDATE`,
 	// The transaction's id, for settling a commit whose answer was lost, and the database's clock.
 	ReadClock:  `SELECT pg_current_xact_id()::text, clock_timestamp()`,
 	XactStatus: `SELECT pg_xact_status($1::text::xid8)`,
+	// The version and time of change of items, to check a settled COMMIT against (settle).
+	WrittenStates: `SELECT tenant, key, version, updated_at FROM {schema}.items
+		WHERE (tenant, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))`,
 	// The items table's size in pages (customPlans).
 	ItemsPages: `SELECT pg_relation_size(($1 || '.items')::regclass) / current_setting('block_size')::bigint`,
 
-	// A new item: another writer that created it since the read makes this fail on the primary key.
+	// A new item: another writer that created it (since the read, or before a write that took it as new)
+	// makes this fail on the primary key.
 	InsertItems: `INSERT INTO {schema}.items (` + itemWriteColumns + `) SELECT * FROM ` + itemArrays + `)`,
 	// The items that existed, each guarded by the version and the time of change it was decided on ($20,
 	// $21: a version alone could be a later item's of the same key, made after retention removed the first):

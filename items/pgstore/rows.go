@@ -89,7 +89,8 @@ func (r *itemRows) add(it *items.Item, f items.Facts, doc []byte) {
 
 func (r *itemRows) len() int { return len(r.key) }
 
-// args returns the arrays as the statements' arguments ($1 to $19; $20, the versions read, for an update).
+// args returns the arrays as the statements' arguments ($1 to $19; for an update $20 and $21, the versions
+// and times of change the items were decided on).
 func (r *itemRows) args(update bool) []any {
 	// The slices of types pgx has no plan of its own for are given as FlatArrays, which it encodes without
 	// reflection (a tenth of a batch's encoding otherwise).

@@ -236,8 +236,8 @@ END
 $$;
 `
 
-// lostRace is the SQLSTATE expect_rows raises: another writer changed an item between the read and the
-// write. The transaction is then decided again.
+// lostRace is the SQLSTATE expect_rows raises: another writer changed an item since the state the write
+// was decided on (read, or held in the item cache). The transaction is then decided again.
 const lostRace = "CP001"
 
 // quoteSchema returns the schema's name as an SQL identifier.

@@ -82,8 +82,9 @@ type Store struct {
 	// fault, set by tests, fails a step of a group's transaction (see injected).
 	fault func(step string) error
 	// commits counts the transactions of transitions committed, decided the transitions taken, unread the
-	// transactions committed without reading their items (group.go).
-	commits, decided, unread atomic.Int64
+	// transactions committed without reading their items, carried the groups given a transaction begun
+	// with the previous group's COMMIT (group.go).
+	commits, decided, unread, carried atomic.Int64
 	// waiting counts the transitions waiting for a committer; guessNew, when positive, counts down the
 	// groups that are read whole rather than take the items the cache does not hold as new (group.go).
 	waiting, guessNew atomic.Int32
