@@ -262,3 +262,37 @@ func TestCacheStaysWithinItsBound(t *testing.T) {
 		t.Errorf("the cache holds %d items; want its bound, 4", n)
 	}
 }
+
+// TestLockHeldTooLongEndsCleanly: another session holds the row lock of an item the cache holds for longer
+// than the store's timeout. A transition of it, decided without a read, waits with its COMMIT queued
+// behind the write. The wait must end on the server (its lock timeout, or the statement cancelled at the
+// store's timeout), not with a cut connection whose outcome must then be settled: the caller is answered
+// ErrUnavailable within about the timeout, and nothing is written once the lock goes.
+func TestLockHeldTooLongEndsCleanly(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	s.timeout = time.Second
+	calls := 0
+	before := mustTransition(t, s, "k", claimAt("acme", "k", epoch, &calls))
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.quoted+`.items WHERE key = 'k' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = s.Transition(ctx, "acme", "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	took := time.Since(start)
+	tx.Rollback(ctx) //nolint:errcheck // the lock's only use
+	if !errors.Is(err, items.ErrUnavailable) {
+		t.Fatalf("a transition of a locked item: %v; want ErrUnavailable", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("it took %s to answer; want about the store's timeout (%s), not a settle", took.Round(time.Millisecond), s.timeout)
+	}
+	time.Sleep(200 * time.Millisecond) // a write queued behind the lock would have committed by now
+	if stored := mustGet(t, s, "k"); stored.Version != before.Version || stored.Attempt != before.Attempt {
+		t.Errorf("stored after the lock went: version %d attempt %d; want %d, %d (nothing written)", stored.Version, stored.Attempt, before.Version, before.Attempt)
+	}
+}

@@ -24,8 +24,8 @@ import (
 //     store's timeout allows: another writer creating the same new item between the read and the write,
 //     or before a write that took it as new (23505 on the items' primary key), an item changed under a
 //     guarded UPDATE (lostRace: after a read the row locks make it impossible; after a decision on the
-//     item cache it is how a change by another writer shows), a lock the writes of a group decided
-//     without a read waited for too long (55P03, lockTimeout), a deadlock the server broke (40P01), a
+//     item cache it is how a change by another writer shows), a lock a group's transaction waited for
+//     too long (55P03, Store.lockTimeout), a deadlock the server broke (40P01), a
 //     serialization failure (40001, which READ COMMITTED does not give these statements, and which would
 //     mean the same: decide again), a server that could not run the statement now (transientServer), and
 //     a connection that failed before anything was sent on it (a pooled connection the server closed:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -399,11 +400,6 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		}
 	}
 	b := &pgx.Batch{}
-	if unread {
-		// A lock another transaction holds too long ends the writes with an error of the server, rather
-		// than the store's timeout cutting the connection with the COMMIT queued behind them.
-		b.Queue(setLockTimeout)
-	}
 	if updates.len() > 0 {
 		b.Queue(s.q.UpdateItems, updates.args(true)...)
 	}
@@ -504,11 +500,13 @@ func (s *Store) guessed() bool {
 	}
 }
 
-// lockTimeout bounds a lock wait of the writes of a group decided without a read (setLockTimeout): below
-// DefaultTimeout, so that the server ends the wait, and the group is decided again on a read.
-const lockTimeout = 2 * time.Second
-
-var setLockTimeout = fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", lockTimeout.Milliseconds())
+// lockTimeout bounds a lock wait inside a group's transaction (ReadClock sets it), at two fifths of the
+// store's timeout: a lock another transaction holds too long ends the wait with an error of the server,
+// and the group is decided again on a read, rather than the store's timeout cutting the connection while
+// the writes of a group decided without a read wait with their COMMIT queued behind them.
+func (s *Store) lockTimeout() string {
+	return strconv.FormatInt(max(s.timeout.Milliseconds()*2/5, 1), 10) + "ms"
+}
 
 // writtenState is an item as a transaction wrote it: what a settled COMMIT is checked against.
 type writtenState struct {
@@ -535,7 +533,7 @@ func (s *Store) queueBegin(ctx context.Context, b *pgx.Batch) (young bool) {
 	if young {
 		b.Queue(customPlans)
 	}
-	b.Queue(s.q.ReadClock)
+	b.Queue(s.q.ReadClock, s.lockTimeout())
 	return young
 }
 
@@ -549,7 +547,7 @@ func (s *Store) takeBegin(br pgx.BatchResults, young bool, sent time.Time) (stri
 	var xid string
 	var dbNow time.Time
 	if err == nil {
-		err = br.QueryRow().Scan(&xid, &dbNow)
+		err = br.QueryRow().Scan(&xid, &dbNow, nil, nil)
 	}
 	if err != nil {
 		return "", err
