@@ -1,9 +1,8 @@
 package pgstore
 
 import (
-	"sync"
-
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/itemcache"
 )
 
 // The committer's item cache: the items this process committed lately, as committed. An after-write
@@ -18,30 +17,10 @@ import (
 // name seconds later.
 const DefaultItemCache = 2048
 
-// itemCache is a bounded map of itemID to the item committed, evicting the oldest put. A nil cache holds
-// nothing.
-type itemCache struct {
-	mu    sync.Mutex
-	max   int
-	m     map[string]*cachedItem
-	order []placedItem // puts, oldest first; an entry put again later is skipped when its old place comes
-	head  int          // order[:head] are gone
-	seq   uint64
-}
+// itemCache is the committer's cache (itemcache), of items only.
+type itemCache struct{ c *itemcache.Cache[struct{}] }
 
-type cachedItem struct {
-	it  *items.Item
-	seq uint64
-}
-
-type placedItem struct {
-	id  string
-	seq uint64
-}
-
-func newItemCache(bound int) *itemCache {
-	return &itemCache{max: bound, m: make(map[string]*cachedItem, min(bound, DefaultItemCache))}
-}
+func newItemCache(bound int) *itemCache { return &itemCache{itemcache.New[struct{}](bound)} }
 
 // lookup returns the items of ids the cache holds, by id: the cache's own, not to be changed or handed
 // out (a transition's fn gets a clone, call). An id it does not hold is taken as a new item (absent from
@@ -51,16 +30,10 @@ func (c *itemCache) lookup(ids []string, guess bool) map[string]*items.Item {
 		return nil
 	}
 	held := make(map[string]*items.Item, len(ids))
-	c.mu.Lock()
-	for _, id := range ids {
-		if e := c.m[id]; e != nil {
-			held[id] = e.it
-		} else if !guess {
-			c.mu.Unlock()
-			return nil
-		}
+	c.c.Lookup(ids, func(id string, e *itemcache.Entry[struct{}]) { held[id] = e.Item })
+	if !guess && len(held) < len(ids) {
+		return nil
 	}
-	c.mu.Unlock()
 	return held
 }
 
@@ -69,64 +42,17 @@ func (c *itemCache) put(ids []string, states map[string]*items.Item) {
 	if c == nil || len(ids) == 0 {
 		return
 	}
-	clones := make([]*items.Item, len(ids))
+	its := make([]*items.Item, len(ids))
 	for i, id := range ids {
-		clones[i] = states[id].Clone()
+		its[i] = states[id]
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, id := range ids {
-		c.seq++
-		if e := c.m[id]; e != nil {
-			e.it, e.seq = clones[i], c.seq
-		} else {
-			c.m[id] = &cachedItem{it: clones[i], seq: c.seq}
-		}
-		c.order = append(c.order, placedItem{id, c.seq})
-	}
-	for len(c.m) > c.max && c.head < len(c.order) {
-		p := c.order[c.head]
-		c.order[c.head] = placedItem{}
-		c.head++
-		if e := c.m[p.id]; e != nil && e.seq == p.seq {
-			delete(c.m, p.id)
-		}
-	}
-	// Keep order from growing with the places of entries put again: compact once half is gone, or once
-	// it holds many more places than live entries (a few keys put again and again, under the bound).
-	if c.head > len(c.order)/2 && c.head > 1024 {
-		n := copy(c.order, c.order[c.head:])
-		clear(c.order[n:])
-		c.order, c.head = c.order[:n], 0
-	}
-	if len(c.order)-c.head > 4*max(c.max, 256) {
-		live := c.order[:0]
-		for _, p := range c.order[c.head:] {
-			if e := c.m[p.id]; e != nil && e.seq == p.seq {
-				live = append(live, p)
-			}
-		}
-		clear(c.order[len(live):])
-		c.order, c.head = live, 0
-	}
-}
-
-// places returns how many places order holds (live or not), for tests.
-func (c *itemCache) places() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.order) - c.head
+	c.c.PutAll(c.c.Generation(), ids, its, nil)
 }
 
 // drop removes ids.
 func (c *itemCache) drop(ids []string) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, id := range ids {
-		delete(c.m, id)
+	if c != nil {
+		c.c.Drop(ids)
 	}
 }
 
@@ -135,5 +61,5 @@ func (s *Store) ItemCacheBound() int {
 	if s.cache == nil {
 		return 0
 	}
-	return s.cache.max
+	return s.cache.c.Bound()
 }

@@ -237,32 +237,6 @@ func TestSettleDoesNotTrustAReusedTransactionID(t *testing.T) {
 	}
 }
 
-// TestCacheStaysWithinItsBound: the cache keeps no more items than its bound, and its record of puts does
-// not grow with a few keys put again and again.
-func TestCacheStaysWithinItsBound(t *testing.T) {
-	c := newItemCache(4)
-	states := map[string]*items.Item{}
-	for i := range 10_000 {
-		id := itemID("acme", string(rune('a'+i%3)))
-		states[id] = &items.Item{Tenant: "acme", Key: id, Version: int64(i)}
-		c.put([]string{id}, states)
-	}
-	if n := len(c.m); n != 3 {
-		t.Errorf("the cache holds %d items; want the 3 put", n)
-	}
-	if p := c.places(); p > 4*256+1 {
-		t.Errorf("the cache records %d places for 3 items", p)
-	}
-	for i := range 10 {
-		id := itemID("acme", string(rune('k'+i)))
-		states[id] = &items.Item{Tenant: "acme", Key: id}
-		c.put([]string{id}, states)
-	}
-	if n := len(c.m); n != 4 {
-		t.Errorf("the cache holds %d items; want its bound, 4", n)
-	}
-}
-
 // TestLockHeldTooLongEndsCleanly: another session holds the row lock of an item the cache holds for longer
 // than the store's timeout. A transition of it, decided without a read, waits with its COMMIT queued
 // behind the write. The wait must end on the server (its lock timeout, or the statement cancelled at the

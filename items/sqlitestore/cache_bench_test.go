@@ -62,7 +62,7 @@ func BenchmarkItemCache(b *testing.B) {
 				}
 				b.ReportMetric(float64(cpuTime()-cpu0)/float64(time.Microsecond)/float64(n), "cpu-µs/item")
 				b.ReportMetric(float64(s.commits.Load()-commits0)/float64(n), "commits/item")
-				b.ReportMetric(float64(s.cache.len()), "cached")
+				b.ReportMetric(float64(s.cache.Len()), "cached")
 				var m runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&m)

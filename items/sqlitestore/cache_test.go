@@ -66,7 +66,7 @@ func current(t *testing.T, s *Store, key string) *items.Item {
 
 func inCache(s *Store, key string) bool {
 	in := false
-	s.cache.lookup([]string{itemID("acme", key)}, func(string, *cached) { in = true })
+	s.cache.Lookup([]string{itemID("acme", key)}, func(string, *cached) { in = true })
 	return in
 }
 
@@ -194,20 +194,6 @@ func TestRetentionForgetsTheCachedItemsItRemoves(t *testing.T) {
 	}
 }
 
-// TestCachePutAfterADropIsNotKept: a group read before a drop (retention's, between the group's commit
-// and its put) puts nothing, and forgets what the cache held of its items.
-func TestCachePutAfterADropIsNotKept(t *testing.T) {
-	c := newItemCache(10)
-	it := &items.Item{Tenant: "acme", Key: "a", Version: 1}
-	c.putAll(c.generation(), []string{"a"}, []*items.Item{it}, []*written{{id: 1}})
-	gen := c.generation()
-	c.drop([]string{"b"})
-	c.putAll(gen, []string{"a", "b"}, []*items.Item{it, it}, []*written{{id: 1}, {id: 2}})
-	if n := c.len(); n != 0 {
-		t.Fatalf("%d items cached; want none", n)
-	}
-}
-
 // TestCacheBound claims 1,000 items in batches and reports some of them again and again, through a cache
 // of 100: it holds 100 items, the latest put, and its record of the order stays bounded; an item it let
 // go is read from the database and answered as before.
@@ -226,7 +212,7 @@ func TestCacheBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		answers = append(answers, as...)
-		if n := s.cache.len(); n != 100 {
+		if n := s.cache.Len(); n != 100 {
 			t.Fatalf("after %d batches the cache holds %d items; want 100", b+1, n)
 		}
 	}
@@ -242,9 +228,7 @@ func TestCacheBound(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.cache.mu.Lock()
-	places, held := len(s.cache.order)-s.cache.head, len(s.cache.m)
-	s.cache.mu.Unlock()
+	places, held := s.cache.Places(), s.cache.Len()
 	if held != 100 || places > 5*100+1024 {
 		t.Fatalf("the cache holds %d items and %d places of its order; want 100 items, at most %d places", held, places, 5*100+1024)
 	}

@@ -30,12 +30,10 @@ func cacheMatchesDatabase(t *testing.T, s *Store) {
 		e           cached
 	}
 	var entries []entry
-	s.cache.mu.Lock()
-	for id, e := range s.cache.m {
+	s.cache.Each(func(id string, e cached) {
 		tenant, key, _ := bytes.Cut([]byte(id), []byte{0})
-		entries = append(entries, entry{string(tenant), string(key), *e})
-	}
-	s.cache.mu.Unlock()
+		entries = append(entries, entry{string(tenant), string(key), e})
+	})
 	if len(entries) == 0 {
 		t.Fatal("the cache is empty: nothing to check")
 	}
@@ -52,20 +50,20 @@ func cacheMatchesDatabase(t *testing.T, s *Store) {
 		}
 		it, row := its[en.key], rows[en.key]
 		if it == nil {
-			t.Errorf("%s/%s is cached (version %d) but not stored", en.tenant, en.key, en.e.it.Version)
+			t.Errorf("%s/%s is cached (version %d) but not stored", en.tenant, en.key, en.e.Item.Version)
 			continue
 		}
-		got, _ := en.e.it.AppendJSON(nil)
+		got, _ := en.e.Item.AppendJSON(nil)
 		want, _ := it.AppendJSON(nil)
-		if !bytes.Equal(got, want) || en.e.it.Version != it.Version {
+		if !bytes.Equal(got, want) || en.e.Item.Version != it.Version {
 			t.Errorf("%s/%s: cached\n%s\nstored\n%s", en.tenant, en.key, got, want)
 		}
-		if en.e.row.id != row.id {
-			t.Errorf("%s/%s: cached row id %d, stored id %d", en.tenant, en.key, en.e.row.id, row.id)
+		if en.e.Row.id != row.id {
+			t.Errorf("%s/%s: cached row id %d, stored id %d", en.tenant, en.key, en.e.Row.id, row.id)
 		}
 		for c, v := range row.cols {
-			if !sameValue(en.e.row.cols[c], v) {
-				t.Errorf("%s/%s: column %s cached %v, stored %v", en.tenant, en.key, setColumns[c], en.e.row.cols[c], v)
+			if !sameValue(en.e.Row.cols[c], v) {
+				t.Errorf("%s/%s: column %s cached %v, stored %v", en.tenant, en.key, setColumns[c], en.e.Row.cols[c], v)
 			}
 		}
 	}
@@ -175,7 +173,7 @@ func TestCacheGroupOfOneKeyTwiceAndTwoTenants(t *testing.T) {
 	}
 	for _, id := range []string{itemID("acme", "k"), itemID("globex", "k")} {
 		hit := false
-		s.cache.lookup([]string{id}, func(string, *cached) { hit = true })
+		s.cache.Lookup([]string{id}, func(string, *cached) { hit = true })
 		if !hit {
 			t.Fatalf("%q is not cached: the test would not test it", id)
 		}
@@ -202,7 +200,7 @@ func TestCacheGroupOfOneKeyTwiceAndTwoTenants(t *testing.T) {
 	}
 	// The answers of the unchanged j are not the cache's (nor each other's).
 	var cachedJ *items.Item
-	s.cache.lookup([]string{itemID("acme", "j")}, func(_ string, e *cached) { cachedJ = e.it })
+	s.cache.Lookup([]string{itemID("acme", "j")}, func(_ string, e *cached) { cachedJ = e.Item })
 	if cachedJ == nil || same.out[0] == cachedJ || look.out[1] == cachedJ || same.out[0] == look.out[1] {
 		t.Error("an unchanged answer is the cache's item, or shared by two answers")
 	}
@@ -410,7 +408,7 @@ func TestCacheUnderRetentionAndConcurrentCallers(t *testing.T) {
 		t.Fatalf("%d claims, %d removed: want both", claims, removed)
 	}
 	t.Logf("%d claims reported, %d items removed by retention", claims, removed)
-	if s.cache.len() > 0 {
+	if s.cache.Len() > 0 {
 		cacheMatchesDatabase(t, s)
 	}
 	kept := func(q string) string {

@@ -210,6 +210,6 @@ func keysOf(its []*items.Item) []string {
 // hand edit of a running ledger is not supported; the tests do it to see what a corrupt row does.)
 func (s *Store) writeOutside(query string, args ...any) (sql.Result, error) {
 	res, err := s.w.ExecContext(context.Background(), query, args...)
-	s.cache.dropAll()
+	s.cache.DropAll()
 	return res, err
 }

@@ -152,7 +152,7 @@ type ItemCacheTotals struct {
 func (s *Store) ItemCacheTotals() ItemCacheTotals {
 	t := ItemCacheTotals{Hits: s.cacheHits.Load(), Misses: s.cacheMisses.Load()}
 	if s.cache != nil {
-		t.Bound, t.Items = s.cache.max, s.cache.len()
+		t.Bound, t.Items = s.cache.Bound(), s.cache.Len()
 	}
 	return t
 }
@@ -234,7 +234,7 @@ func (s *Store) tryGroup(group []*transition) error {
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 	// Every item (nil: none) as the transaction found it, and as the earlier transitions left it; the
 	// items whose stored document is corrupt.
-	gen := s.cache.generation()
+	gen := s.cache.Generation()
 	found, stored, bad, hits, repeats, err := s.readGroup(ctx, tx, group)
 	if err != nil {
 		fail(err)
@@ -289,7 +289,7 @@ func (s *Store) tryGroup(group []*transition) error {
 		for i, id := range changed {
 			final[i] = seen[id]
 		}
-		s.cache.putAll(gen, changed, final, rows)
+		s.cache.PutAll(gen, changed, final, rows)
 	}
 	return nil
 }
@@ -298,7 +298,7 @@ func (s *Store) tryGroup(group []*transition) error {
 // that the next group reads both from the database: after a group that failed or panicked, what it wrote
 // is undone, or (a commit that failed after all) may not be.
 func (s *Store) forgetWrites() {
-	s.cache.dropAll()
+	s.cache.DropAll()
 	s.lastID = -1
 }
 
@@ -376,8 +376,8 @@ func (s *Store) readGroup(ctx context.Context, tx *sql.Tx, group []*transition) 
 	found = make(map[string]*items.Item, len(queued))
 	stored = make(map[string]*written, len(queued))
 	if s.cache != nil {
-		s.cache.lookup(ids, func(id string, e *cached) {
-			found[id], stored[id] = e.it, e.row
+		s.cache.Lookup(ids, func(id string, e *cached) {
+			found[id], stored[id] = e.Item, e.Row
 			hits++
 		})
 		if hits > 0 {

@@ -129,7 +129,7 @@ func (s *Store) RemoveSettled(ctx context.Context, p items.RemoveParams) (int, *
 	// but has not yet put its items in the cache will not put them (putAll's gen). A commit that fails
 	// below leaves them forgotten, which only costs a read.
 	if len(gone) > 0 {
-		s.cache.drop(gone)
+		s.cache.Drop(gone)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, nil, unavailable(err)
