@@ -818,7 +818,7 @@ func decide(t *transition, found, seen map[string]*items.Item, docs map[string][
 		var doc []byte
 		if err == nil && next != nil {
 			if err = advance(t.tenant, key, cur, next); err == nil {
-				doc, err = encodeItem(nil, next)
+				doc, err = encodeItem(next)
 			}
 		}
 		if err != nil {

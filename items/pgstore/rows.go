@@ -1,47 +1,16 @@
 package pgstore
 
 import (
-	"errors"
-	"fmt"
 	"time"
 
-	gojson "github.com/goccy/go-json"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/replaysafe/companion/items"
 )
 
-// An item's row: its document (doc) is the item's JSON as items.Item.AppendJSON writes it, the whole
-// item; the other columns repeat what the queries select and order by, and the item's facts
-// (items.Facts), derived as the row is written. A read decodes the document alone.
-
-// errCorrupt is a stored document that cannot be read.
-var errCorrupt = errors.New("pgstore: corrupt item document")
-
-// decodeItem reads a stored document of tenant's key. It uses goccy/go-json, which decodes what
-// encoding/json decodes into the same item, several times as fast.
-func decodeItem(doc []byte, tenant, key string) (*items.Item, error) {
-	var it items.Item
-	if err := gojson.Unmarshal(doc, &it); err != nil {
-		return nil, fmt.Errorf("%w of %q: %w", errCorrupt, key, err)
-	}
-	if it.Tenant != tenant || it.Key != key {
-		return nil, fmt.Errorf("%w: the row of %q holds the document of %q", errCorrupt, key, it.Key)
-	}
-	return &it, nil
-}
-
-// encodeItem appends the document of it to buf and returns it, or the error of a state that cannot be
-// stored (a time outside the years 0 to 9999, a result that is not JSON), which belongs to the
-// transition that made it. A panic of the encoding is such an error too.
-func encodeItem(buf []byte, it *items.Item) (doc []byte, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			doc, err = nil, fmt.Errorf("pgstore: encode item: panicked: %v", r)
-		}
-	}()
-	return it.AppendJSON(buf)
-}
+// An item's row: its document (doc) is the whole item, its JSON compressed (doc.go); the other columns
+// repeat what the queries select and order by, and the item's facts (items.Facts), derived as the row is
+// written. A read decodes the document alone.
 
 // itemRows are the arrays of a write of items, one element per item, in the order of itemWriteColumns;
 // seenVersion and seenUpdatedAt, for an update, are the version and the time of change of the state each

@@ -38,11 +38,12 @@ var migrations = []migration{
 // schemaV1 creates the ledger.
 //
 // items holds one row per item, keyed by (tenant, key). Beside the item's document (doc: the item's
-// JSON, items.Item.AppendJSON, as bytea), a row holds the columns the queries select and order by, and
-// the facts the sweeper and the alerts select by (items.Facts), written with every change of the item, so
-// that no query reads a document to filter. The document is bytea, not jsonb: jsonb would reorder the
-// members of the stored result (the contract returns it as the workflow sent it) and costs the server a
-// parse on every write and a print on every read; `convert_from(doc, 'UTF8')::jsonb` reads it in psql.
+// JSON, items.Item.AppendJSON, compressed by the store: doc.go), a row holds the columns the queries
+// select and order by, and the facts the sweeper and the alerts select by (items.Facts), written with
+// every change of the item, so that no query reads a document to filter. The document is bytea, not
+// jsonb: jsonb would reorder the members of the stored result (the contract returns it as the workflow
+// sent it), costs the server a parse on every write and a print on every read, and would be stored whole
+// (PostgreSQL compresses no value of a row under about 2 kB).
 //
 // Every transition changes updated_at, which items_state_changed holds, so no update of an item is a
 // HOT update: each writes a new entry into every index whose predicate the row meets. Each index is
