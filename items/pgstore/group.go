@@ -636,9 +636,10 @@ func allChanged(group []*transition, changed []string) bool {
 // (PgBouncer in transaction mode) does not inherit it.
 const customPlans = "SET LOCAL plan_cache_mode = force_custom_plan"
 
-// youngPages is the size of the items table, in pages (1 MB: a few hundred items), from which the store
-// trusts the planner's generic plans (customPlans): at 150 pages (400 items) the generic plans of the
-// group's read and UPDATE are already a nested loop over the keys and the primary key.
+// youngPages is the size of the items table, in pages (1 MB: a thousand items or so, their versions
+// included), from which the store trusts the planner's generic plans (customPlans): at 150 pages the
+// generic plans of the group's read and UPDATE are already a nested loop over the keys and the primary
+// key.
 const youngPages = 128
 
 // youngCheck is how often the store reads the table's size while it is young.
