@@ -31,8 +31,9 @@ import (
 // recorded.
 //
 // Under load a group often takes one round trip: its transaction was begun with the previous group's
-// COMMIT (begun), and its items are ones the replica committed lately (the item cache) or new ones, so
-// that it is decided without reading them and written with guards the server checks (tryGroup).
+// COMMIT (begun: on the same connection, for up to a minute and while the pool has another to spare,
+// mayCarry), and its items are ones the replica committed lately (the item cache) or new ones, so that it
+// is decided without reading them and written with guards the server checks (tryGroup).
 //
 // A transaction that lost a race (another writer created one of its new items or changed one it decided
 // on), that the server aborted to break a deadlock, or whose connection failed before its COMMIT was sent
@@ -164,6 +165,8 @@ func (s *Store) gather(group []*transition, n int) []*transition {
 type begun struct {
 	conn *pgxpool.Conn
 	xid  string
+	// since is when conn was taken from the pool (mayCarry).
+	since time.Time
 }
 
 // end rolls the transaction back and gives the connection back to the pool.
@@ -286,8 +289,9 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	open := false // a transaction is open on conn
 	keep := false // conn goes on holding the transaction begun for the next group
 	xid := ""
+	var since time.Time // when conn was taken from the pool
 	if carried != nil {
-		conn, open, xid = carried.conn, true, carried.xid
+		conn, open, xid, since = carried.conn, true, carried.xid, carried.since
 	}
 	defer func() {
 		if err != nil {
@@ -325,6 +329,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		if conn, err = s.pool.Acquire(ctx); err != nil {
 			return uncommitted{err}
 		}
+		since = time.Now()
 	}
 	if !open || !unread {
 		if err := s.injected("read"); err != nil {
@@ -335,7 +340,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		b := &pgx.Batch{}
 		young := false
 		if !open {
-			young = s.queueBegin(ctx, b)
+			young = s.queueBegin(b)
 		}
 		if !unread {
 			b.Queue(s.q.ReadGroup, named.tenants, named.keys)
@@ -415,9 +420,9 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	b.Queue("COMMIT")
 	writes := b.Len()
 	// When more transitions wait, the next group's transaction begins once this one committed.
-	beginning, nextYoung := next != nil && s.waiting.Load() > 0, false
+	beginning, nextYoung := next != nil && s.waiting.Load() > 0 && s.mayCarry(since), false
 	if beginning {
-		nextYoung = s.queueBegin(ctx, b)
+		nextYoung = s.queueBegin(b)
 	}
 	// A fault of a test in "write" stands for a connection lost as the writes were sent, "answer" for the
 	// answer of a COMMIT that was lost.
@@ -477,9 +482,25 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	s.cache.put(changed, seen)
 	unshare(group)
 	if nextXid != "" {
-		*next, keep = &begun{conn: conn, xid: nextXid}, true
+		*next, keep = &begun{conn: conn, xid: nextXid, since: since}, true
 	}
 	return nil
+}
+
+// carryFor bounds how long a connection goes on from group to group (begun) before it goes back to the
+// pool, whose lifetime and health checks then reach it.
+const carryFor = time.Minute
+
+// mayCarry reports whether the connection of a group, taken from the pool at since, may hold the next
+// group's transaction: for less than carryFor, and only while the pool has a connection to spare, so
+// that the other users of the pool (the operators' reads, the sweeper, another committer) never wait for
+// the load to end.
+func (s *Store) mayCarry(since time.Time) bool {
+	if time.Since(since) >= carryFor {
+		return false
+	}
+	st := s.pool.Stat()
+	return st.IdleConns() > 0 || st.TotalConns() < st.MaxConns()
 }
 
 // guessPause is how many groups are read, after one whose item taken as new existed, before the store
@@ -527,8 +548,8 @@ func writtenStates(ids []string, states map[string]*items.Item) []writtenState {
 
 // queueBegin queues the start of a group's transaction into b: BEGIN, and the transaction's id and the
 // database's clock. It reports whether the table is young (customPlans).
-func (s *Store) queueBegin(ctx context.Context, b *pgx.Batch) (young bool) {
-	young = s.young(ctx)
+func (s *Store) queueBegin(b *pgx.Batch) (young bool) {
+	young = s.young()
 	b.Queue("BEGIN")
 	if young {
 		b.Queue(customPlans)
@@ -645,22 +666,32 @@ const youngPages = 128
 // youngCheck is how often the store reads the table's size while it is young.
 const youngCheck = 250 * time.Millisecond
 
-// young reports whether the items table is young (customPlans), reading its size at most every
-// youngCheck; once it is not, it is not read again.
-func (s *Store) young(ctx context.Context) bool {
+// young reports whether the items table is young (customPlans). While it is, its size is read again at
+// most every youngCheck, in a goroutine of its own on a connection of the pool: a group never waits for
+// that read (it may hold the locks of its items, and it may be the transaction begun for the next
+// group). Once the table is not young, it is not read again.
+func (s *Store) young() bool {
 	if s.mature.Load() {
 		return false
 	}
-	if last := s.youngAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < youngCheck {
-		return true
+	last := s.youngAt.Load()
+	if time.Since(time.Unix(0, last)) >= youngCheck && s.youngAt.CompareAndSwap(last, time.Now().UnixNano()) {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			defer cancel()
+			s.readAge(ctx)
+		}()
 	}
-	s.youngAt.Store(time.Now().UnixNano())
+	return true
+}
+
+// readAge reads the items table's size and sets mature when it is no longer young. An error leaves it
+// young: a group planned afresh is only slower.
+func (s *Store) readAge(ctx context.Context) {
 	var pages int64
 	if err := s.pool.QueryRow(ctx, s.q.ItemsPages, s.quoted).Scan(&pages); err == nil && pages >= youngPages {
 		s.mature.Store(true)
-		return false
 	}
-	return true
 }
 
 // uncommitted is a failure of a transaction of transitions before its COMMIT was sent (no connection to be

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/companion/items"
+	"github.com/replaysafe/companion/items/pgstore/pgtest"
 )
 
 func newTransition(tenant string, keys []string, fn func(i int, cur *items.Item) (*items.Item, error)) *transition {
@@ -255,5 +258,89 @@ func TestUnsettledCommitIsUnavailable(t *testing.T) {
 	})
 	if !errors.Is(err, items.ErrUnavailable) || !strings.Contains(err.Error(), "could not be learned") {
 		t.Fatalf("unsettled commit: %v, want ErrUnavailable saying its outcome is unknown", err)
+	}
+}
+
+// TestReadDuringLoadOnAOneConnectionPool: with pool_max_conns=1 and callers that never let up, the
+// committers' connection goes back to the pool between groups (mayCarry), so an operator's read is served
+// within a group's time, not when the load ends.
+func TestReadDuringLoadOnAOneConnectionPool(t *testing.T) {
+	ctx := context.Background()
+	url, schema := pgtest.Schema(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	s, err := Open(ctx, url+sep+"pool_max_conns=1", schema, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	mustTransition(t, s, "seen", func(cur *items.Item) (*items.Item, error) { return claimFn("acme", []string{"seen"})(0, cur) })
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range 16 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("c%02d-%d", c, i)
+				if _, err := s.Transition(ctx, "acme", key, func(cur *items.Item) (*items.Item, error) {
+					return claimFn("acme", []string{key})(0, cur)
+				}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond) // the load is on, and groups follow each other
+	var slowest time.Duration
+	for range 5 {
+		began := time.Now()
+		if _, err := s.Get(ctx, "acme", "seen"); err != nil {
+			t.Error(err)
+		}
+		slowest = max(slowest, time.Since(began))
+		time.Sleep(50 * time.Millisecond)
+	}
+	carried := s.carried.Load()
+	close(stop)
+	wg.Wait()
+	t.Logf("slowest read %v under load; %d groups carried in %d commits", slowest, carried, s.commits.Load())
+	if slowest > time.Second {
+		t.Errorf("a read during the load took %v: it waited for the committers' connection", slowest)
+	}
+}
+
+// TestYoungTableIsPlannedAfreshUntilItGrows: a new ledger's statements are planned at each execution
+// (customPlans) until its items table reaches youngPages; the store reads the table's size in the
+// background, and a replica opened on a grown table plans generically from its first group.
+func TestYoungTableIsPlannedAfreshUntilItGrows(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	if !s.young() {
+		t.Fatal("a new ledger's table is not young")
+	}
+	// Rows of another tenant, 1.9 kB each (four to a page: under 2 kB, PostgreSQL compresses none), past
+	// youngPages.
+	if _, err := s.pool.Exec(ctx, `INSERT INTO `+s.quoted+`.items (tenant, key, version, updated_at, attempt, needs_person,
+		sweep_candidate, alert_pending, state, destination, workflow, owner, reference, batch_id, execution_id, doc)
+		SELECT 'pad', 'k' || g, 1, now(), 1, false, false, false, 'succeeded', 'd', '', '', '', '', '', convert_to(repeat('x', 1800), 'UTF8')
+		FROM generate_series(1, $1) AS g`, 4*youngPages+200); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.young() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the table grew past %d pages, and the store still plans it as young", youngPages)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if r := openReplica(t, s); r.young() {
+		t.Error("a replica opened on the grown table plans it as young")
 	}
 }

@@ -66,7 +66,7 @@ func (s *Store) remove(ctx context.Context, tenant string, keys []string, versio
 		return 0, interpretError(err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // a no-op after Commit
-	if s.young(ctx) {
+	if s.young() {
 		if _, err := tx.Exec(ctx, customPlans); err != nil {
 			return 0, interpretError(err)
 		}

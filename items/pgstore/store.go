@@ -136,6 +136,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, schema string, opts ...Option)
 	if _, err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("%w: postgres: migrate schema %s: %w", items.ErrUnavailable, schema, interpretError(err))
 	}
+	s.readAge(ctx) // a ledger in use is planned with generic plans from its first group
+	s.youngAt.Store(time.Now().UnixNano())
 	if s.cacheItems > 0 {
 		s.cache = newItemCache(s.cacheItems)
 	}
