@@ -93,6 +93,34 @@ func TestAnotherReplicasWriteUnderTheCacheIsCaught(t *testing.T) {
 	}
 }
 
+// TestChangeByHandUnderTheCacheIsCaught: an operator changes an item's document by hand, without moving
+// its version or time of change. The replica that holds the item in its cache does not overwrite the
+// change: its write, guarded by the row version (xmin) too, fails, and the item is decided again on the
+// row as changed.
+func TestChangeByHandUnderTheCacheIsCaught(t *testing.T) {
+	ctx := context.Background()
+	s := openInternal(t)
+	calls := 0
+	old := mustTransition(t, s, "k", claimAt("acme", "k", epoch, &calls))
+	old.Reference = "set by hand"
+	js, err := old.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.quoted+`.items SET doc = $1 WHERE tenant = 'acme' AND key = 'k'`, js); err != nil {
+		t.Fatal(err)
+	}
+	calls = 0
+	it := mustTransition(t, s, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
+	if it.Reference != "set by hand" || it.Attempt != 2 || calls != 2 {
+		t.Errorf("the next claim: reference %q, attempt %d, fn called %d times; want the change by hand kept at attempt 2, fn twice (on the cache, then on the read)",
+			it.Reference, it.Attempt, calls)
+	}
+	if stored := mustGet(t, s, "k"); stored.Reference != "set by hand" {
+		t.Errorf("stored reference %q: the cached decision overwrote the change by hand", stored.Reference)
+	}
+}
+
 // TestItemTakenAsNewThatExistsIsReadAgain: replica B made an item replica A has never seen. A takes it as
 // new; its insert fails, and A decides again on the item as stored, then reads for a while rather than
 // guess again.

@@ -310,12 +310,13 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	}
 
 	var found, seen map[string]*items.Item
+	var xmins map[string]int64 // the row versions found were written by (xmin)
 	var docs map[string][]byte
 	var changed []string // items with a new state, in the order of their first change
 	unread := false      // decided on the cache and guesses, not on a read
 	var bad map[string]error
 	if s.cache != nil && unreadOK {
-		found = s.cache.lookup(ids, s.guessed())
+		found, xmins = s.cache.lookup(ids, s.guessed())
 		if found != nil {
 			seen, docs, changed = decideAll(group, found, nil)
 			if unread = allChanged(group, changed); !unread {
@@ -352,7 +353,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 			xid, err = s.takeBegin(br, young, sent)
 		}
 		if err == nil && !unread {
-			found, bad, err = takeItems(br)
+			found, xmins, bad, err = takeItems(br)
 		}
 		if cerr := br.Close(); err == nil {
 			err = cerr
@@ -402,6 +403,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 		} else {
 			updates.add(next, f, docs[id])
 			updates.seenVersion, updates.seenUpdatedAt = append(updates.seenVersion, cur.Version), append(updates.seenUpdatedAt, cur.UpdatedAt)
+			updates.seenXmin = append(updates.seenXmin, xmins[id])
 		}
 	}
 	b := &pgx.Batch{}
@@ -479,7 +481,7 @@ func (s *Store) tryGroup(ctx context.Context, group []*transition, carried *begu
 	if unread {
 		s.unread.Add(1)
 	}
-	s.cache.put(changed, seen)
+	s.cache.put(changed, seen, rowXmin(xid))
 	unshare(group)
 	if nextXid != "" {
 		*next, keep = &begun{conn: conn, xid: nextXid, since: since}, true
@@ -579,15 +581,16 @@ func (s *Store) takeBegin(br pgx.BatchResults, young bool, sent time.Time) (stri
 
 // takeItems takes the answer of a group's read: the items found, by itemID, and the errors of those stored
 // corrupt.
-func takeItems(br pgx.BatchResults) (found map[string]*items.Item, bad map[string]error, err error) {
+func takeItems(br pgx.BatchResults) (found map[string]*items.Item, xmins map[string]int64, bad map[string]error, err error) {
 	rows, err := br.Query()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	found = map[string]*items.Item{}
+	found, xmins = map[string]*items.Item{}, map[string]int64{}
 	var tenant, key string
 	var doc []byte
-	_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &doc}, func() error {
+	var xmin int64
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &key, &doc, &xmin}, func() error {
 		it, derr := decodeItem(doc, tenant, key)
 		if derr != nil {
 			if bad == nil {
@@ -596,10 +599,20 @@ func takeItems(br pgx.BatchResults) (found map[string]*items.Item, bad map[strin
 			bad[itemID(tenant, key)] = derr
 			return nil
 		}
-		found[itemID(tenant, key)] = it
+		found[itemID(tenant, key)], xmins[itemID(tenant, key)] = it, xmin
 		return nil
 	})
-	return found, bad, err
+	return found, xmins, bad, err
+}
+
+// rowXmin returns the xmin of the rows a transaction wrote, from its id (pg_current_xact_id, an xid8
+// whose low 32 bits are the xid rows carry); -1 when xid cannot be read, which no row's xmin equals.
+func rowXmin(xid string) int64 {
+	n, err := strconv.ParseUint(xid, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return int64(n & 0xFFFFFFFF)
 }
 
 // decideAll decides the group's transitions in arrival order, each against what the earlier ones left,

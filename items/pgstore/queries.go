@@ -71,7 +71,7 @@ var sqlText = queries{
 	// The group's read: its items, locked in key order (the LockRows above the Sort), so that two
 	// transactions locking the same items never wait for each other in a circle. A group decided without
 	// a read locks them by its writes, whose rows are in key order too (tryGroup).
-	ReadGroup: `SELECT tenant, key, doc FROM {schema}.items
+	ReadGroup: `SELECT tenant, key, doc, xmin::text::bigint FROM {schema}.items
 		WHERE (tenant, key) IN (SELECT * FROM unnest($1::text[], $2::text[]))
 		ORDER BY tenant, key FOR UPDATE`,
 	// The transaction's id, for settling a commit whose answer was lost, and the database's clock; and
@@ -90,17 +90,20 @@ var sqlText = queries{
 	// A new item: another writer that created it (since the read, or before a write that took it as new)
 	// makes this fail on the primary key.
 	InsertItems: `INSERT INTO {schema}.items (` + itemWriteColumns + `) SELECT * FROM ` + itemArrays + `)`,
-	// The items that existed, each guarded by the version and the time of change it was decided on ($20,
-	// $21: a version alone could be a later item's of the same key, made after retention removed the first):
-	// expect_rows aborts the transaction when one was changed under it.
+	// The items that existed, each guarded by the version, the time of change and the row version (xmin,
+	// the transaction that wrote it) it was decided on ($20 to $22: a version alone could be a later
+	// item's of the same key, made after retention removed the first; xmin catches any other writer, one
+	// that changed the row by hand without moving its version): expect_rows aborts the transaction when
+	// one was changed under it.
 	UpdateItems: `WITH changed AS (
 		UPDATE {schema}.items AS i SET version = w.version, updated_at = w.updated_at, needs_person_since = w.needs_person_since,
 			lease_expires_at = w.lease_expires_at, batch_index = w.batch_index, attempt = w.attempt, needs_person = w.needs_person,
 			sweep_candidate = w.sweep_candidate, alert_pending = w.alert_pending, state = w.state, destination = w.destination,
 			workflow = w.workflow, owner = w.owner, reference = w.reference, batch_id = w.batch_id, execution_id = w.execution_id,
 			doc = w.doc
-		FROM ` + itemArrays + `, $20::bigint[], $21::timestamptz[]) AS w(` + itemWriteColumns + `, seen_version, seen_updated_at)
+		FROM ` + itemArrays + `, $20::bigint[], $21::timestamptz[], $22::bigint[]) AS w(` + itemWriteColumns + `, seen_version, seen_updated_at, seen_xmin)
 		WHERE i.tenant = w.tenant AND i.key = w.key AND i.version = w.seen_version AND i.updated_at = w.seen_updated_at
+			AND i.xmin::text::bigint = w.seen_xmin
 		RETURNING 1)
 		SELECT {schema}.expect_rows(count(*), cardinality($1::text[])) FROM changed`,
 	// The changes of the kept counts, into the slot of the server process that runs the transaction.

@@ -13,8 +13,8 @@ import (
 // written. A read decodes the document alone.
 
 // itemRows are the arrays of a write of items, one element per item, in the order of itemWriteColumns;
-// seenVersion and seenUpdatedAt, for an update, are the version and the time of change of the state each
-// item was decided on.
+// seenVersion, seenUpdatedAt and seenXmin, for an update, are the version, the time of change and the
+// row version (its xmin) of the state each item was decided on.
 type itemRows struct {
 	tenant, key                               []string
 	version                                   []int64
@@ -28,6 +28,7 @@ type itemRows struct {
 	doc                                       [][]byte
 	seenVersion                               []int64
 	seenUpdatedAt                             []time.Time
+	seenXmin                                  []int64
 }
 
 // add appends the row of it, whose facts are f and whose document is doc.
@@ -58,8 +59,8 @@ func (r *itemRows) add(it *items.Item, f items.Facts, doc []byte) {
 
 func (r *itemRows) len() int { return len(r.key) }
 
-// args returns the arrays as the statements' arguments ($1 to $19; for an update $20 and $21, the versions
-// and times of change the items were decided on).
+// args returns the arrays as the statements' arguments ($1 to $19; for an update $20 to $22, the versions,
+// times of change and row versions the items were decided on).
 func (r *itemRows) args(update bool) []any {
 	// The slices of types pgx has no plan of its own for are given as FlatArrays, which it encodes without
 	// reflection (a tenth of a batch's encoding otherwise).
@@ -68,7 +69,7 @@ func (r *itemRows) args(update bool) []any {
 		r.needsPerson, r.sweepCandidate, r.alertPending, r.state, r.destination, r.workflow, r.owner, r.reference,
 		r.batchID, r.executionID, pgtype.FlatArray[[]byte](r.doc)}
 	if update {
-		a = append(a, r.seenVersion, r.seenUpdatedAt)
+		a = append(a, r.seenVersion, r.seenUpdatedAt, r.seenXmin)
 	}
 	return a
 }
