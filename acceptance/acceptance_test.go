@@ -465,3 +465,18 @@ func TestCommandNamesAnUnreachableStore(t *testing.T) {
 		}
 	}
 }
+
+// AwaitProbeRun returns once the in-process prober (every second) starts its next run.
+func TestAwaitProbeRunReturnsAtTheProbersNextRun(t *testing.T) {
+	t.Parallel()
+	p := startInProcess(t, acceptance.InProcessConfig{})
+	for range 2 {
+		start := time.Now()
+		if err := p.AwaitProbeRun(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("AwaitProbeRun took %s; the prober runs every second", took)
+		}
+	}
+}

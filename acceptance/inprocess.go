@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/replaysafe/companion/handlers"
@@ -48,6 +49,8 @@ type InProcess struct {
 	Store   string
 	Version string
 	stop    func() error
+	// runs counts the in-process prober's runs; nil when the service runs no probes.
+	runs *probeRuns
 }
 
 // ledgerConfig turns destination specs into the ledger's configuration.
@@ -127,8 +130,10 @@ func StartService(ctx context.Context, cfg InProcessConfig) (_ *InProcess, err e
 	if err != nil {
 		return nil, err
 	}
+	var runs *probeRuns
 	if lookups := probeLookups(specs, cfg.ReceiverURL); len(lookups) > 0 {
-		prober, err := probes.New(probes.Config{Ledger: ledger, Store: store.(probes.Store), Lookups: lookups, Logger: discardIfNil(cfg.Logger)})
+		runs = newProbeRuns(store.(probes.Store))
+		prober, err := probes.New(probes.Config{Ledger: ledger, Store: runs, Lookups: lookups, Logger: discardIfNil(cfg.Logger)})
 		if err != nil {
 			return nil, fmt.Errorf("acceptance: starting the probes: %w", err)
 		}
@@ -137,7 +142,75 @@ func StartService(ctx context.Context, cfg InProcessConfig) (_ *InProcess, err e
 		go func() { done <- prober.Run(pctx, ProbeEvery) }()
 		cleanups = append(cleanups, func() error { cancel(); return <-done })
 	}
-	return &InProcess{ServiceURL: serviceURL, Store: storeName, Version: version(), stop: stop}, nil
+	return &InProcess{ServiceURL: serviceURL, Store: storeName, Version: version(), stop: stop, runs: runs}, nil
+}
+
+// AwaitProbeRun returns once every run of the service's prober that was in progress when it was called
+// is over, or an error when none ended within probeWait; at once when the service runs no probes. It is
+// what Options.AwaitProbeRun needs of a service on the FerretDB test server.
+//
+// Why: a probe's verdict is a Transition of the store, and the MongoDB store answers a Transition only
+// after it has taken the kept counts' entries off the item it wrote (mongostore's counts.go, step 2: a
+// $pullAll on the item by _id). The verdict's write is visible before that, so a case that polls the item
+// replays at once, and its before-write claims the item while the probe's step 2 is still running. On
+// MongoDB each update of one document is atomic, so the $pullAll removes its entries from the document
+// as the claim left it, and the claim stays. FerretDB v1 (the test server) applies an update by reading
+// the matching document, changing it in memory and writing the whole document back by _id; when the
+// claim lands between that read and that write, the write restores the verdict's document (state failed,
+// no second attempt): the before-write answered a claim the item no longer holds, and the after-write
+// with it is refused ("not a claim of this item"). On a loaded machine this happened in the
+// acceptance suite; the store's own test of the interleaving is TestFerretDBUndoesAClaimBesideACount.
+// Waiting for the probe's run to end (its Reconcile, step 2 included, returns before the run does) keeps
+// the case about the ledger rather than the test server; SQLite, PostgreSQL and a real MongoDB replay at
+// once.
+func (p *InProcess) AwaitProbeRun(ctx context.Context) error {
+	if p.runs == nil {
+		return nil
+	}
+	return p.runs.awaitNext(ctx, probeWait)
+}
+
+// probeRuns is the store the in-process prober reads, counting the prober's runs as they start. A run
+// begins with SweepCandidates from the start (a zero reference; the later pages of a run name the last
+// item of the page before), and runs never overlap (probes.Prober.Run): so once a run has started after
+// a moment, every run in progress at that moment is over.
+type probeRuns struct {
+	probes.Store
+
+	mu   sync.Mutex
+	next chan struct{} // closed when the next run starts
+}
+
+func newProbeRuns(s probes.Store) *probeRuns {
+	return &probeRuns{Store: s, next: make(chan struct{})}
+}
+
+// SweepCandidates counts a run's start, then reads the store.
+func (r *probeRuns) SweepCandidates(ctx context.Context, after items.ItemRef, limit int) ([]*items.Item, error) {
+	if after == (items.ItemRef{}) {
+		r.mu.Lock()
+		close(r.next)
+		r.next = make(chan struct{})
+		r.mu.Unlock()
+	}
+	return r.Store.SweepCandidates(ctx, after, limit)
+}
+
+// awaitNext returns once a run has started after the call, or an error when none did within limit.
+func (r *probeRuns) awaitNext(ctx context.Context, limit time.Duration) error {
+	r.mu.Lock()
+	next := r.next
+	r.mu.Unlock()
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-next:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("acceptance: the service's probe run in progress did not end within %s", limit)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // ProbeEvery is the in-process service's probe schedule; a deployed service probes on its --sweep-every,

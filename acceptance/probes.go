@@ -92,6 +92,13 @@ func caseProbeAbsent(ctx context.Context, cr *caseRun) error {
 	}
 	verdict, _ := probeVerdict(got)
 	cr.expect("after the last delay", sideLedger, "failed, probe:"+DestinationProbe+" absent", got.State+", "+verdict)
+	if cr.opts.AwaitProbeRun != nil {
+		// The verdict is visible before the probe's call is over: on a test server whose updates are not
+		// atomic, what the store does after the verdict's write could undo the replay's claim (Options).
+		if err := cr.opts.AwaitProbeRun(ctx); err != nil {
+			return err
+		}
+	}
 	first := out.ans
 	out, err = cr.pass(ctx, it, step{label: "replay", want: "proceed/retry"})
 	if err != nil {

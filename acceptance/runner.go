@@ -40,6 +40,11 @@ type Options struct {
 	// destinations (their dedupe). Only for tests that misconfigure a destination on purpose to show
 	// that a case fails on it; the check would refuse the run first.
 	SkipDestinationCheck bool
+	// AwaitProbeRun, when set, is called by a case that has seen the service's own probe settle its item,
+	// before the case's next call, and returns once the probe run that settled it is over (an error: it
+	// did not end in time). Nil: the case calls at once, as a workflow would. Only a service on a test
+	// server whose single-document updates are not atomic needs it (InProcess.AwaitProbeRun says why).
+	AwaitProbeRun func(ctx context.Context) error
 }
 
 // Header records what seed 000 asks a run to record: what ran, on what configuration, when.

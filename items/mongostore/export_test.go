@@ -50,8 +50,12 @@ func WaitExecutionIDsFilled(s *Store) { <-s.filled() }
 // a replica stopped right after its write would (nil: count them).
 func DropCounts(s *Store, drop func() bool) { s.dropCounts = drop }
 
-// RepairCounts runs one pass of the kept counts' repair, applying the entries due for longer than age.
+// RepairCounts runs one pass of the kept counts' repair, applying the entries due for longer than age,
+// once the pass s runs at its start has ended: that pass reads repairAge too, and on a server where the
+// counts' lock is not exclusive (FerretDB) it could otherwise apply the same entries at the same time
+// (on a loaded machine, an item counted twice).
 func RepairCounts(ctx context.Context, s *Store, age time.Duration) (RepairReport, error) {
+	<-s.repaired()
 	s.repairAge = age
 	return s.repairCounts(ctx)
 }
