@@ -25,14 +25,18 @@ import (
 // that made the batch 30–70% faster (docs/postgresql.md).
 //
 // A document whose first byte is '{' is plain JSON: rows written before the documents were compressed,
-// or by hand, are read as they are. The dictionary can never change: rows written with it must stay
-// readable. A new dictionary is a new first byte (docS2V2, …), decoded beside the older ones.
+// or by hand, are read as they are. The dictionary and its first offset can never change: rows written
+// with them must stay readable (TestDocumentDictionaryIsFrozen). A new dictionary is a new first byte
+// (docS2V2, …), decoded beside the older ones, released in a build that reads it before any build
+// writes it, with a migration (schema.go) so that a build that cannot read it refuses the schema. The
+// first compressed form came with migration 2.
 
 // docS2V1 is the first byte of a document compressed with docDictV1.
 const docS2V1 = 0x01
 
-// maxDocument bounds the JSON a stored document expands to, so that a corrupt length in a compressed
-// document cannot make a read allocate gigabytes. Items keep their history bounded (items.HistoryBound);
+// maxDocument bounds the JSON of a stored document, so that a corrupt length in a compressed document
+// cannot make a read allocate gigabytes; a write of a larger one is refused (it could not be read).
+// Items keep their history bounded (items.KeptFirstRepeats) and results small (items.MaxResultBytes):
 // the largest documents the tests write are well under a megabyte.
 const maxDocument = 64 << 20
 
@@ -44,7 +48,12 @@ const docDictV1 = `{"tenant":"default","key":"wf:obj-1:send:0","workflow":"wf","
 	`{"tenant":"default","key":"","workflow":"","object":"","action":"","sequence":"","destination":"","dedupe":"key","reference":"","owner":"","fingerprint":"","state":"unknown","attempt":1,"extra_attempts":0,"claim":"c_","lease_expires_at":"","retryable":false,"failure_class":"timeout","failure_message":"","cause":"unknown_outcome","lookup_failed":true,"needs_person":true,"needs_person_cause":"lease_expired","needs_person_since":"","alert_status":"sent","attempts":[{"number":1,"claim":"c_","execution_id":"","dedupe":"lookup","fingerprint":"","started_at":"","ended_at":"","outcome":"unknown","failure_class":"connection_reset","http_status":502,"reports":[""]}],"history":[{"at":"","kind":"claimed","attempt":1,"decision":"proceed","reason":"retry_same_key","to":"in_flight"},{"at":"","kind":"lease_expired","attempt":1,"from":"in_flight","to":"unknown"},{"at":"","kind":"after_write","attempt":1,"reason":"recorded","from":"in_flight","to":"unknown","outcome":"unknown","error_class":"timeout"},{"at":"","kind":"reconcile","attempt":1,"reason":"lookup_required","outcome":"not_found"},{"at":"","kind":"needs_person","attempt":1,"reason":"awaiting_owner"},{"at":"","kind":"alerted","attempt":1},{"at":"","kind":"escalated","attempt":1},{"at":"","kind":"probe","attempt":1,"outcome":"lookup_failed"}],"history_dropped":0,"version":3,"created_at":"","updated_at":""}` +
 	`{"tenant":"default","key":"","workflow":"","object":"","action":"","sequence":"","destination":"","dedupe":"lookup","state":"failed","attempt":2,"extra_attempts":1,"claim":"c_","retryable":true,"retry_at":"","receiver_request_id":"","result":{"id":""},"failure_class":"http","failure_message":"","http_status":429,"duplicate_effect":false,"alert_status":"closed","attempts":[{"number":2,"claim":"c_","outcome":"failed","failure_class":"rejected","http_status":400}],"history":[{"at":"","kind":"claimed","attempt":2,"decision":"proceed","reason":"retry","to":"in_flight"},{"at":"","kind":"after_write","attempt":2,"reason":"recorded","from":"in_flight","to":"failed","outcome":"failed","error_class":"http","http_status":503},{"at":"","kind":"resolve","attempt":2,"reason":"resolved","from":"unknown","to":"failed","outcome":"not_committed","by":"","note":""},{"at":"","kind":"prepared","decision":"proceed","reason":"fingerprint_mismatch"}],"history_dropped":0,"resolution":{"by":"","outcome":"not_committed","evidence":"","external_id":"","at":""},"version":4,"created_at":"","updated_at":""}`
 
-var docDict = s2.MakeDict([]byte(docDictV1), []byte(`{"tenant":"`))
+// docDict is docDictV1 with the offset a block's first copy starts from (the last `{"tenant":"` in
+// it), which the rows do not record: it is as frozen as the dictionary.
+var docDict = s2.MakeDictManual([]byte(docDictV1), docDictV1Start)
+
+// docDictV1Start is docDict's first offset.
+const docDictV1Start = 2573
 
 // errCorrupt is a stored document that cannot be read.
 var errCorrupt = errors.New("pgstore: corrupt item document")
@@ -114,6 +123,9 @@ func encodeItem(it *items.Item) (doc []byte, err error) {
 	defer putBuffer(packed)
 	if *js, err = it.AppendJSON((*js)[:0]); err != nil {
 		return nil, err
+	}
+	if len(*js) > maxDocument {
+		return nil, fmt.Errorf("pgstore: the item's document would be %d bytes, more than the %d a document may hold", len(*js), maxDocument)
 	}
 	*packed = docDict.Encode((*packed)[:cap(*packed)], *js)
 	// The document stays in memory until its group commits: it is copied out at its own length.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	gojson "github.com/goccy/go-json"
@@ -26,27 +27,36 @@ func sampleItem(t *testing.T) *items.Item {
 	return &it
 }
 
-// goldenDocument is sampleItem's document as this store wrote it when docS2V1 was made. Rows written then
-// must be read by every later version.
+// goldenDocument is sampleItem's document as this store wrote it when docS2V1 was made, and
+// goldenDefaultDocument the same item's of the tenant "default" (every service without tokens), whose
+// first copy starts at the dictionary's first offset. Rows written then must be read by every later
+// version.
+const goldenDefaultDocument = "01d90c1500139c62656e63682d3230323631323037543231303430332e3030393a69303030303030303a77726974653e6d0e6238002e880411432e9004517f9d95ae880e2ee00b5e8300042d6219780d305e980e66440004653042c408f03f63666634376331373437306432653035376164313538366536386639663662353764333363613263316238373433393037343364343538656561303165383034bd5a2ec50b55f37e8b0a5c39613761323831626562343530393339366631356534313242270209d609069adb01326d07b529099a36110532f00572930032240a628e00082d65303ab80d622a003dd8d5b5520e0f31aa1500360072614301007422323032362d31322d30375432313a30343a30332e3034353733363437344e4e0f3a2c0020313337373930353238924e0f7c32383230613261333263633564323961316361646563613666303334613133321500143a790032a500666506464e0f668501daaf016e500592860f31d4150031b5f24ece0132a2012d295a30072e800a8a30072eeb03b9f62e160036e405297a090692bd035e7906d52152f60f6e29022e3f06662e01085a227d"
+
 const goldenDocument = "01d60c9d450c61636d6595429c62656e63682d3230323631323037543231303430332e3030393a69303030303030303a77726974653e6a0e6238002e850411432e8d04517c9d92ae850e2edd0b5e8300042d6219780d305e950e66440004653042c108f03f63666634376331373437306432653035376164313538366536386639663662353764333363613263316238373433393037343364343538656561303165383034bd572ec20b55f07e880a5c39613761323831626562343530393339366631356534313242240209d609069adb01326a07b526099a360e0532ed0572930032210a628e00082d65303ab50d622a003dd8d5b2520b0f31aa1500360072614001007422323032362d31322d30375432313a30343a30332e3034353733363437344e4b0f3a2c0020313337373930353238924b0f7c32383230613261333263633564323961316361646563613666303334613133321500143a790032a500666206464b0f668501daaf016e4d0592830f31d4150031b5ef4ece0132a2012d295a2d072e7d0a8a2d072eeb03b9f32e160036e105297a090692bd035e7606d51e52f30f6e29022e3c06662e01085a227d"
 
-// TestDocumentDictionaryIsFrozen: the dictionary of docS2V1 is the one rows were written with, and such a
-// row still reads as the item it was written from. A changed dictionary would make them unreadable.
+// TestDocumentDictionaryIsFrozen: the dictionary of docS2V1, with its first offset, is the one rows were
+// written with, and such rows still read as the items they were written from. A changed dictionary or
+// offset would make them unreadable, or worse, read as other bytes.
 func TestDocumentDictionaryIsFrozen(t *testing.T) {
-	const want = "850cc6d7dc8e528f0682ce37260993305589a2a741b62b0021e61f2b41129616"
-	if got := sha256.Sum256([]byte(docDictV1)); hex.EncodeToString(got[:]) != want {
-		t.Errorf("docDictV1 changed (SHA-256 %x, was %s): rows written with it could not be read; add a new dictionary under a new first byte instead", got, want)
+	const want = "3b1fd9707578b8269698d0099c2ac14a0df2e898c428a8bdf9337a8833afdd8d"
+	if got := sha256.Sum256(docDict.Bytes()); hex.EncodeToString(got[:]) != want {
+		t.Errorf("docDict changed (SHA-256 %x of its bytes and first offset, was %s): rows written with it could not be read; add a new dictionary under a new first byte instead", got, want)
 	}
-	doc, err := hex.DecodeString(goldenDocument)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeItem(doc, "acme", "bench-20261207T210403.009:i0000000:write:0")
-	if err != nil {
-		t.Fatalf("a document written by docS2V1: %v", err)
-	}
-	if want := sampleItem(t); !reflect.DeepEqual(got, want) {
-		t.Errorf("a document written by docS2V1 reads as\n%+v\nwant\n%+v", got, want)
+	for tenant, golden := range map[string]string{"acme": goldenDocument, "default": goldenDefaultDocument} {
+		doc, err := hex.DecodeString(golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeItem(doc, tenant, "bench-20261207T210403.009:i0000000:write:0")
+		if err != nil {
+			t.Fatalf("a document of %s written by docS2V1: %v", tenant, err)
+		}
+		want := sampleItem(t)
+		want.Tenant = tenant
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("a document of %s written by docS2V1 reads as\n%+v\nwant\n%+v", tenant, got, want)
+		}
 	}
 }
 
@@ -129,8 +139,12 @@ func TestCorruptCompressedDocument(t *testing.T) {
 		"cut short":   cut,
 		"not JSON":    []byte("{{"),
 	} {
-		if _, err := decodeItem(doc, "acme", "bench-20261207T210403.009:i0000000:write:0"); !errors.Is(err, errCorrupt) {
+		_, err := decodeItem(doc, "acme", "bench-20261207T210403.009:i0000000:write:0")
+		if !errors.Is(err, errCorrupt) {
 			t.Errorf("%s: %v, want it corrupt", name, err)
+		}
+		if name == "4 GB" && (err == nil || !strings.Contains(err.Error(), "more than the")) {
+			t.Errorf("%s: %v, want it refused for its size before anything is allocated", name, err)
 		}
 	}
 }

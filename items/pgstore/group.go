@@ -688,8 +688,10 @@ func (s *Store) young() bool {
 		return false
 	}
 	last := s.youngAt.Load()
-	if time.Since(time.Unix(0, last)) >= youngCheck && s.youngAt.CompareAndSwap(last, time.Now().UnixNano()) {
+	if time.Since(time.Unix(0, last)) >= youngCheck && s.readingAge.CompareAndSwap(false, true) {
+		s.youngAt.Store(time.Now().UnixNano())
 		go func() {
+			defer s.readingAge.Store(false)
 			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 			defer cancel()
 			s.readAge(ctx)

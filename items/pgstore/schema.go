@@ -33,6 +33,10 @@ type migration struct {
 // it made.
 var migrations = []migration{
 	{1, "items, counts, series, alerts, probes", schemaV1},
+	// The documents' compressed form (doc.go): nothing to change in the tables, but a build without it
+	// would read every compressed document as corrupt, and refuses a schema at version 2.
+	{2, "item documents compressed", `COMMENT ON COLUMN {schema}.items.doc IS
+		'the item''s JSON: compressed by companion (S2, dictionary 1) when its first byte is 0x01, plain when it is {'`},
 }
 
 // schemaV1 creates the ledger.

@@ -75,10 +75,10 @@ type Store struct {
 	stop          chan struct{}
 	committerDone sync.WaitGroup
 	closing       sync.Once
-	// mature is set once the items table is no longer young, youngAt is when its size was last read
-	// (customPlans).
-	mature  atomic.Bool
-	youngAt atomic.Int64
+	// mature is set once the items table is no longer young, youngAt is when its size was last read,
+	// readingAge is set while a read of its size is under way (customPlans).
+	mature, readingAge atomic.Bool
+	youngAt            atomic.Int64
 	// fault, set by tests, fails a step of a group's transaction (see injected).
 	fault func(step string) error
 	// commits counts the transactions of transitions committed, decided the transitions taken, unread the
