@@ -132,8 +132,11 @@ func TestBatchOf500ExistingItemsOverASlowLink(t *testing.T) {
 	if took > deadline {
 		t.Errorf("the batch took %s, past its deadline %s", took, deadline)
 	}
-	if chunks := (len(ps) + 31) / 32; len(sent) > 7+2*chunks {
-		t.Errorf("the batch sent %d commands %v, want at most %d: a few, and two per 32 items", len(sent), sent, 7+2*chunks)
+	// A few: the read and its getMore, the confirming read, the kept counts' writes, and a reading of the
+	// server's clock (hello) when the last is over clockTTL old, which on a loaded machine, where the read
+	// takes longer than that, comes in the middle of the batch.
+	if chunks := (len(ps) + 31) / 32; len(sent) > 8+2*chunks {
+		t.Errorf("the batch sent %d commands %v, want at most %d: a few, and two per 32 items", len(sent), sent, 8+2*chunks)
 	}
 }
 
