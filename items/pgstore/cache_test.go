@@ -98,18 +98,11 @@ func TestAnotherReplicasWriteUnderTheCacheIsCaught(t *testing.T) {
 // change: its write, guarded by the row version (xmin) too, fails, and the item is decided again on the
 // row as changed.
 func TestChangeByHandUnderTheCacheIsCaught(t *testing.T) {
-	ctx := context.Background()
 	s := openInternal(t)
 	calls := 0
 	old := mustTransition(t, s, "k", claimAt("acme", "k", epoch, &calls))
 	old.Reference = "set by hand"
-	js, err := old.AppendJSON(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `UPDATE `+s.quoted+`.items SET doc = $1 WHERE tenant = 'acme' AND key = 'k'`, js); err != nil {
-		t.Fatal(err)
-	}
+	writeByHand(t, s, old)
 	calls = 0
 	it := mustTransition(t, s, "k", claimAt("acme", "k", epoch.Add(time.Second), &calls))
 	if it.Reference != "set by hand" || it.Attempt != 2 || calls != 2 {

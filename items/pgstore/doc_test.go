@@ -91,6 +91,20 @@ func TestDocumentsAreCompressed(t *testing.T) {
 	}
 }
 
+// writeByHand writes it as its row's document, plain JSON, as an operator's UPDATE by hand would: the
+// version, the time of change and the other columns stay as they are.
+func writeByHand(t *testing.T, s *Store, it *items.Item) {
+	t.Helper()
+	js, err := it.AppendJSON(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(context.Background(), `UPDATE `+s.quoted+`.items SET doc = $1 WHERE tenant = $2 AND key = $3`,
+		js, it.Tenant, it.Key); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPlainJSONDocumentsAreRead: a row whose document is plain JSON (written before documents were
 // compressed, or by hand) reads as its item, and its next change writes it compressed.
 func TestPlainJSONDocumentsAreRead(t *testing.T) {
@@ -99,13 +113,7 @@ func TestPlainJSONDocumentsAreRead(t *testing.T) {
 	var calls int
 	old := mustTransition(t, s, "k", claimAt("acme", "k", s.clock(), &calls))
 	old.Reference = "by hand"
-	js, err := old.AppendJSON(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, `UPDATE `+s.quoted+`.items SET doc = $1 WHERE tenant = 'acme' AND key = 'k'`, js); err != nil {
-		t.Fatal(err)
-	}
+	writeByHand(t, s, old)
 	got, err := s.Get(ctx, "acme", "k")
 	if err != nil || got.Reference != "by hand" || got.State != items.StateInFlight {
 		t.Fatalf("Get of a plain JSON document: %+v, %v", got, err)
